@@ -1,0 +1,5 @@
+"""``python -m clustersim``."""
+
+from clustersim.cli import main
+
+raise SystemExit(main())

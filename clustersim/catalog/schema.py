@@ -1,0 +1,231 @@
+"""Pydantic models of the catalog entries: chips, instances and models.
+
+Catalog YAML files (``chips.yaml``, ``instances.yaml``, ``models.yaml``) hold
+one mapping per entry, keyed by name. Quantities may be unit strings; they are
+parsed into SI floats here. Every entry carries ``sources``: a mapping from
+field name (dotted for nested fields) to where the figure comes from. Figures
+that are defaults rather than published numbers say so in their source.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from clustersim import units
+
+__all__ = [
+    "Bandwidth",
+    "Bytes",
+    "Calibration",
+    "ChipSpec",
+    "CoreSpec",
+    "Duration",
+    "EfaSpec",
+    "FabricSpec",
+    "InstanceSpec",
+    "ModelSpec",
+    "MoESpec",
+    "Power",
+    "Prices",
+    "Strict",
+    "UltraServerSpec",
+]
+
+
+def _unit(parser: units.Parser) -> BeforeValidator:
+    def convert(value: object) -> object:
+        # Leave non-quantities to pydantic so that its type errors are reported.
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            try:
+                return parser(value)
+            except units.UnitError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    return BeforeValidator(convert)
+
+
+Bytes = Annotated[float, _unit(units.parse_bytes)]
+Bandwidth = Annotated[float, _unit(units.parse_bandwidth)]
+Duration = Annotated[float, _unit(units.parse_duration)]
+Power = Annotated[float, _unit(units.parse_power)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+
+
+class Strict(BaseModel):
+    """Base of every catalog and scenario model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+Precision = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]
+
+
+class TensorPeaks(Strict):
+    """Dense tensor-engine peak in TFLOP/s, per precision."""
+
+    bf16: Positive
+    fp8: Positive | None = None
+    fp32: Positive
+
+    def get(self, precision: str) -> float:
+        if precision in ("bf16", "fp16", "tf32"):
+            return self.bf16
+        if precision == "fp8":
+            return self.fp8 if self.fp8 is not None else self.bf16
+        return self.fp32
+
+
+class CoreSpec(Strict):
+    """One NeuronCore (or, for a GPU, the whole GPU seen as one core).
+
+    Engine rates are per core. Vector, scalar and GPSIMD rates are element
+    operations per second at FP32, given in TFLOP/s like the tensor rates.
+    """
+
+    tensor_tflops: TensorPeaks
+    vector_tflops: Positive
+    scalar_tflops: Positive
+    gpsimd_tflops: float = Field(ge=0, default=0.0)
+    sbuf_bytes: Bytes = 0.0
+    psum_bytes: Bytes = 0.0
+
+
+class Calibration(Strict):
+    """Efficiency constants, set once per chip family and documented in ``sources``.
+
+    - ``tensor_efficiency``: fraction of the tensor peak a large, tile-aligned matmul sustains.
+    - ``tile``: the systolic array (or MMA) tile; matmul dimensions are padded up to it.
+    - ``matmul_latency_s``: fixed cost of one matmul (pipeline fill, weight load); it makes
+      small matmuls latency-bound.
+    - ``hbm_efficiency``: fraction of HBM peak that streaming kernels sustain.
+    - ``op_overhead_s``: issue overhead per op (kernel launch, instruction dispatch).
+    - ``link_efficiency``: fraction of link peak that collectives achieve on the wire.
+    """
+
+    tensor_efficiency: Fraction
+    tile: tuple[int, int] = (128, 128)
+    matmul_latency_s: Duration = 0.0
+    hbm_efficiency: Fraction
+    op_overhead_s: Duration = 0.0
+    link_efficiency: Fraction = 1.0
+
+
+class ChipSpec(Strict):
+    name: str
+    vendor: Literal["aws", "nvidia", "google"]
+    family: Literal["trainium", "gpu", "tpu"]
+    cores: int = Field(ge=1, le=1024)
+    lnc_default: int = Field(ge=1)
+    lnc_options: tuple[int, ...] = (1,)
+    core: CoreSpec
+    chip_tflops: TensorPeaks
+    hbm_bytes: Bytes
+    hbm_bw_Bps: Bandwidth
+    dma_bw_Bps: Bandwidth
+    chip_to_chip_bw_Bps: Bandwidth
+    power_w: Power
+    calibration: Calibration
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _lnc_consistent(self) -> ChipSpec:
+        if self.lnc_default not in self.lnc_options:
+            raise ValueError(f"lnc_default {self.lnc_default} not in lnc_options {self.lnc_options}")
+        for lnc in self.lnc_options:
+            if self.cores % lnc:
+                raise ValueError(f"lnc {lnc} does not divide {self.cores} cores")
+        return self
+
+
+class FabricSpec(Strict):
+    """The scale-up fabric inside one instance.
+
+    ``topology`` names a registered builder (``torus2d``, ``switch``, ...).
+    ``link_bw_Bps`` is per link and per direction; ``lanes`` parallel lanes share it.
+    """
+
+    topology: str
+    dims: tuple[int, ...] = ()
+    link_bw_Bps: Bandwidth
+    link_latency_s: Duration
+    lanes: int = Field(default=1, ge=1, le=64)
+
+
+class UltraServerSpec(Strict):
+    """Instances joined by NeuronLink into one UltraServer (a 3D torus on Trn2)."""
+
+    instances: int = Field(ge=1)
+    topology: str
+    link_bw_Bps: Bandwidth
+    link_latency_s: Duration
+
+
+class EfaSpec(Strict):
+    """Scale-out network of one instance: total NIC bandwidth and one-way latency."""
+
+    bandwidth_Bps: Bandwidth
+    latency_s: Duration
+    nics: int = Field(default=1, ge=1)
+
+
+class Prices(Strict):
+    """USD per instance-hour, by pricing mode. Absent modes are unavailable."""
+
+    on_demand: Positive
+    reserved: Positive | None = None
+    capacity_block: Positive | None = None
+
+
+class InstanceSpec(Strict):
+    name: str
+    chip: str
+    chips: int = Field(ge=1)
+    fabric: FabricSpec
+    ultraserver: UltraServerSpec | None = None
+    efa: EfaSpec
+    prices_usd_per_hour: Prices
+    host_power_w: Power = 0.0
+    sources: dict[str, str]
+
+
+class MoESpec(Strict):
+    experts: int = Field(ge=1)
+    top_k: int = Field(ge=1)
+    expert_ffn_hidden: int = Field(ge=1)
+    shared_experts: int = Field(default=0, ge=0)
+    dense_layers: int = Field(default=0, ge=0)
+
+
+class ModelSpec(Strict):
+    """A decoder-only transformer."""
+
+    name: str
+    layers: int = Field(ge=1, le=100_000)
+    hidden: int = Field(ge=1, le=10_000_000)
+    heads: int = Field(ge=1, le=100_000)
+    kv_heads: int = Field(ge=1, le=100_000)
+    ffn_hidden: int = Field(ge=1, le=100_000_000)
+    vocab: int = Field(ge=1, le=100_000_000)
+    activation: Literal["swiglu", "gelu"] = "swiglu"
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    position: Literal["rope", "learned"] = "rope"
+    tied_embeddings: bool = False
+    max_seq_len: int = Field(default=8192, ge=1)
+    moe: MoESpec | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _heads_consistent(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} is not divisible by heads {self.heads}")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads {self.heads} is not divisible by kv_heads {self.kv_heads}")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads

@@ -1,0 +1,99 @@
+"""Chip model: cores with Tensor, Vector, Scalar and GPSIMD engines, and shared HBM.
+
+An op's duration is a pipelined roofline. The engines of a core work at once
+and overlap with HBM traffic, so an op lasts as long as its busiest engine or
+its HBM transfer, plus a fixed issue overhead.
+
+A rank owns ``lnc`` cores (a logical NeuronCore; a whole GPU on GPUs). HBM
+bandwidth is shared by every core of the chip: a rank gets the fraction of it
+that its cores make up of the chip, since all ranks of a chip run the same
+program in step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ChipSpec
+from clustersim.hardware.work import ENGINES, Work
+
+__all__ = ["HBM", "ChipModel", "OpTime"]
+
+HBM = len(ENGINES)
+"""Index of HBM in ``OpTime.bound`` (after the engine indices)."""
+
+RESOURCES: tuple[str, ...] = (*ENGINES, "hbm")
+
+
+@dataclass(frozen=True, slots=True)
+class OpTime:
+    """The duration of one op and what bounds it (an index into ``RESOURCES``)."""
+
+    seconds: float
+    bound: int
+    engine_s: tuple[float, float, float, float, float]  # tensor, vector, scalar, gpsimd, hbm
+
+
+class ChipModel:
+    """Turns ``Work`` into time on one rank of a chip.
+
+    Every constant comes from the chip's catalog entry; nothing here is tuned.
+    """
+
+    def __init__(self, spec: ChipSpec, lnc: int) -> None:
+        if spec.cores % lnc:
+            raise ValueError(f"lnc {lnc} does not divide the {spec.cores} cores of {spec.name}")
+        self.spec = spec
+        self.lnc = lnc
+        self.ranks_per_chip = spec.cores // lnc
+        cal = spec.calibration
+        core = spec.core
+        self._tensor_peak = {
+            p: core.tensor_tflops.get(p) * 1e12 * lnc for p in ("bf16", "fp16", "fp8", "fp32")
+        }
+        self._tensor_eff = cal.tensor_efficiency
+        self._tile_k, self._tile_n = cal.tile
+        self._mm_latency_s = cal.matmul_latency_s
+        self._vector_Bps = core.vector_tflops * 1e12 * lnc
+        self._scalar_Bps = core.scalar_tflops * 1e12 * lnc
+        # Cores without a GPSIMD engine run custom operators on the vector engine.
+        self._gpsimd_Bps = (core.gpsimd_tflops or core.vector_tflops) * 1e12 * lnc
+        self._hbm_Bps = spec.hbm_bw_Bps * cal.hbm_efficiency * lnc / spec.cores
+        self._overhead_s = cal.op_overhead_s
+
+    @property
+    def hbm_bytes_per_rank(self) -> float:
+        return self.spec.hbm_bytes / self.ranks_per_chip
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak of the whole chip at ``precision`` (the MFU denominator)."""
+        return self.spec.chip_tflops.get(precision) * 1e12
+
+    def matmul_s(self, m: int, k: int, n: int, precision: str = "bf16") -> float:
+        """One matmul on one rank's tensor engines.
+
+        The contraction (k) and output (n) dimensions map onto the systolic
+        array (or the GPU's MMA tile) and are padded up to its size. A matmul
+        never takes less than the array's fixed latency, so small ones are
+        latency-bound.
+        """
+        k_pad = math.ceil(k / self._tile_k) * self._tile_k
+        n_pad = math.ceil(n / self._tile_n) * self._tile_n
+        flops = 2.0 * m * k_pad * n_pad
+        return max(flops / (self._tensor_peak[precision] * self._tensor_eff), self._mm_latency_s)
+
+    def op_time(self, work: Work) -> OpTime:
+        tensor_s = 0.0
+        if work.matmul is not None:
+            m, k, n = work.matmul
+            tensor_s = work.count * self.matmul_s(m, k, n, work.precision)
+        times = (
+            tensor_s,
+            work.vector_ops / self._vector_Bps,
+            work.scalar_ops / self._scalar_Bps,
+            work.gpsimd_ops / self._gpsimd_Bps,
+            work.hbm_bytes / self._hbm_Bps,
+        )
+        bound = max(range(len(times)), key=times.__getitem__)
+        return OpTime(times[bound] + self._overhead_s, bound, times)

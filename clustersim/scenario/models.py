@@ -1,0 +1,99 @@
+"""Pydantic models of a scenario file. Unknown keys are errors everywhere."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from clustersim.catalog import register_model
+from clustersim.catalog.schema import Bytes, Strict
+
+__all__ = [
+    "ClusterCfg",
+    "CostCfg",
+    "OutputCfg",
+    "ParallelismCfg",
+    "Scenario",
+    "TrainingCfg",
+]
+
+Count = int
+Overrides = dict[str, Any]
+
+
+@register_model
+class ClusterCfg(Strict):
+    """Which instances, how many, and inline overrides of their catalog fields.
+
+    ``chip``, ``neuronlink`` (the scale-up fabric: NeuronLink, or NVLink on GPU
+    nodes), ``efa`` and ``ultraserver`` are mappings merged over the catalog entry.
+    ``collectives`` picks an algorithm per collective type (``auto`` by default).
+    """
+
+    instance: str
+    count: int = Field(default=1, ge=1, le=10_000_000)
+    lnc: int | None = Field(default=None, ge=1, le=64)
+    chip: Overrides = Field(default_factory=dict)
+    neuronlink: Overrides = Field(default_factory=dict)
+    efa: Overrides = Field(default_factory=dict)
+    ultraserver: Overrides = Field(default_factory=dict)
+    prices_usd_per_hour: Overrides = Field(default_factory=dict)
+    collectives: dict[str, str] = Field(default_factory=dict)
+
+
+@register_model
+class ParallelismCfg(Strict):
+    """The parallel layout. ``dp`` may be omitted: it then fills the ranks left."""
+
+    tp: int = Field(default=1, ge=1, le=1_000_000)
+    pp: int = Field(default=1, ge=1, le=1_000_000)
+    dp: int | None = Field(default=None, ge=1, le=100_000_000)
+    cp: int = Field(default=1, ge=1, le=1_000_000)
+    ep: int = Field(default=1, ge=1, le=1_000_000)
+    zero: Literal[0, 1] = 0
+    microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
+    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    recompute: Literal["none", "selective", "full"] = "selective"
+    sequence_parallel: bool = True
+    grad_bucket_bytes: Bytes = Field(default=64 * 2**20, gt=0)
+
+
+@register_model
+class TrainingCfg(Strict):
+    seq_len: int = Field(ge=1, le=100_000_000)
+    global_batch_size: int = Field(ge=1, le=1_000_000_000)
+    precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    steps: int = Field(default=1, ge=1, le=1000)
+
+
+@register_model
+class CostCfg(Strict):
+    pricing: Literal["on_demand", "reserved", "capacity_block"] = "on_demand"
+    usd_per_instance_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+@register_model
+class OutputCfg(Strict):
+    dir: str | None = None
+    trace: bool = True
+
+
+@register_model
+class Scenario(Strict):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = ""
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    cluster: ClusterCfg
+    model: str | dict[str, Any]
+    parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
+    training: TrainingCfg
+    cost: CostCfg = Field(default_factory=CostCfg)
+    output: OutputCfg = Field(default_factory=OutputCfg)
+
+    @field_validator("name")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name must not be blank")
+        return value

@@ -1,0 +1,172 @@
+"""From a resolved scenario to a ``Result``: plan, simulate, summarise."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import simpy
+
+from clustersim import __version__, cost
+from clustersim.hardware.chip import ChipModel
+from clustersim.network import Network
+from clustersim.network.topology import build_topology
+from clustersim.scenario import Resolved
+from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
+from clustersim.workload import (
+    Layout,
+    MemoryBreakdown,
+    build_programs,
+    check_fits,
+    make_layout,
+    memory_per_rank,
+    model_flops_per_step,
+    validate,
+)
+from clustersim.workload.program import Program
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Plan", "Result", "plan", "simulate"]
+
+GIB = 2.0**30
+
+
+@dataclass
+class Plan:
+    """Everything decided before simulating: layout, programs, memory per chip."""
+
+    resolved: Resolved
+    layout: Layout
+    chip: ChipModel
+    programs: list[Program]
+    memory: list[MemoryBreakdown]  # per stage, bytes per rank
+
+    @property
+    def peak_memory(self) -> MemoryBreakdown:
+        return max(self.memory, key=lambda m: m.total)
+
+    def memory_gib_per_chip(self) -> dict[str, float]:
+        mem, rpc = self.peak_memory, self.resolved.ranks_per_chip
+        return {
+            "weights": mem.weights * rpc / GIB,
+            "grads": mem.grads * rpc / GIB,
+            "optimizer": mem.optimizer * rpc / GIB,
+            "activations": mem.activations * rpc / GIB,
+            "total": mem.total * rpc / GIB,
+            "capacity": self.resolved.chip.hbm_bytes / GIB,
+        }
+
+
+def plan(res: Resolved, *, check_memory: bool = True) -> Plan:
+    """Validate the layout against the model and cluster, and build the programs."""
+    sc = res.scenario
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    validate(res.model, sc.parallelism, sc.training, layout)
+    chip = ChipModel(res.chip, res.lnc)
+    if check_memory:
+        check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)
+    memory = [
+        memory_per_rank(res.model, sc.parallelism, sc.training, layout, stage)
+        for stage in range(layout.pp)
+    ]
+    programs = build_programs(res.model, sc.parallelism, sc.training, layout)
+    return Plan(res, layout, chip, programs, memory)
+
+
+@dataclass
+class Result:
+    plan: Plan
+    summary: dict[str, Any]
+    sim: StepSim
+    compiled: list[CompiledProgram]
+
+    def trace_frame(self) -> pd.DataFrame:
+        from clustersim.sim.tracing import trace_frame
+
+        return trace_frame(self)
+
+
+def simulate(
+    res: Resolved, *, progress: Callable[[float], None] | None = None, record: bool = True
+) -> Result:
+    """Simulate ``training.steps`` steps of the scenario and summarise them."""
+    t_wall = time.perf_counter()
+    pl = plan(res)
+    sc = res.scenario
+    env = simpy.Environment()
+    topology = build_topology(res.instance, res.chip, sc.cluster.count)
+    rank_chip = [pl.layout.chip_of(r) for r in range(res.ranks)]
+    network = Network(env, topology, rank_chip, sc.cluster.collectives)
+    compiled = [compile_program(p, pl.chip) for p in pl.programs]
+    sim = StepSim(env, network, pl.layout, compiled, sc.training.steps, record, progress)
+    sim.run()
+    wall = time.perf_counter() - t_wall
+    return Result(pl, summarise(pl, sim, compiled, network, wall), sim, compiled)
+
+
+def summarise(
+    pl: Plan, sim: StepSim, compiled: list[CompiledProgram], network: Network, wall_s: float
+) -> dict[str, Any]:
+    res, sc, layout = pl.resolved, pl.resolved.scenario, pl.layout
+    steps = sc.training.steps
+    step_s = float(np.mean(sim.step_times_s))
+    tokens = sc.training.global_batch_size * sc.training.seq_len
+    peak = pl.chip.peak_flops(sc.training.precision) * res.chips
+    model_flops = model_flops_per_step(res.model, sc.training)
+    ranks_per_stage = layout.ranks // layout.pp
+    hw_flops = sum(c.tensor_flops for c in compiled) * ranks_per_stage
+    # Average the per-rank accounting; "other" is what is left of the step (waiting at
+    # the end-of-step barrier for slower ranks), so the parts add up to the step time.
+    n = layout.ranks * steps
+    parts = {
+        "compute": sum(t.compute_s for t in sim.times) / n,
+        "exposed_comm": sum(t.exposed_comm_s for t in sim.times) / n,
+        "bubble": sum(t.bubble_s for t in sim.times) / n,
+        "optimizer": sum(t.optimizer_s for t in sim.times) / n,
+    }
+    parts["other"] = max(step_s - sum(parts.values()), 0.0)
+    usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost)
+    tokens_per_s = tokens / step_s
+    events = sim.ops * 1 + network.transfers_done
+    return {
+        "scenario": sc.name,
+        "seed": sc.seed,
+        "instance": res.instance.name,
+        "instances": sc.cluster.count,
+        "chip": res.chip.name,
+        "model": res.model.name,
+        "chips": res.chips,
+        "ranks": res.ranks,
+        "layout": {
+            "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp,
+            "microbatches": sc.training.global_batch_size
+            // (layout.dp * sc.parallelism.microbatch_size),
+            "schedule": sc.parallelism.schedule, "recompute": sc.parallelism.recompute,
+            "zero": sc.parallelism.zero, "lnc": res.lnc,
+        },  # fmt: skip
+        "step_time_s": step_s,
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens_per_s,
+        "sequences_per_s": sc.training.global_batch_size / step_s,
+        "model_flops_per_step": model_flops,
+        "hardware_flops_per_step": hw_flops,
+        "mfu": model_flops / (step_s * peak),
+        "hfu": hw_flops / (step_s * peak),
+        "breakdown_s": parts,
+        "memory_gib_per_chip": pl.memory_gib_per_chip(),
+        "cost": {
+            "pricing": sc.cost.pricing,
+            "usd_per_hour": usd_hour,
+            "usd_per_million_tokens": cost.usd_per_million_tokens(usd_hour, tokens_per_s),
+        },
+        "events": events,
+        "events_per_s": events / wall_s if wall_s > 0 else 0.0,
+        "wall_s": wall_s,
+        "fidelity": "detailed",
+        "clustersim_version": __version__,
+    }

@@ -1,0 +1,53 @@
+"""Turns a finished simulation into the op-level trace DataFrame."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from clustersim.trace import StageColumns, build_frame
+from clustersim.workload.program import Kind
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from clustersim.sim.run import Result
+
+__all__ = ["trace_frame"]
+
+
+def trace_frame(result: Result) -> pd.DataFrame:
+    sim, layout = result.sim, result.plan.layout
+    lnc = result.plan.chip.lnc
+    stages: list[StageColumns] = []
+    for compiled in result.compiled:
+        instrs = compiled.program.instrs
+        stages.append(
+            StageColumns(
+                resource=sim.resource_names(compiled),
+                op=[i.name for i in instrs],
+                layer=np.array([i.layer for i in instrs], dtype=np.int32),
+                microbatch=np.array([i.microbatch for i in instrs], dtype=np.int32),
+                phase=[i.phase for i in instrs],
+                flops=np.array(
+                    [i.work.tensor_flops if i.work is not None else 0.0 for i in instrs]
+                ),
+                nbytes=np.array(
+                    [
+                        i.work.hbm_bytes if i.kind == Kind.COMPUTE and i.work else i.nbytes
+                        for i in instrs
+                    ]
+                ),
+            )
+        )
+    ranks = range(layout.ranks)
+    return build_frame(
+        stages,
+        [layout.stage(r) for r in ranks],
+        [layout.chip_of(r) for r in ranks],
+        [(r % result.plan.resolved.ranks_per_chip) * lnc for r in ranks],
+        sim.starts,
+        sim.ends,
+        result.plan.resolved.scenario.training.steps,
+    )
