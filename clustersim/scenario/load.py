@@ -55,18 +55,18 @@ _UniqueKeyLoader.add_constructor(
 def parse_yaml(text: str, source: str = "<scenario>") -> Any:
     """Parse YAML safely; syntax errors become a one-line ``ScenarioError``."""
     if len(text) > MAX_YAML_BYTES:
-        raise ScenarioError("", MISSING, f"{source} is larger than {MAX_YAML_BYTES // 2**20} MiB")
+        raise ScenarioError(source, MISSING, f"larger than {MAX_YAML_BYTES // 2**20} MiB")
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         problem = (exc.problem or exc.context or "invalid YAML").strip()
-        raise ScenarioError("", MISSING, f"{source}: YAML error at {where}: {problem}") from None
+        raise ScenarioError(source, MISSING, f"YAML error at {where}: {problem}") from None
     except yaml.YAMLError as exc:
-        raise ScenarioError("", MISSING, f"{source}: YAML error: {exc}") from None
+        raise ScenarioError(source, MISSING, f"YAML error: {exc}") from None
     except RecursionError:
-        raise ScenarioError("", MISSING, f"{source}: YAML nested too deeply") from None
+        raise ScenarioError(source, MISSING, "YAML nested too deeply") from None
 
 
 def apply_set(data: dict[str, Any], assignment: str) -> None:
@@ -147,7 +147,7 @@ def load_scenario(
         text, label = source, "<scenario>"
     data = parse_yaml(text, label)
     if data is None:
-        raise ScenarioError("", MISSING, f"{label} is empty")
+        raise ScenarioError(label, MISSING, "the scenario is empty")
     if not isinstance(data, dict):
         raise ScenarioError("", data, "a scenario must be a mapping of keys to values")
     for assignment in overrides:
