@@ -1,0 +1,216 @@
+"""Per-rank tensor dimensions and parameter shards of a dense transformer.
+
+One place decides how a model is cut across tensor parallelism, so the lowering
+(``ops``), the memory model and the gradient buckets agree on every shape:
+
+- attention heads and the MLP width are split over ``tp`` (Megatron column/row
+  parallel linears); KV heads too, except when ``tp`` exceeds ``kv_heads``: each
+  rank then holds one KV head, replicated ``tp / kv_heads`` times (as NeuronX
+  Distributed does), so the QKV weight has ``(heads + 2 * max(kv_heads, tp)) *
+  head_dim / tp`` columns per rank;
+- the vocabulary is padded up to a multiple of ``128 * tp`` (Megatron's
+  ``make_vocab_size_divisible_by`` times ``tp``) and split over ``tp``;
+- norm weights are replicated on every TP rank;
+- linear layers have no biases (Llama style); LayerNorm has weight and bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload.layout import Layout
+
+__all__ = [
+    "VOCAB_PAD",
+    "Dims",
+    "embed_pieces",
+    "head_pieces",
+    "kv_heads_per_rank",
+    "layer_pieces",
+    "make_dims",
+    "norm_params",
+    "padded_vocab",
+    "stage_layers",
+    "stage_pieces",
+]
+
+VOCAB_PAD = 128
+"""Megatron pads the vocabulary to a multiple of ``VOCAB_PAD * tp``."""
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary size after padding to a multiple of ``128 * tp``."""
+    multiple = VOCAB_PAD * tp
+    return -(-vocab // multiple) * multiple
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads held by one TP rank: at least one, replicated when ``tp > kv_heads``."""
+    return max(model.kv_heads // tp, 1)
+
+
+def norm_params(model: ModelSpec) -> int:
+    """Parameters of one norm: RMSNorm has a weight, LayerNorm a weight and a bias."""
+    return model.hidden * (2 if model.norm == "layernorm" else 1)
+
+
+def _mlp_up_cols(model: ModelSpec) -> int:
+    # SwiGLU's gate and up projections run as one matmul of twice the width.
+    return (2 if model.activation == "swiglu" else 1) * model.ffn_hidden
+
+
+def layer_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
+    """Parameters of one layer held by one TP rank, per weight.
+
+    Listed in the order their gradients complete in the backward pass (the MLP
+    first), which is the order gradient buckets fill.
+    """
+    h, d = model.hidden, model.head_dim
+    qkv_cols = (model.heads // tp + 2 * kv_heads_per_rank(model, tp)) * d
+    norm = norm_params(model)
+    return (
+        ("mlp.down", model.ffn_hidden // tp * h),
+        ("mlp.up", h * _mlp_up_cols(model) // tp),
+        ("mlp.norm", norm),
+        ("attn.out", model.heads // tp * d * h),
+        ("attn.qkv", h * qkv_cols),
+        ("attn.norm", norm),
+    )
+
+
+def head_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
+    """Parameters of the last stage's head (LM head, final norm) on one TP rank."""
+    return (
+        ("lm_head", padded_vocab(model.vocab, tp) // tp * model.hidden),
+        ("final_norm", norm_params(model)),
+    )
+
+
+def embed_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
+    """Parameters of the first stage's embeddings on one TP rank.
+
+    The token table is vocab-parallel; a learned position table (``max_seq_len``
+    rows) is replicated, as in Megatron.
+    """
+    pieces = [("embed", padded_vocab(model.vocab, tp) // tp * model.hidden)]
+    if model.position == "learned":
+        pieces.append(("pos_embed", model.max_seq_len * model.hidden))
+    return tuple(pieces)
+
+
+def stage_layers(model: ModelSpec, layout: Layout, stage: int) -> range:
+    """Global indices of the layers that ``stage`` owns (an equal, contiguous share)."""
+    if not 0 <= stage < layout.pp:
+        raise ValueError(f"stage {stage} out of range 0..{layout.pp - 1}")
+    per = model.layers // layout.pp
+    return range(stage * per, (stage + 1) * per)
+
+
+def stage_pieces(model: ModelSpec, layout: Layout, stage: int) -> list[tuple[int, str, int]]:
+    """(layer, piece, parameters on one rank) of a stage, in gradient completion order.
+
+    The backward runs the head first, then the layers last to first, then the
+    embedding; ``layer`` is -1 for the head and the embedding.
+    """
+    tp = layout.tp
+    out: list[tuple[int, str, int]] = []
+    if stage == layout.pp - 1:
+        out += [(-1, name, n) for name, n in head_pieces(model, tp)]
+    pieces = layer_pieces(model, tp)
+    for layer in reversed(stage_layers(model, layout, stage)):
+        out += [(layer, name, n) for name, n in pieces]
+    if stage == 0:
+        out += [(-1, name, n) for name, n in embed_pieces(model, tp)]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Dims:
+    """The shapes one rank works on for one microbatch.
+
+    ``tokens`` (T = b*s/cp) are the rows of every linear layer's matmul;
+    ``sp_tokens`` (T/tp with sequence parallelism, else T) are the tokens that
+    norms, residual adds and pipeline messages touch.
+    """
+
+    tp: int
+    cp: int
+    micro: int  # b: sequences per microbatch
+    seq: int  # s: sequence length
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    vocab: int
+    vocab_padded: int
+    sequence_parallel: bool
+    swiglu: bool
+    layernorm: bool
+    learned_positions: bool
+
+    @property
+    def tokens(self) -> int:
+        return self.micro * self.seq // self.cp
+
+    @property
+    def sp_tokens(self) -> int:
+        return self.tokens // self.tp if self.sequence_parallel else self.tokens
+
+    @property
+    def q_rows(self) -> int:
+        """Query rows of one sequence on this rank (s / cp)."""
+        return self.seq // self.cp
+
+    @property
+    def heads_local(self) -> int:
+        return self.heads // self.tp
+
+    @property
+    def kv_heads_local(self) -> int:
+        return max(self.kv_heads // self.tp, 1)
+
+    @property
+    def ffn_local(self) -> int:
+        return self.ffn // self.tp
+
+    @property
+    def vocab_local(self) -> int:
+        return self.vocab_padded // self.tp
+
+    @property
+    def qkv_cols(self) -> int:
+        return (self.heads_local + 2 * self.kv_heads_local) * self.head_dim
+
+    @property
+    def up_cols(self) -> int:
+        return (2 if self.swiglu else 1) * self.ffn_local
+
+    @property
+    def attn_cols(self) -> int:
+        """Width of the attention output on this rank (local heads x head_dim)."""
+        return self.heads_local * self.head_dim
+
+
+def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> Dims:
+    """The per-rank shapes; sizes (tp, cp) come from ``layout``, the rest from the config."""
+    return Dims(
+        tp=layout.tp,
+        cp=layout.cp,
+        micro=par.microbatch_size,
+        seq=train.seq_len,
+        hidden=model.hidden,
+        heads=model.heads,
+        kv_heads=model.kv_heads,
+        head_dim=model.head_dim,
+        ffn=model.ffn_hidden,
+        vocab=model.vocab,
+        vocab_padded=padded_vocab(model.vocab, layout.tp),
+        # Sequence parallelism only changes anything when there is tensor parallelism.
+        sequence_parallel=par.sequence_parallel and layout.tp > 1,
+        swiglu=model.activation == "swiglu",
+        layernorm=model.norm == "layernorm",
+        learned_positions=model.position == "learned",
+    )

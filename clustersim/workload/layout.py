@@ -1,0 +1,250 @@
+"""The parallel layout: how ranks map to (tp, cp, dp, pp) coordinates, and its checks.
+
+Ranks are numbered in Megatron order: the TP index varies fastest, then CP,
+then DP, then the pipeline stage. A TP group is therefore a run of consecutive
+ranks, which lands on one chip or on neighbouring chips (ranks are placed on
+chips in order, ``ranks_per_chip`` at a time), so the most frequent and
+latency-critical collectives stay on the fastest links.
+
+Expert parallelism, once MoE lowering exists, will be carved out of DP (as in
+Megatron): an EP group is ``ep`` consecutive DP indices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.errors import ScenarioError
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+
+__all__ = ["GROUP_NAMES", "Layout", "make_layout", "validate"]
+
+GROUP_NAMES: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of each parallel dimension and the rank numbering."""
+
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    ranks: int
+    ranks_per_chip: int
+
+    def __post_init__(self) -> None:
+        # Internal consistency only: user input is checked by ``make_layout``.
+        if self.tp * self.pp * self.dp * self.cp != self.ranks:
+            raise ValueError(f"tp*pp*dp*cp != ranks in {self}")
+        if min(self.tp, self.pp, self.dp, self.cp, self.ep, self.ranks_per_chip) < 1:
+            raise ValueError(f"every size must be >= 1 in {self}")
+        if self.dp % self.ep:
+            raise ValueError(f"ep must divide dp in {self}")
+
+    @property
+    def chips(self) -> int:
+        return -(-self.ranks // self.ranks_per_chip)
+
+    @property
+    def ranks_per_stage(self) -> int:
+        return self.tp * self.cp * self.dp
+
+    def coords(self, rank: int) -> tuple[int, int, int, int]:
+        """(tp_i, cp_i, dp_i, pp_i) of ``rank``."""
+        self._check_rank(rank)
+        rest, tp_i = divmod(rank, self.tp)
+        rest, cp_i = divmod(rest, self.cp)
+        pp_i, dp_i = divmod(rest, self.dp)
+        return tp_i, cp_i, dp_i, pp_i
+
+    def rank_of(self, tp_i: int, cp_i: int, dp_i: int, pp_i: int) -> int:
+        """The rank at the given coordinates (the inverse of ``coords``)."""
+        for value, size, name in (
+            (tp_i, self.tp, "tp"),
+            (cp_i, self.cp, "cp"),
+            (dp_i, self.dp, "dp"),
+            (pp_i, self.pp, "pp"),
+        ):
+            if not 0 <= value < size:
+                raise ValueError(f"{name} index {value} out of range 0..{size - 1}")
+        return ((pp_i * self.dp + dp_i) * self.cp + cp_i) * self.tp + tp_i
+
+    def stage(self, rank: int) -> int:
+        """The pipeline stage of ``rank``."""
+        self._check_rank(rank)
+        return rank // self.ranks_per_stage
+
+    def chip_of(self, rank: int) -> int:
+        self._check_rank(rank)
+        return rank // self.ranks_per_chip
+
+    def _stride_size(self, name: str) -> tuple[int, int]:
+        """Rank stride between neighbours along ``name``, and the group size."""
+        if name == "tp":
+            return 1, self.tp
+        if name == "cp":
+            return self.tp, self.cp
+        if name == "dp":
+            return self.tp * self.cp, self.dp
+        if name == "pp":
+            return self.tp * self.cp * self.dp, self.pp
+        if name == "ep":
+            return self.tp * self.cp, self.ep
+        raise ValueError(f"unknown group {name!r}; valid: {', '.join(GROUP_NAMES)}")
+
+    def group(self, name: str, rank: int) -> tuple[int, ...]:
+        """The ranks that share every coordinate of ``rank`` but ``name``, in order of it.
+
+        An EP group is the run of ``ep`` consecutive DP indices containing ``rank``.
+        """
+        self._check_rank(rank)
+        stride, size = self._stride_size(name)
+        base = rank - self._index(name, rank) * stride
+        return tuple(range(base, base + size * stride, stride))
+
+    def groups(self, name: str) -> list[tuple[int, ...]]:
+        """Every group along ``name``, ordered by their lowest rank."""
+        return [self.group(name, r) for r in range(self.ranks) if self._index(name, r) == 0]
+
+    def _index(self, name: str, rank: int) -> int:
+        """Position of ``rank`` inside its group along ``name``."""
+        stride, size = self._stride_size(name)
+        if name == "ep":
+            return rank // stride % self.dp % self.ep
+        return rank // stride % size
+
+    def _check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.ranks:
+            raise ValueError(f"rank {rank} out of range 0..{self.ranks - 1}")
+
+
+def _ranks_text(ranks: int, ranks_per_chip: int) -> str:
+    chips = ranks // ranks_per_chip
+    if chips * ranks_per_chip == ranks:
+        per = "rank" if ranks_per_chip == 1 else "ranks"
+        return f"{ranks} ranks ({chips} chips x {ranks_per_chip} {per} per chip)"
+    return f"{ranks} ranks"
+
+
+def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
+    """The layout of ``ranks`` ranks; fills ``dp`` when the scenario omits it."""
+    tp, pp, cp, ep = par.tp, par.pp, par.cp, par.ep
+    model_par = tp * pp * cp
+    have = _ranks_text(ranks, ranks_per_chip)
+    if par.dp is None:
+        if ranks % model_par:
+            # Blame the first size (in rank order: tp, cp, pp) that breaks divisibility.
+            path, value = "parallelism", {"tp": tp, "pp": pp, "cp": cp}
+            for key, partial in (("tp", tp), ("cp", tp * cp), ("pp", model_par)):
+                if ranks % partial:
+                    path, value = f"parallelism.{key}", getattr(par, key)
+                    break
+            raise ScenarioError(
+                path,
+                value,
+                f"tp*pp*cp = {tp}*{pp}*{cp} = {model_par} does not divide the cluster's {have}; "
+                "choose tp, pp and cp whose product divides the rank count",
+            )
+        dp = ranks // model_par
+    else:
+        dp = par.dp
+        total = model_par * dp
+        if total != ranks:
+            if ranks % model_par == 0:
+                hint = f"set parallelism.dp: {ranks // model_par} or omit dp to fill"
+            else:
+                hint = (
+                    f"tp*pp*cp = {model_par} does not divide {ranks} either; "
+                    "change tp, pp or cp, or the cluster size"
+                )
+            raise ScenarioError(
+                "parallelism.dp",
+                dp,
+                f"tp*pp*dp*cp = {tp}*{pp}*{dp}*{cp} = {total} but the cluster has {have}; {hint}",
+            )
+    if dp % ep:
+        raise ScenarioError(
+            "parallelism.ep",
+            ep,
+            f"expert parallelism is carved out of data parallelism, so ep must divide dp = {dp}",
+        )
+    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, ranks=ranks, ranks_per_chip=ranks_per_chip)
+
+
+def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> None:
+    """Check that ``model`` can be cut as ``layout`` says; raise ``ScenarioError`` if not.
+
+    Sizes come from ``layout``; the rest (microbatch size, sequence parallelism)
+    from ``par``. A sequence longer than ``model.max_seq_len`` is allowed. The
+    vocabulary is padded for TP rather than rejected.
+    """
+    tp, pp, cp = layout.tp, layout.pp, layout.cp
+    if model.moe is not None:
+        raise ScenarioError(
+            "model",
+            model.name,
+            "MoE lowering is not supported yet; model.moe is catalog data only. "
+            "Choose a dense model",
+        )
+    if layout.ep > 1:
+        raise ScenarioError(
+            "parallelism.ep",
+            layout.ep,
+            f"expert parallelism needs a MoE model, and {model.name} is dense; set ep: 1",
+        )
+    if model.heads % tp:
+        raise ScenarioError(
+            "parallelism.tp",
+            tp,
+            f"{model.name} has {model.heads} attention heads, not divisible by tp; "
+            f"valid tp: {_divisors(model.heads)}",
+        )
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ScenarioError(
+            "parallelism.tp",
+            tp,
+            f"{model.name} has {model.kv_heads} KV heads: tp must divide them or be a multiple "
+            "of them (KV heads are then replicated)",
+        )
+    if model.ffn_hidden % tp:
+        raise ScenarioError(
+            "parallelism.tp",
+            tp,
+            f"{model.name}'s MLP width {model.ffn_hidden} is not divisible by tp",
+        )
+    if model.layers % pp:
+        raise ScenarioError(
+            "parallelism.pp",
+            pp,
+            f"{model.name} has {model.layers} layers, not divisible by pp; "
+            f"valid pp: {_divisors(model.layers)}",
+        )
+    per_step = layout.dp * par.microbatch_size
+    if train.global_batch_size % per_step:
+        raise ScenarioError(
+            "training.global_batch_size",
+            train.global_batch_size,
+            f"must be a multiple of dp*microbatch_size = {layout.dp}*{par.microbatch_size} "
+            f"= {per_step}",
+        )
+    seq_multiple = tp * cp if par.sequence_parallel and tp > 1 else cp
+    if train.seq_len % seq_multiple:
+        why = (
+            "tp*cp (sequence parallelism splits each CP chunk over TP)"
+            if seq_multiple != cp
+            else "cp"
+        )
+        raise ScenarioError(
+            "training.seq_len",
+            train.seq_len,
+            f"must be a multiple of {why} = {seq_multiple}",
+        )
+
+
+def _divisors(n: int, limit: int = 12) -> str:
+    found = [d for d in range(1, min(n, 4096) + 1) if n % d == 0]
+    text = ", ".join(map(str, found[:limit]))
+    return text + (", ..." if len(found) > limit else "")

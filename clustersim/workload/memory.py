@@ -1,0 +1,359 @@
+"""Parameter counts and HBM use per rank: weights, gradients, optimizer state, activations.
+
+Assumptions (mixed-precision training as in Megatron-LM and NeuronX Distributed):
+
+- weights: bf16, 2 B per parameter the rank holds (its TP shard of its stage;
+  the vocabulary padded to a multiple of 128*tp; KV heads replicated when
+  tp > kv_heads; norm weights replicated on every TP rank);
+- gradients: bf16, 2 B per parameter (Megatron's default ``grad_reduce_in_fp32
+  = False``). ZeRO-1 keeps the whole gradient buffer on every rank;
+- optimizer: Adam with an FP32 master copy, 4 + 4 + 4 = 12 B per parameter,
+  divided over the DP ranks under ZeRO-1;
+- activations: see ``layer_activation_bytes``. A stage holds the activations of
+  as many microbatches as its schedule has in flight at its peak (1F1B:
+  min(pp - stage, M); GPipe: M), plus, for the layer being back-propagated, the
+  intermediates that recompute regenerates;
+- not counted: framework workspace, communication buffers, fragmentation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.errors import ScenarioError
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload.dims import Dims, make_dims, norm_params, stage_layers, stage_pieces
+from clustersim.workload.layout import Layout, validate
+from clustersim.workload.schedules import get_schedule, peak_in_flight
+
+__all__ = [
+    "GRAD_BYTES_PER_PARAM",
+    "OPTIMIZER_BYTES_PER_PARAM",
+    "WEIGHT_BYTES_PER_PARAM",
+    "MemoryBreakdown",
+    "check_fits",
+    "layer_activation_bytes",
+    "memory_per_rank",
+    "non_embedding_param_count",
+    "param_count",
+    "peak_memory",
+    "rank_param_count",
+    "stage_param_count",
+]
+
+WEIGHT_BYTES_PER_PARAM = 2
+GRAD_BYTES_PER_PARAM = 2
+OPTIMIZER_BYTES_PER_PARAM = 12
+GIB = 2.0**30
+
+
+# -- parameter counts (whole model, no sharding, no padding) ----------------------------
+
+
+def _mlp_params(model: ModelSpec, width: int) -> int:
+    return (3 if model.activation == "swiglu" else 2) * model.hidden * width
+
+
+def _layer_params(model: ModelSpec, layer: int, *, active: bool = False) -> int:
+    """Parameters of one layer; ``active`` counts only the experts a token uses."""
+    h, d = model.hidden, model.head_dim
+    attn = h * (model.heads + 2 * model.kv_heads) * d + model.heads * d * h
+    norms = 2 * norm_params(model)
+    moe = model.moe
+    if moe is None or layer < moe.dense_layers:
+        return attn + norms + _mlp_params(model, model.ffn_hidden)
+    experts = (moe.top_k if active else moe.experts) + moe.shared_experts
+    router = h * moe.experts
+    return attn + norms + router + experts * _mlp_params(model, moe.expert_ffn_hidden)
+
+
+def _embedding_params(model: ModelSpec) -> int:
+    """The input lookup tables: tokens, and positions when they are learned."""
+    pos = model.max_seq_len * model.hidden if model.position == "learned" else 0
+    return model.vocab * model.hidden + pos
+
+
+def param_count(model: ModelSpec) -> int:
+    """Every parameter: layers, final norm, embeddings and (if untied) the LM head."""
+    head = 0 if model.tied_embeddings else model.vocab * model.hidden
+    layers = sum(_layer_params(model, i) for i in range(model.layers))
+    return layers + norm_params(model) + _embedding_params(model) + head
+
+
+def non_embedding_param_count(model: ModelSpec, *, active: bool = False) -> int:
+    """Parameters other than the input embedding tables.
+
+    An untied LM head counts (it is a matmul per token); a tied one is the
+    embedding table and does not. ``active`` counts only the experts each token
+    uses in MoE layers.
+    """
+    head = 0 if model.tied_embeddings else model.vocab * model.hidden
+    layers = sum(_layer_params(model, i, active=active) for i in range(model.layers))
+    return layers + norm_params(model) + head
+
+
+def stage_param_count(model: ModelSpec, layout: Layout, stage: int) -> int:
+    """Parameters of one pipeline stage, before TP sharding and vocabulary padding.
+
+    A tied model's last stage counts its own copy of the table as the LM head
+    (as Megatron keeps one when pp > 1), so the stages may sum to more than
+    ``param_count``.
+    """
+    total = sum(_layer_params(model, i) for i in stage_layers(model, layout, stage))
+    if stage == 0:
+        total += _embedding_params(model)
+    if stage == layout.pp - 1:
+        total += model.vocab * model.hidden + norm_params(model)
+    return total
+
+
+def rank_param_count(model: ModelSpec, layout: Layout, stage: int) -> int:
+    """Parameters one rank of ``stage`` holds: its TP shard, with padding and replication."""
+    return sum(n for _, _, n in stage_pieces(model, layout, stage))
+
+
+# -- activations --------------------------------------------------------------------------
+
+
+def layer_activation_bytes(dm: Dims, recompute: str) -> int:
+    """Bytes one layer keeps for its backward, per microbatch, on one rank.
+
+    Adapted from Korthikanti et al. (arXiv 2205.05198, section 4) to GQA, SwiGLU,
+    flash attention and no dropout. With T = b*s/cp tokens, T_sp = T/tp under
+    sequence parallelism (else T), h hidden, q = (a + 2g)*d the QKV width per rank,
+    a the heads per rank, f the MLP width per rank, all in bf16 (2 B):
+
+    - 2 norm inputs and 2 linear-layer inputs (the norm outputs, kept as sequence
+      shards and gathered again in backward): 4 * 2*T_sp*h;
+    - Q, K and V after RoPE (the flash-attention inputs; K and V of the local CP
+      chunk only): 2*T*q;
+    - the attention output O, also the output projection's input: 2*T*a*d, and
+      the FP32 log-sum-exp: 4*T*a;
+    - MLP: SwiGLU keeps gate and up (2*T*2f) and the down projection's input
+      (2*T*f); GeLU its input and output, 2*T*f each.
+
+    Flash attention never stores the s x s scores, so Korthikanti's 5as²b term is
+    gone; without dropout so are the masks. For classic GPT (a = g, f = 4h, GeLU)
+    this gives 32*s*b*h/tp, their 34 less the two dropout masks.
+
+    ``selective`` recompute reruns the attention core: O and the log-sum-exp are not
+    kept. ``full`` keeps only the layer's input, 2*T_sp*h.
+    """
+    T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
+    if recompute == "full":
+        return 2 * Ts * h
+    inputs = 4 * 2 * Ts * h
+    qkv = 2 * T * dm.qkv_cols
+    core_out = 2 * T * dm.attn_cols + 4 * T * dm.heads_local
+    mlp = 2 * T * (dm.up_cols + dm.ffn_local)
+    total = inputs + qkv + mlp
+    if recompute == "none":
+        total += core_out
+    return total
+
+
+def _head_activation_bytes(dm: Dims) -> int:
+    """The last stage's final-norm and LM-head inputs, and the FP32 softmax of the logits."""
+    return 2 * 2 * dm.sp_tokens * dm.hidden + 4 * dm.tokens * dm.vocab_local
+
+
+# -- memory per rank ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """HBM bytes one rank uses, by kind."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations
+
+
+def memory_per_rank(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout, stage: int
+) -> MemoryBreakdown:
+    """HBM bytes one rank of ``stage`` needs (see the module docstring for assumptions)."""
+    params = rank_param_count(model, layout, stage)
+    opt_params = -(-params // layout.dp) if par.zero == 1 else params
+    dm = make_dims(model, par, train, layout)
+    n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
+    order = get_schedule(par.schedule)(stage, layout.pp, n_mb)
+    in_flight = peak_in_flight(order)
+    per_mb = len(stage_layers(model, layout, stage)) * layer_activation_bytes(dm, par.recompute)
+    if stage == layout.pp - 1:
+        per_mb += _head_activation_bytes(dm)
+    # The layer in backward holds everything recompute regenerated for it.
+    transient = layer_activation_bytes(dm, "none") - layer_activation_bytes(dm, par.recompute)
+    return MemoryBreakdown(
+        weights=float(WEIGHT_BYTES_PER_PARAM * params),
+        grads=float(GRAD_BYTES_PER_PARAM * params),
+        optimizer=float(OPTIMIZER_BYTES_PER_PARAM * opt_params),
+        activations=float(in_flight * per_mb + transient),
+    )
+
+
+def peak_memory(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> MemoryBreakdown:
+    """The breakdown of the stage whose ranks need the most HBM."""
+    per_stage = [memory_per_rank(model, par, train, layout, k) for k in range(layout.pp)]
+    return max(per_stage, key=lambda m: m.total)
+
+
+def _chip_peak(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> tuple[float, int, MemoryBreakdown]:
+    """Bytes on the fullest chip, the worst stage on it, and that stage's per-rank breakdown.
+
+    Ranks fill chips in order, so a chip may straddle two stages; only chips at
+    stage boundaries can differ from a chip inside a stage.
+    """
+    per_stage = [memory_per_rank(model, par, train, layout, k) for k in range(layout.pp)]
+    rpc, size = layout.ranks_per_chip, layout.ranks_per_stage
+    candidates = {c for k in range(layout.pp) for c in (k * size // rpc, k * size // rpc + 1)}
+    best = (-1.0, 0, per_stage[0])
+    for chip in sorted(c for c in candidates if c * rpc < layout.ranks):
+        lo, hi = chip * rpc, min((chip + 1) * rpc, layout.ranks)
+        total = 0.0
+        worst = lo // size
+        for k in range(lo // size, (hi - 1) // size + 1):
+            n = min(hi, (k + 1) * size) - max(lo, k * size)
+            total += n * per_stage[k].total
+            if per_stage[k].total > per_stage[worst].total:
+                worst = k
+        if total > best[0]:
+            best = (total, worst, per_stage[worst])
+    return best
+
+
+Change = tuple[str, ParallelismCfg, Layout]
+
+
+def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list[Change]:
+    """Single changes that lower memory, cheapest in step time first."""
+    out: list[Change] = []
+    if par.zero == 0 and layout.dp > 1:
+        out.append(("zero: 1", par.model_copy(update={"zero": 1}), layout))
+    if par.recompute == "none":
+        out.append(
+            ("recompute: selective", par.model_copy(update={"recompute": "selective"}), layout)
+        )
+    if par.recompute != "full":
+        out.append(("recompute: full", par.model_copy(update={"recompute": "full"}), layout))
+    if par.microbatch_size > 1:
+        out.append(("microbatch_size: 1", par.model_copy(update={"microbatch_size": 1}), layout))
+    for dim in ("tp", "pp"):
+        if layout.dp % 2:
+            continue
+        size = 2 * getattr(layout, dim)
+        new_par = par.model_copy(update={dim: size, "dp": layout.dp // 2})
+        new_layout = Layout(
+            tp=new_par.tp,
+            pp=new_par.pp,
+            dp=layout.dp // 2,
+            cp=layout.cp,
+            ep=1,
+            ranks=layout.ranks,
+            ranks_per_chip=layout.ranks_per_chip,
+        )
+        out.append((f"{dim}: {size} (dp: {layout.dp // 2})", new_par, new_layout))
+    return out
+
+
+def _valid(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> bool:
+    try:
+        validate(model, par, train, layout)
+    except ScenarioError:
+        return False
+    return True
+
+
+def check_fits(
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    hbm_bytes_per_rank: float,
+) -> None:
+    """Raise ``ScenarioError`` at ``parallelism`` if the fullest chip overflows its HBM.
+
+    The message says by how much, and which changes would fit, found by
+    evaluating the memory of each alternative (ZeRO-1, recompute, a smaller
+    microbatch, doubling tp or pp at the expense of dp), alone and then combined.
+    """
+    rpc = layout.ranks_per_chip
+    capacity = hbm_bytes_per_rank * rpc
+    need, stage, mem = _chip_peak(model, par, train, layout)
+    if need <= capacity:
+        return
+    parts = ", ".join(
+        f"{k} {getattr(mem, k) / GIB:.1f}" for k in ("weights", "grads", "optimizer", "activations")
+    )
+    problem = (
+        f"needs {need / GIB:.1f} GiB per chip but the chip has {capacity / GIB:.1f} GiB of HBM "
+        f"(over by {(need - capacity) / GIB:.1f} GiB; stage {stage}, per rank: {parts} GiB); "
+    )
+    fits: list[str] = []
+    for label, p2, l2 in _alternatives(model, par, layout):
+        if _valid(model, p2, train, l2):
+            need2 = _chip_peak(model, p2, train, l2)[0]
+            if need2 <= capacity:
+                fits.append(f"{label} ({need2 / GIB:.1f} GiB)")
+    if fits:
+        problem += "fits with " + " or ".join(fits)
+    else:
+        problem += _combined(model, par, train, layout, capacity)
+    value = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp}
+    raise ScenarioError("parallelism", value, problem)
+
+
+def _combined(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout, capacity: float
+) -> str:
+    """Apply the alternatives one after another until the layout fits."""
+    new_par, new_layout = par, layout
+    need = float("inf")
+    changed = False
+    while True:
+        # Selective recompute is a step towards full recompute: skip straight to it.
+        options = [
+            c
+            for c in _alternatives(model, new_par, new_layout)
+            if c[0] != "recompute: selective" and _valid(model, c[1], train, c[2])
+        ]
+        if not options:
+            break
+        _, new_par, new_layout = options[0]
+        changed = True
+        need = _chip_peak(model, new_par, train, new_layout)[0]
+        if need <= capacity:
+            text = _describe(par, layout, new_par, new_layout)
+            return f"no single change fits; try together: {text} ({need / GIB:.1f} GiB)"
+    if not changed:
+        return "no change of the layout fits; use more chips or chips with more HBM"
+    text = _describe(par, layout, new_par, new_layout)
+    return (
+        f"no change of the layout fits (even {text} needs {need / GIB:.1f} GiB); "
+        "use more chips or chips with more HBM"
+    )
+
+
+def _describe(par: ParallelismCfg, layout: Layout, new_par: ParallelismCfg, new: Layout) -> str:
+    """The settings that differ between two layouts, as YAML-like ``key: value`` pairs."""
+    out = [
+        f"{key}: {getattr(new_par, key)}"
+        for key in ("zero", "recompute", "microbatch_size")
+        if getattr(new_par, key) != getattr(par, key)
+    ]
+    out += [
+        f"{key}: {getattr(new, key)}"
+        for key in ("tp", "pp", "dp")
+        if getattr(new, key) != getattr(layout, key)
+    ]
+    return ", ".join(out)

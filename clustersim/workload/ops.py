@@ -1,0 +1,348 @@
+"""Lowering of one transformer layer, the embedding and the LM head into op templates.
+
+Every distinct ``Work`` is built once here and shared by all layers and
+microbatches (the simulator caches op durations per ``Work`` object). A
+``Block`` holds instruction templates for the forward, the recompute and the
+backward pass; ``transformer`` stamps them out with a layer and a microbatch.
+
+Cost model, per rank (T = b*s/cp matmul rows, T_sp = T/tp with sequence
+parallelism, h hidden, a/g heads and KV heads per rank, d head dim, f MLP width
+per rank, V vocabulary per rank):
+
+- Linear layer (m, k, n) = (T, in, out): 2mkn FLOPs forward. Backward is a dgrad
+  (m, n, k) and a wgrad (k, m, n). HBM: forward reads X and W and writes Y;
+  dgrad reads dY and W and writes dX; wgrad reads X and dY and reads and writes
+  the bf16 gradient accumulator. Operands are 1 byte under FP8, else 2.
+- Attention core (flash attention, causal): per sequence and local head, QK^T is
+  (s/cp, d, s/2) and PV (s/cp, s/2, d): the causal mask halves the useful key
+  length. Scores never reach HBM; the core reads Q, K, V and writes O and the
+  FP32 log-sum-exp. Softmax is one exp (scalar engine) and a row max and a row
+  sum (vector engine) per score. Flash attention's backward recomputes the
+  scores, so it runs five matmuls of the forward's size: S = QK^T and
+  dP = dO V^T, then dQ, then dK and dV.
+- Norms: 3 vector ops per element for RMSNorm (square-sum, scale, weight), 5
+  for LayerNorm, one scalar rsqrt per row; HBM reads and writes the activation.
+- Elementwise backward costs twice its forward (engine ops and HBM bytes): it
+  reads the saved input and the output gradient and writes the input gradient.
+  The cross-entropy backward is the exception: softmax minus one-hot, 2 ops per
+  logit.
+- TP with sequence parallelism: all-gather (T*h*2 bytes) before each
+  column-parallel linear, reduce-scatter after each row-parallel one, mirrored
+  in backward. Megatron also re-gathers the sequence-parallel input in backward
+  for the wgrad; it overlaps that with the dgrad matmul, so it is left out.
+  Without sequence parallelism there is one all-reduce after each row-parallel
+  linear forward and after each column-parallel dgrad.
+- CP: K and V (local KV heads) are all-gathered over ``cp`` before the core and
+  their gradients reduce-scattered after its backward; only the local chunk is
+  kept, so the backward gathers again unless a recompute already did.
+- Under FP8 only the transformer layers' linears run in FP8; the attention core
+  and the LM head stay in BF16 (Transformer Engine's default recipe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from clustersim.hardware.work import Work
+from clustersim.workload.dims import Dims
+from clustersim.workload.program import Kind, Phase
+
+__all__ = ["ACT_BYTES", "Block", "Tpl", "embed_block", "head_block", "layer_block"]
+
+ACT_BYTES = 2
+"""Bytes per activation, gradient and weight element in HBM and on the wire (bf16)."""
+
+Tpl = tuple[Kind, str, str, Work | None, str, str, float]
+"""An instruction template: kind, name, phase, work, collective, group, nbytes."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """Instruction templates of one part of the model.
+
+    ``grad_ready`` maps an index into ``bwd`` to the parameter pieces (see
+    ``dims.layer_pieces``) whose gradients are complete once that instruction ran.
+    """
+
+    fwd: tuple[Tpl, ...]
+    bwd: tuple[Tpl, ...]
+    recompute: tuple[Tpl, ...] = ()
+    grad_ready: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _compute(name: str, phase: str, work: Work) -> Tpl:
+    return (Kind.COMPUTE, name, phase, work, "", "", 0.0)
+
+
+def _coll(group: str, collective: str, phase: str, nbytes: float, suffix: str = "") -> Tpl:
+    name = f"{group}.{collective}{suffix}"
+    return (Kind.COLLECTIVE, name, phase, None, collective, group, float(nbytes))
+
+
+def _operand_bytes(precision: str) -> int:
+    return 1 if precision == "fp8" else ACT_BYTES
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """The forward, dgrad and wgrad ``Work`` of one linear layer (m, k, n)."""
+
+    fwd: Work
+    dgrad: Work
+    wgrad: Work
+
+    @classmethod
+    def of(cls, m: int, k: int, n: int, precision: str) -> _Linear:
+        op = _operand_bytes(precision)
+        return cls(
+            fwd=Work((m, k, n), 1, precision, hbm_bytes=op * (m * k + k * n) + ACT_BYTES * m * n),
+            dgrad=Work((m, n, k), 1, precision, hbm_bytes=op * (m * n + k * n) + ACT_BYTES * m * k),
+            wgrad=Work(
+                (k, m, n), 1, precision, hbm_bytes=op * (m * k + m * n) + 2 * ACT_BYTES * k * n
+            ),
+        )
+
+
+def _twice(work: Work) -> Work:
+    """The backward of an elementwise op: twice the engine ops and HBM bytes."""
+    return replace(
+        work,
+        vector_ops=2 * work.vector_ops,
+        scalar_ops=2 * work.scalar_ops,
+        gpsimd_ops=2 * work.gpsimd_ops,
+        hbm_bytes=2 * work.hbm_bytes,
+    )
+
+
+def _norm(dm: Dims, rows: int) -> Work:
+    elems = rows * dm.hidden
+    ops_per_elem = 5 if dm.layernorm else 3
+    weights = dm.hidden * (2 if dm.layernorm else 1)
+    return Work(
+        vector_ops=float(ops_per_elem * elems),
+        scalar_ops=float(rows),
+        hbm_bytes=float(ACT_BYTES * (2 * elems + weights)),
+    )
+
+
+def _residual(rows: int, hidden: int) -> Work:
+    elems = rows * hidden
+    return Work(vector_ops=float(elems), hbm_bytes=float(3 * ACT_BYTES * elems))
+
+
+class _TP:
+    """Where the TP collectives go, with and without sequence parallelism."""
+
+    def __init__(self, dm: Dims) -> None:
+        self.on = dm.tp > 1
+        self.sp = dm.sequence_parallel
+        self.nbytes = dm.tokens * dm.hidden * ACT_BYTES
+
+    def enter_fwd(self, phase: str) -> list[Tpl]:
+        """Before a column-parallel linear: gather the sequence shards."""
+        return [_coll("tp", "all_gather", phase, self.nbytes)] if self.on and self.sp else []
+
+    def exit_fwd(self, phase: str) -> list[Tpl]:
+        """After a row-parallel linear: sum the partial outputs."""
+        if not self.on:
+            return []
+        kind = "reduce_scatter" if self.sp else "all_reduce"
+        return [_coll("tp", kind, phase, self.nbytes)]
+
+    def exit_bwd(self) -> list[Tpl]:
+        """Mirror of ``exit_fwd`` at the start of the block's backward."""
+        if self.on and self.sp:
+            return [_coll("tp", "all_gather", Phase.BACKWARD, self.nbytes)]
+        return []
+
+    def enter_bwd(self) -> list[Tpl]:
+        """Mirror of ``enter_fwd``: sum the input gradients of the column-parallel dgrad."""
+        if not self.on:
+            return []
+        kind = "reduce_scatter" if self.sp else "all_reduce"
+        return [_coll("tp", kind, Phase.BACKWARD, self.nbytes)]
+
+
+def layer_block(dm: Dims, precision: str, recompute: str) -> Block:
+    """Templates of one transformer layer (identical for every layer)."""
+    T, Ts, h, d = dm.tokens, dm.sp_tokens, dm.hidden, dm.head_dim
+    a, g, b = dm.heads_local, dm.kv_heads_local, dm.micro
+    s, q = dm.seq, dm.q_rows
+    core_prec = "bf16" if precision == "fp8" else precision
+    tp = _TP(dm)
+
+    norm = _norm(dm, Ts)
+    residual = _residual(Ts, h)
+    qkv = _Linear.of(T, h, dm.qkv_cols, precision)
+    out = _Linear.of(T, dm.attn_cols, h, precision)
+    up = _Linear.of(T, h, dm.up_cols, precision)
+    down = _Linear.of(T, dm.ffn_local, h, precision)
+
+    rope_elems = T * (a + g) * d
+    rope = Work(
+        vector_ops=float(3 * rope_elems),  # x*cos + rotate(x)*sin
+        hbm_bytes=float(ACT_BYTES * (2 * rope_elems + 2 * T * d)),  # q, k in and out; cos, sin
+    )
+    q_bytes = ACT_BYTES * T * a * d  # Q or O on this rank
+    kv_bytes = ACT_BYTES * b * s * g * d  # K or V of the whole sequence (gathered over cp)
+    lse_bytes = 4 * T * a
+    half_s, half_q = max(s // 2, 1), max(q // 2, 1)
+    heads = b * a  # independent attention problems: sequences x local heads
+    qk = Work((q, d, half_s), heads, core_prec, hbm_bytes=float(q_bytes + kv_bytes))
+    scores = T * half_s * a
+    softmax = Work(scalar_ops=float(scores), vector_ops=float(2 * scores))
+    pv = Work((q, half_s, d), heads, core_prec, hbm_bytes=float(kv_bytes + q_bytes + lse_bytes))
+    # Backward: recompute S and compute dP (same shape), then dQ, then dK and dV.
+    s_dp = Work(
+        (q, d, half_s),
+        2 * heads,
+        core_prec,
+        hbm_bytes=float(2 * q_bytes + 2 * kv_bytes + lse_bytes),
+    )
+    softmax_b = replace(_twice(softmax), hbm_bytes=float(q_bytes))  # D = rowsum(dO * O) reads O
+    dq = Work((q, half_s, d), heads, core_prec, hbm_bytes=float(q_bytes))
+    dkv = Work((s, half_q, d), 2 * heads, core_prec, hbm_bytes=float(2 * kv_bytes))
+
+    act_elems = T * dm.ffn_local
+    if dm.swiglu:  # silu(gate) on the scalar engine, times up on the vector engine
+        act = Work(
+            scalar_ops=float(act_elems),
+            vector_ops=float(act_elems),
+            hbm_bytes=float(3 * ACT_BYTES * act_elems),
+        )
+    else:
+        act = Work(scalar_ops=float(act_elems), hbm_bytes=float(2 * ACT_BYTES * act_elems))
+
+    cp_nbytes = dm.cp * T * 2 * g * d * ACT_BYTES  # K and V of the whole sequence
+    cp_on = dm.cp > 1
+
+    def core(phase: str) -> list[Tpl]:
+        pre = [_coll("cp", "all_gather", phase, cp_nbytes)] if cp_on else []
+        return [
+            *pre,
+            _compute("attn.core.qk", phase, qk),
+            _compute("attn.core.softmax", phase, softmax),
+            _compute("attn.core.pv", phase, pv),
+        ]
+
+    def forward(phase: str) -> list[Tpl]:
+        return [
+            _compute("attn.norm", phase, norm),
+            *tp.enter_fwd(phase),
+            _compute("attn.qkv", phase, qkv.fwd),
+            _compute("attn.rope", phase, rope),
+            *core(phase),
+            _compute("attn.out", phase, out.fwd),
+            *tp.exit_fwd(phase),
+            _compute("attn.residual", phase, residual),
+            _compute("mlp.norm", phase, norm),
+            *tp.enter_fwd(phase),
+            _compute("mlp.up", phase, up.fwd),
+            _compute("mlp.act", phase, act),
+            _compute("mlp.down", phase, down.fwd),
+            *tp.exit_fwd(phase),
+            _compute("mlp.residual", phase, residual),
+        ]
+
+    B = Phase.BACKWARD
+    bwd: list[Tpl] = []
+    ready: dict[int, tuple[str, ...]] = {}
+
+    def mark(piece: str) -> None:
+        ready[len(bwd) - 1] = (piece,)
+
+    bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.exit_bwd()]
+    bwd += [_compute("mlp.down.dgrad", B, down.dgrad), _compute("mlp.down.wgrad", B, down.wgrad)]
+    mark("mlp.down")
+    bwd += [_compute("mlp.act", B, _twice(act))]
+    bwd += [_compute("mlp.up.dgrad", B, up.dgrad), _compute("mlp.up.wgrad", B, up.wgrad)]
+    mark("mlp.up")
+    bwd += [*tp.enter_bwd(), _compute("mlp.norm", B, _twice(norm))]
+    mark("mlp.norm")
+    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd()]
+    bwd += [_compute("attn.out.dgrad", B, out.dgrad), _compute("attn.out.wgrad", B, out.wgrad)]
+    mark("attn.out")
+    if cp_on and recompute == "none":  # no recompute gathered K and V for us
+        bwd.append(_coll("cp", "all_gather", B, cp_nbytes))
+    bwd += [
+        _compute("attn.core.bwd.qk_dp", B, s_dp),
+        _compute("attn.core.bwd.softmax", B, softmax_b),
+        _compute("attn.core.bwd.dq", B, dq),
+        _compute("attn.core.bwd.dkv", B, dkv),
+    ]
+    if cp_on:
+        bwd.append(_coll("cp", "reduce_scatter", B, cp_nbytes))
+    bwd += [_compute("attn.rope", B, _twice(rope))]
+    bwd += [_compute("attn.qkv.dgrad", B, qkv.dgrad), _compute("attn.qkv.wgrad", B, qkv.wgrad)]
+    mark("attn.qkv")
+    bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
+    mark("attn.norm")
+
+    if recompute == "none":
+        rec: list[Tpl] = []
+    elif recompute == "selective":
+        rec = core(Phase.RECOMPUTE)
+    elif recompute == "full":
+        rec = forward(Phase.RECOMPUTE)
+    else:
+        raise ValueError(f"unknown recompute {recompute!r}")
+    return Block(tuple(forward(Phase.FORWARD)), tuple(bwd), tuple(rec), ready)
+
+
+def embed_block(dm: Dims) -> Block:
+    """The first stage's vocab-parallel embedding lookup (and learned positions).
+
+    Each TP rank looks up the tokens in its vocabulary shard and writes zeros for
+    the others; the shards are summed by a reduce-scatter (sequence parallel) or
+    an all-reduce. Its backward is a scatter-add into the table's gradient.
+    """
+    T, h = dm.tokens, dm.hidden
+    elems = T * h
+    hbm = ACT_BYTES * (elems // dm.tp + elems)  # rows hit in this shard, full output
+    vector = float(elems)  # zero the rows owned by other shards
+    if dm.learned_positions:
+        hbm += 2 * ACT_BYTES * elems
+        vector += elems
+    work = Work(vector_ops=vector, hbm_bytes=float(hbm))
+    tp = _TP(dm)
+    F, B = Phase.FORWARD, Phase.BACKWARD
+    fwd = [_compute("embed", F, work), *tp.exit_fwd(F)]
+    bwd = [*tp.exit_bwd(), _compute("embed", B, _twice(work))]
+    pieces = ("embed", "pos_embed") if dm.learned_positions else ("embed",)
+    return Block(tuple(fwd), tuple(bwd), (), {len(bwd) - 1: pieces})
+
+
+def head_block(dm: Dims) -> Block:
+    """The last stage's final norm, LM head and vocab-parallel cross-entropy.
+
+    With tp > 1 the cross-entropy needs three all-reduces of one FP32 value per
+    token across TP (Megatron's vocab-parallel cross-entropy: the row max, the
+    target logit and the sum of exponentials).
+    """
+    T, h, V = dm.tokens, dm.hidden, dm.vocab_local
+    tp = _TP(dm)
+    norm = _norm(dm, dm.sp_tokens)
+    head = _Linear.of(T, h, V, "bf16")
+    logits = T * V
+    # Read the bf16 logits, keep the FP32 softmax for the backward.
+    loss = Work(scalar_ops=float(logits), vector_ops=float(3 * logits), hbm_bytes=6.0 * logits)
+    loss_b = Work(vector_ops=float(2 * logits), hbm_bytes=6.0 * logits)
+    F, B = Phase.FORWARD, Phase.BACKWARD
+    fwd: list[Tpl] = [
+        _compute("final_norm", F, norm),
+        *tp.enter_fwd(F),
+        _compute("lm_head", F, head.fwd),
+        _compute("loss", F, loss),
+    ]
+    if dm.tp > 1:
+        fwd += [_coll("tp", "all_reduce", F, 4 * T, ".loss") for _ in range(3)]
+    bwd: list[Tpl] = [
+        _compute("loss", B, loss_b),
+        _compute("lm_head.dgrad", B, head.dgrad),
+        _compute("lm_head.wgrad", B, head.wgrad),
+    ]
+    ready = {len(bwd) - 1: ("lm_head",)}
+    bwd += [*tp.enter_bwd(), _compute("final_norm", B, _twice(norm))]
+    ready[len(bwd) - 1] = ("final_norm",)
+    return Block(tuple(fwd), tuple(bwd), (), ready)

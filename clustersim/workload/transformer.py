@@ -1,0 +1,240 @@
+"""Per-stage programs of one training step of a dense decoder-only transformer.
+
+``build_programs`` returns one ``Program`` per pipeline stage; every rank of a
+stage (its TP, CP and DP peers) runs it. A program is:
+
+1. the stage's forwards and backwards, in the order of the pipeline schedule
+   (``schedules``). A forward on stage > 0 starts by receiving the activations
+   from the previous stage, and on stage < pp-1 ends by sending them on; a
+   backward mirrors this with gradients. Tags pair each send with its receive:
+   ``2*microbatch`` for activations, ``2*microbatch + 1`` for gradients;
+2. before each layer's backward, its recompute (``parallelism.recompute``):
+   ``selective`` reruns the attention core, ``full`` the whole layer forward;
+3. data-parallel gradient reduction in buckets of ``grad_bucket_bytes`` (bf16
+   gradients of the rank's parameters), each started asynchronously right after
+   the last microbatch's backward op that completes it, so it overlaps with the
+   rest of the backward: an all-reduce, or a reduce-scatter under ZeRO-1;
+4. a wait for those buckets, the Adam step (on 1/dp of the parameters under
+   ZeRO-1), and under ZeRO-1 an all-gather of the updated bf16 parameters, in
+   the same buckets.
+
+Not modelled: the tiny all-reduces of gradient norms (clipping) and of the
+replicated norm weights' gradients across TP; tied embeddings are lowered as
+untied (a tied model's last stage holds its own copy of the table, as Megatron
+does with pp > 1).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.hardware.work import Work
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload.dims import make_dims, stage_layers, stage_pieces
+from clustersim.workload.layout import Layout, validate
+from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, layer_block
+from clustersim.workload.program import Instr, Kind, Phase, Program
+from clustersim.workload.schedules import get_schedule
+
+__all__ = [
+    "ADAM_HBM_BYTES_PER_PARAM",
+    "ADAM_SCALAR_OPS_PER_PARAM",
+    "ADAM_VECTOR_OPS_PER_PARAM",
+    "build_programs",
+    "grad_buckets",
+    "microbatches",
+]
+
+# Adam with FP32 master weights, per parameter: read the bf16 gradient (2 B), the
+# master weight and both moments (4 B each), write them back (12 B) and write the
+# bf16 weight (2 B). About 14 element ops: moment updates, bias correction, the
+# update with weight decay and the casts on the vector engine; sqrt and
+# reciprocal on the scalar engine.
+ADAM_HBM_BYTES_PER_PARAM = 2 + 12 + 12 + 2
+ADAM_VECTOR_OPS_PER_PARAM = 12
+ADAM_SCALAR_OPS_PER_PARAM = 2
+
+
+def microbatches(par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> int:
+    """Microbatches per step on each DP replica: global batch / (dp * microbatch size)."""
+    return train.global_batch_size // (layout.dp * par.microbatch_size)
+
+
+BucketKey = tuple[int, str]  # (layer, piece)
+
+
+def grad_buckets(
+    model: ModelSpec, layout: Layout, stage: int, bucket_bytes: float
+) -> tuple[dict[BucketKey, list[int]], list[int]]:
+    """Cut the stage's gradient stream into buckets.
+
+    The rank's bf16 gradients, taken in the order the backward completes them,
+    are cut into buckets of ``bucket_bytes`` (the last one smaller); a bucket is
+    ready when the piece holding its last byte is. Returns the bucket sizes
+    keyed by that piece, and all sizes in order.
+    """
+    size = max(int(bucket_bytes), 1)
+    ready: dict[BucketKey, list[int]] = {}
+    order: list[int] = []
+    open_bytes = 0
+    key: BucketKey = (-1, "")
+    for layer, name, params in stage_pieces(model, layout, stage):
+        key = (layer, name)
+        left = params * ACT_BYTES
+        while open_bytes + left >= size:
+            left -= size - open_bytes
+            open_bytes = 0
+            ready.setdefault(key, []).append(size)
+            order.append(size)
+        open_bytes += left
+    if open_bytes:
+        ready.setdefault(key, []).append(open_bytes)
+        order.append(open_bytes)
+    return ready, order
+
+
+def _stamp(out: list[Instr], tpls: tuple[Tpl, ...], layer: int, mb: int) -> None:
+    app = out.append
+    for kind, name, phase, work, coll, group, nbytes in tpls:
+        app(Instr(kind, name, phase, layer, mb, work, coll, group, nbytes))
+
+
+def build_programs(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> list[Program]:
+    """One program per pipeline stage; raises ``ScenarioError`` for an invalid layout."""
+    validate(model, par, train, layout)
+    # Hundreds of thousands of small acyclic objects: the cyclic collector would
+    # rescan them again and again (half the build time) and can free nothing.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(model, par, train, layout)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> list[Program]:
+    dm = make_dims(model, par, train, layout)
+    n_mb = microbatches(par, train, layout)
+    schedule = get_schedule(par.schedule)
+    layer = layer_block(dm, train.precision, par.recompute)
+    embed = embed_block(dm)
+    head = head_block(dm)
+    p2p_bytes = float(dm.sp_tokens * dm.hidden * ACT_BYTES)
+    programs = []
+    for stage in range(layout.pp):
+        order = schedule(stage, layout.pp, n_mb)
+        layers = stage_layers(model, layout, stage)
+        prog = Program(stage=stage, layers=tuple(layers))
+        out = prog.instrs
+        last_b = max((i for i, (kind, _) in enumerate(order) if kind == "B"), default=-1)
+        dp_on = layout.dp > 1
+        ready, sizes = grad_buckets(model, layout, stage, par.grad_bucket_bytes)
+        sync = _GradSync(ready, "reduce_scatter" if par.zero == 1 else "all_reduce")
+        first, last = stage == 0, stage == layout.pp - 1
+        for i, (kind, mb) in enumerate(order):
+            if kind == "F":
+                if first:
+                    _stamp(out, embed.fwd, -1, mb)
+                else:
+                    out.append(_p2p(Kind.RECV, "pp.recv.act", mb, peer=-1, nbytes=p2p_bytes))
+                for lay in layers:
+                    _stamp(out, layer.fwd, lay, mb)
+                if last:
+                    _stamp(out, head.fwd, -1, mb)
+                else:
+                    out.append(_p2p(Kind.SEND, "pp.send.act", mb, peer=+1, nbytes=p2p_bytes))
+                continue
+            emit = sync.emit if (dp_on and i == last_b) else None
+            if last:
+                _backward(out, head, -1, mb, emit)
+            else:
+                out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, peer=+1, nbytes=p2p_bytes))
+            for lay in reversed(layers):
+                _stamp(out, layer.recompute, lay, mb)
+                _backward(out, layer, lay, mb, emit)
+            if first:
+                _backward(out, embed, -1, mb, emit)
+            else:
+                out.append(_p2p(Kind.SEND, "pp.send.grad", mb, peer=-1, nbytes=p2p_bytes))
+        if dp_on:
+            out.append(Instr(Kind.WAIT_ASYNC, "dp.wait", Phase.GRAD_SYNC))
+        params = sum(n for _, _, n in stage_pieces(model, layout, stage))
+        if par.zero == 1:
+            params = -(-params // layout.dp)
+        out.append(Instr(Kind.COMPUTE, "optimizer", Phase.OPTIMIZER, work=_adam(params)))
+        if dp_on and par.zero == 1:
+            for nbytes in sizes:
+                out.append(
+                    Instr(
+                        Kind.COLLECTIVE,
+                        "dp.all_gather",
+                        Phase.PARAM_SYNC,
+                        collective="all_gather",
+                        group="dp",
+                        nbytes=float(nbytes),
+                    )
+                )
+        programs.append(prog)
+    return programs
+
+
+class _GradSync:
+    """Emits the DP gradient buckets that a backward op completes."""
+
+    def __init__(self, ready: dict[BucketKey, list[int]], collective: str) -> None:
+        self.ready = ready
+        self.collective = collective
+        self.name = f"dp.{collective}"
+
+    def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
+        for piece in pieces:
+            for nbytes in self.ready.get((layer, piece), ()):
+                out.append(
+                    Instr(
+                        Kind.ASYNC_COLLECTIVE,
+                        self.name,
+                        Phase.GRAD_SYNC,
+                        layer,
+                        mb,
+                        collective=self.collective,
+                        group="dp",
+                        nbytes=float(nbytes),
+                    )
+                )
+
+
+Emit = Callable[[list[Instr], int, int, tuple[str, ...]], None]
+
+
+def _backward(out: list[Instr], block: Block, layer: int, mb: int, emit: Emit | None) -> None:
+    if emit is None:
+        _stamp(out, block.bwd, layer, mb)
+        return
+    ready = block.grad_ready
+    for j, (kind, name, phase, work, coll, group, nbytes) in enumerate(block.bwd):
+        out.append(Instr(kind, name, phase, layer, mb, work, coll, group, nbytes))
+        pieces = ready.get(j)
+        if pieces:
+            emit(out, layer, mb, pieces)
+
+
+def _p2p(kind: Kind, name: str, mb: int, *, peer: int, nbytes: float) -> Instr:
+    # The previous stage's activations travel forward, gradients backward.
+    grad = (kind == Kind.SEND) == (peer < 0)
+    phase = Phase.BACKWARD if grad else Phase.FORWARD
+    return Instr(kind, name, phase, -1, mb, group="pp", nbytes=nbytes, peer=peer, tag=2 * mb + grad)
+
+
+def _adam(params: int) -> Work:
+    return Work(
+        vector_ops=float(ADAM_VECTOR_OPS_PER_PARAM * params),
+        scalar_ops=float(ADAM_SCALAR_OPS_PER_PARAM * params),
+        hbm_bytes=float(ADAM_HBM_BYTES_PER_PARAM * params),
+    )

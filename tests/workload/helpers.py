@@ -1,0 +1,63 @@
+"""Models and configurations shared by the workload tests (explicit numbers, no catalog)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload import Layout, make_layout
+
+
+def llama3_8b(**over: Any) -> ModelSpec:
+    spec: dict[str, Any] = {
+        "name": "llama3-8b",
+        "layers": 32,
+        "hidden": 4096,
+        "heads": 32,
+        "kv_heads": 8,
+        "ffn_hidden": 14336,
+        "vocab": 128256,
+    }
+    return ModelSpec(**{**spec, **over})
+
+
+def llama3_70b(**over: Any) -> ModelSpec:
+    spec: dict[str, Any] = {
+        "name": "llama3-70b",
+        "layers": 80,
+        "hidden": 8192,
+        "heads": 64,
+        "kv_heads": 8,
+        "ffn_hidden": 28672,
+        "vocab": 128256,
+    }
+    return ModelSpec(**{**spec, **over})
+
+
+def tiny(**over: Any) -> ModelSpec:
+    """A small GQA/SwiGLU model whose vocabulary needs no padding up to tp = 4."""
+    spec: dict[str, Any] = {
+        "name": "tiny",
+        "layers": 8,
+        "hidden": 512,
+        "heads": 8,
+        "kv_heads": 4,
+        "ffn_hidden": 1536,
+        "vocab": 4096,
+        "max_seq_len": 1024,
+    }
+    return ModelSpec(**{**spec, **over})
+
+
+def setup(
+    ranks: int,
+    ranks_per_chip: int = 4,
+    *,
+    seq_len: int = 256,
+    global_batch_size: int = 32,
+    **par: Any,
+) -> tuple[ParallelismCfg, TrainingCfg, Layout]:
+    cfg = ParallelismCfg(**par)
+    train = TrainingCfg(seq_len=seq_len, global_batch_size=global_batch_size)
+    return cfg, train, make_layout(cfg, ranks, ranks_per_chip)
