@@ -21,6 +21,7 @@ import simpy
 from clustersim.hardware.chip import RESOURCES, ChipModel
 from clustersim.network import Network
 from clustersim.workload import Layout
+from clustersim.workload.layout import GROUP_NAMES
 from clustersim.workload.program import Instr, Kind, Phase, Program
 
 __all__ = ["CompiledProgram", "RankTimes", "StepSim", "compile_program"]
@@ -37,8 +38,6 @@ class _Segment:
     i0: int
     i1: int
     total_s: float = 0.0
-    compute_s: float = 0.0
-    optimizer_s: float = 0.0
     offsets: np.ndarray | None = None  # start offsets of ops i0..i1 (len i1-i0+1)
     instr: Instr | None = None
 
@@ -53,6 +52,30 @@ class CompiledProgram:
     segments: list[_Segment]
     tensor_flops: float
     recompute_flops: float
+    compute_s: float  # forward, backward and recompute ops per step
+    optimizer_s: float
+    steps_view: list[tuple[Kind, float, Instr | None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        # The rank loop unpacks tuples: cheaper than attribute access per segment.
+        self.steps_view = [(seg.kind, seg.total_s, seg.instr) for seg in self.segments]
+
+    def op_times(self, seg_start: np.ndarray, seg_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-instruction start and end times from per-segment ones (any number of steps)."""
+        nseg = len(self.segments)
+        steps = len(seg_start) // nseg if nseg else 0
+        n = len(self.program.instrs)
+        starts, ends = np.empty(n * steps), np.empty(n * steps)
+        for step in range(steps):
+            for j, seg in enumerate(self.segments):
+                t0 = seg_start[step * nseg + j]
+                a, b = step * n + seg.i0, step * n + seg.i1
+                if seg.offsets is not None:
+                    starts[a:b] = t0 + seg.offsets[:-1]
+                    ends[a:b] = t0 + seg.offsets[1:]
+                else:
+                    starts[a], ends[a] = t0, seg_end[step * nseg + j]
+        return starts, ends
 
 
 def compile_program(program: Program, chip: ChipModel) -> CompiledProgram:
@@ -80,22 +103,21 @@ def compile_program(program: Program, chip: ChipModel) -> CompiledProgram:
     while i < n:
         ins = instrs[i]
         if ins.kind != Kind.COMPUTE:
-            segments.append(_Segment(ins.kind, i, i + 1, instr=ins))
+            segments.append(_Segment(ins.kind, i, i + 1, 0.0, None, ins))
             i += 1
             continue
         j = i
         while j < n and instrs[j].kind == Kind.COMPUTE:
             j += 1
-        d = durations[i:j]
-        offsets = np.concatenate(([0.0], np.cumsum(d)))
-        phases = [instrs[k].phase for k in range(i, j)]
-        opt = float(sum(d[k] for k, p in enumerate(phases) if p == Phase.OPTIMIZER))
-        comp = float(sum(d[k] for k, p in enumerate(phases) if p in _COMPUTE_PHASES))
-        segments.append(
-            _Segment(Kind.COMPUTE, i, j, float(offsets[-1]), comp, opt, offsets, None)
-        )
+        offsets = np.concatenate(([0.0], np.cumsum(durations[i:j])))
+        segments.append(_Segment(Kind.COMPUTE, i, j, float(offsets[-1]), offsets, None))
         i = j
-    return CompiledProgram(program, durations, bound, segments, flops, recompute)
+    phases = np.array([ins.phase for ins in instrs], dtype=object)
+    optimizer_s = float(durations[phases == Phase.OPTIMIZER].sum())
+    compute_s = float(durations[np.isin(phases, _COMPUTE_PHASES)].sum())
+    return CompiledProgram(
+        program, durations, bound, segments, flops, recompute, compute_s, optimizer_s
+    )
 
 
 @dataclass(slots=True)
@@ -125,21 +147,20 @@ class StepSim:
     steps: int
     record: bool = True
     progress: Progress | None = None
-    starts: list[np.ndarray] = field(default_factory=list)
-    ends: list[np.ndarray] = field(default_factory=list)
+    seg_start: list[np.ndarray] = field(default_factory=list)
+    seg_end: list[np.ndarray] = field(default_factory=list)
     times: list[RankTimes] = field(default_factory=list)
     step_ends: list[float] = field(default_factory=list)
     ops: int = 0
 
     def __post_init__(self) -> None:
         ranks = self.layout.ranks
-        lengths = [len(self.programs[self.layout.stage(r)].program.instrs) for r in range(ranks)]
+        lengths = [len(self.programs[self.layout.stage(r)].segments) for r in range(ranks)]
         size = self.steps if self.record else 1
-        self.starts = [np.zeros(size * n) for n in lengths]
-        self.ends = [np.zeros(size * n) for n in lengths]
+        self.seg_start = [np.zeros(size * n) for n in lengths]
+        self.seg_end = [np.zeros(size * n) for n in lengths]
         self.times = [RankTimes() for _ in range(ranks)]
         self._groups: dict[str, list[tuple[int, ...]]] = {}
-        self._seq: dict[tuple[int, str], int] = {}
         self._pending: dict[tuple[tuple[int, ...], int], list[Any]] = {}
         self._mail: dict[tuple[int, int, int], _Slot] = {}
         self._barrier_count = 0
@@ -154,13 +175,10 @@ class StepSim:
             self._groups[name] = table
         return table[rank]
 
-    def _collective(self, rank: int, ins: Instr) -> simpy.Event:
-        ranks = self._group(ins.group, rank)
+    def _collective(self, ranks: tuple[int, ...], seq: int, ins: Instr) -> simpy.Event:
+        """Arrive at the ``seq``-th collective of group ``ranks``; the event fires when done."""
         if len(ranks) == 1:
             return self.env.timeout(0)
-        seq_key = (rank, ins.group)
-        seq = self._seq.get(seq_key, 0)
-        self._seq[seq_key] = seq + 1
         key = (ranks, seq)
         slot = self._pending.get(key)
         if slot is None:
@@ -184,8 +202,7 @@ class StepSim:
         tp_i, cp_i, dp_i, pp_i = self.layout.coords(rank)
         return self.layout.rank_of(tp_i, cp_i, dp_i, pp_i + offset)
 
-    def _send(self, rank: int, ins: Instr) -> None:
-        dst = self._peer(rank, ins.peer)
+    def _send(self, rank: int, dst: int, ins: Instr) -> None:
         slot = self._slot((rank, dst, ins.tag))
         slot.sent_at = self.env.now
         done = self.network.send(rank, dst, ins.nbytes)
@@ -197,61 +214,67 @@ class StepSim:
     def rank_process(self, rank: int) -> Generator[simpy.Event, Any, None]:
         env = self.env
         compiled = self.programs[self.layout.stage(rank)]
-        n = len(compiled.program.instrs)
-        starts, ends, acc = self.starts[rank], self.ends[rank], self.times[rank]
+        seg_start, seg_end, acc = self.seg_start[rank], self.seg_end[rank], self.times[rank]
         report = self.progress if rank == 0 else None
-        nseg = len(compiled.segments)
+        segments = compiled.steps_view
+        nseg = len(segments)
+        groups = {name: self._group(name, rank) for name in GROUP_NAMES}
+        stage, last = self.layout.stage(rank), self.layout.pp - 1
+        peer = {d: self._peer(rank, d) for d in (-1, 1) if 0 <= stage + d <= last}
+        seq = dict.fromkeys(groups, 0)
+        COMPUTE, COLLECTIVE, ASYNC, WAIT, SEND, RECV = (  # noqa: N806 - local aliases of enum members
+            Kind.COMPUTE, Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC, Kind.SEND,
+            Kind.RECV,
+        )  # fmt: skip
+        exposed = bubble = 0.0
         for step in range(self.steps):
-            base = step * n if self.record else 0
+            base = step * nseg if self.record else 0
             pending: list[simpy.Event] = []
-            for s_idx, seg in enumerate(compiled.segments):
+            for j, (kind, total_s, ins) in enumerate(segments):
                 t0 = env.now
-                kind = seg.kind
-                if kind == Kind.COMPUTE:
-                    assert seg.offsets is not None
-                    starts[base + seg.i0 : base + seg.i1] = t0 + seg.offsets[:-1]
-                    ends[base + seg.i0 : base + seg.i1] = t0 + seg.offsets[1:]
-                    acc.compute_s += seg.compute_s
-                    acc.optimizer_s += seg.optimizer_s
-                    yield env.timeout(seg.total_s)
+                seg_start[base + j] = t0
+                if kind == COMPUTE:
+                    yield env.timeout(total_s)
                     continue
-                ins = seg.instr
                 assert ins is not None
-                idx = base + seg.i0
-                starts[idx] = t0
-                if kind == Kind.COLLECTIVE:
-                    yield self._collective(rank, ins)
-                    acc.exposed_comm_s += env.now - t0
-                elif kind == Kind.ASYNC_COLLECTIVE:
-                    ev = self._collective(rank, ins)
-                    ev.callbacks.append(lambda _e, i=idx: ends.__setitem__(i, env.now))
-                    pending.append(ev)
-                    continue
-                elif kind == Kind.WAIT_ASYNC:
+                if kind == COLLECTIVE or kind == ASYNC:
+                    group = ins.group
+                    ev = self._collective(groups[group], seq[group], ins)
+                    seq[group] += 1
+                    if kind == ASYNC:
+                        ev.callbacks.append(lambda _e, k=base + j: seg_end.__setitem__(k, env.now))
+                        pending.append(ev)
+                        continue
+                    yield ev
+                    exposed += env.now - t0
+                elif kind == WAIT:
                     if pending:
                         yield simpy.AllOf(env, pending)
                         pending = []
-                    acc.exposed_comm_s += env.now - t0
-                elif kind == Kind.SEND:
-                    self._send(rank, ins)
-                elif kind == Kind.RECV:
-                    key = (self._peer(rank, ins.peer), rank, ins.tag)
+                    exposed += env.now - t0
+                elif kind == SEND:
+                    self._send(rank, peer[ins.peer], ins)
+                elif kind == RECV:
+                    key = (peer[ins.peer], rank, ins.tag)
                     slot = self._slot(key)
                     yield slot.event
                     del self._mail[key]
                     sent = slot.sent_at if slot.sent_at is not None else t0
-                    bubble = min(max(sent - t0, 0.0), env.now - t0)
-                    acc.bubble_s += bubble
-                    acc.exposed_comm_s += env.now - t0 - bubble
-                ends[idx] = env.now
-                if report is not None and s_idx % 64 == 0:
-                    report((step + s_idx / nseg) / self.steps)
+                    waited = min(max(sent - t0, 0.0), env.now - t0)
+                    bubble += waited
+                    exposed += env.now - t0 - waited
+                seg_end[base + j] = env.now
+                if report is not None and j % 64 == 0:
+                    report((step + j / nseg) / self.steps)
             if pending:  # a program that never waits still finishes its collectives
                 yield simpy.AllOf(env, pending)
-            self.ops += n
+            acc.compute_s += compiled.compute_s
+            acc.optimizer_s += compiled.optimizer_s
+            self.ops += len(compiled.program.instrs)
             yield self._arrive_barrier()
             if report is not None:
                 report((step + 1) / self.steps)
+        acc.exposed_comm_s, acc.bubble_s = exposed, bubble
 
     def _arrive_barrier(self) -> simpy.Event:
         event = self._barrier

@@ -120,6 +120,10 @@ def summarise(
     model_flops = model_flops_per_step(res.model, sc.training)
     ranks_per_stage = layout.ranks // layout.pp
     hw_flops = sum(c.tensor_flops for c in compiled) * ranks_per_stage
+    recompute_flops = sum(c.recompute_flops for c in compiled) * ranks_per_stage
+    # HFU counts recomputation on top of the PaLM model FLOPs: scale MFU by the ratio
+    # of executed FLOPs with and without the recomputed ops.
+    recompute_factor = hw_flops / (hw_flops - recompute_flops) if hw_flops > recompute_flops else 1.0
     # Average the per-rank accounting; "other" is what is left of the step (waiting at
     # the end-of-step barrier for slower ranks), so the parts add up to the step time.
     n = layout.ranks * steps
@@ -132,7 +136,7 @@ def summarise(
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost)
     tokens_per_s = tokens / step_s
-    events = sim.ops * 1 + network.transfers_done
+    events = sim.ops + network.transfers_done
     return {
         "scenario": sc.name,
         "seed": sc.seed,
@@ -156,7 +160,7 @@ def summarise(
         "model_flops_per_step": model_flops,
         "hardware_flops_per_step": hw_flops,
         "mfu": model_flops / (step_s * peak),
-        "hfu": hw_flops / (step_s * peak),
+        "hfu": model_flops * recompute_factor / (step_s * peak),
         "breakdown_s": parts,
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
         "cost": {

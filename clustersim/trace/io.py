@@ -17,6 +17,12 @@ if TYPE_CHECKING:
 __all__ = ["atomic_write", "atomic_write_bytes", "atomic_write_text", "write_parquet"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary path beside ``path``, fsync it, then rename it."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -24,6 +30,7 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     os.close(fd)
     tmp = Path(name)
     try:
+        tmp.chmod(0o666 & ~_umask())  # mkstemp creates 0600; results are ordinary files
         write(tmp)
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())

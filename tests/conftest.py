@@ -1,0 +1,23 @@
+"""Shared fixtures: small scenarios that simulate in well under a second."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TINY = """\
+name: tiny
+seed: 0
+cluster: {instance: trn2.48xlarge, count: 1}
+model: {name: tiny, layers: 4, hidden: 1024, heads: 8, kv_heads: 2, ffn_hidden: 4096, vocab: 8192}
+parallelism: {tp: 4, pp: 2, zero: 1, schedule: 1f1b, recompute: selective}
+training: {seq_len: 1024, global_batch_size: 32, steps: 1}
+"""
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
