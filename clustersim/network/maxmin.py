@@ -1,0 +1,178 @@
+"""Max-min fair rates of coflows over links, by progressive filling.
+
+An *entity* (a coflow) is a set of flows that move at one common rate: the
+flows of one step of a collective, which are step-synchronised. The incidence
+matrix has one row per link and one column per entity; ``incidence[l, e]`` is
+the number of the entity's flows that cross link ``l``, so the load on the
+links is ``incidence @ rate``. The max-min fair allocation raises every rate
+together until some link saturates, freezes the entities crossing it, and
+continues with the rest (Bertsekas & Gallager, *Data Networks*, section 6.5.2).
+Each frozen entity then has a *bottleneck*: a saturated link on which no other
+entity is faster.
+
+:func:`maxmin_rates` loops over bottleneck levels only. It keeps, per link, the
+level at which the link would saturate; that level moves only when an entity
+crossing the link freezes, so each round is a minimum over the links plus work
+proportional to the nonzeros of the entities it freezes: a solve costs
+O(levels x links + nonzeros), in a couple of dozen numpy calls per level.
+:func:`maxmin_rates_reference` is the same algorithm in plain Python, for tests.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+__all__ = ["DEFAULT_RTOL", "maxmin_rates", "maxmin_rates_reference"]
+
+DEFAULT_RTOL = 1e-9
+"""Links whose saturation level is within this relative tolerance of the current
+level saturate together, so near-ties cost one round, not many."""
+
+
+def _span(
+    indptr: NDArray[np.integer[Any]], rows: NDArray[np.integer[Any]]
+) -> slice | NDArray[np.intp]:
+    """Where the nonzeros of ``rows`` of a compressed matrix lie in its ``indices``/``data``."""
+    if rows.size == 1:
+        row = int(rows[0])
+        return slice(int(indptr[row]), int(indptr[row + 1]))
+    starts = indptr[rows].astype(np.intp)
+    lengths = indptr[rows + 1].astype(np.intp) - starts
+    ends = np.cumsum(lengths)
+    # Shift arange(total) so that it runs through range(start, start + length) for each row.
+    shift = np.repeat(starts - (ends - lengths), lengths)
+    out: NDArray[np.intp] = np.arange(int(ends[-1]) if ends.size else 0, dtype=np.intp) + shift
+    return out
+
+
+def maxmin_rates(
+    incidence: sp.csr_matrix | sp.csc_matrix | sp.csr_array | sp.csc_array,
+    capacity_Bps: NDArray[np.float64],
+    *,
+    rtol: float = DEFAULT_RTOL,
+) -> NDArray[np.float64]:
+    """Max-min fair rate of each entity (column) given link capacities (one per row).
+
+    Entities that cross no link get ``inf``. An entity crossing a link of zero
+    capacity gets 0.
+    """
+    n_links, n_ent = incidence.shape
+    cap = np.asarray(capacity_Bps, dtype=np.float64)
+    if cap.shape != (n_links,):
+        raise ValueError(f"capacity_Bps has shape {cap.shape}; the incidence has {n_links} links")
+    by_link, by_ent = _both_orientations(incidence)
+    if by_ent.nnz and by_ent.data.min() < 0:
+        raise ValueError("incidence must be non-negative")
+    l_ptr, l_idx = by_link.indptr, by_link.indices
+    e_ptr, e_idx, e_val = by_ent.indptr, by_ent.indices, by_ent.data
+
+    rate = np.full(n_ent, np.inf)
+    active = np.diff(e_ptr) > 0
+    n_active = int(active.sum())
+    if n_active == 0:
+        return rate
+    # Per link: the weight (flows) and count of active entities crossing it, and
+    # the fill level at which it saturates if the active set stays as it is. As
+    # the level rises every link's residual shrinks in proportion to its weight,
+    # so a link's saturation level only moves when its weight does: each round
+    # touches just the links of the entities it freezes.
+    weight = np.asarray(by_link.sum(axis=1), dtype=np.float64).ravel()
+    count = np.diff(l_ptr).astype(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sat_level = np.where(count > 0, cap / weight, np.inf)
+    level = 0.0
+    inf = np.inf
+    while n_active:
+        lowest = float(sat_level.min())
+        if lowest == inf:
+            rate[active] = inf
+            break
+        level = max(level, lowest)
+        sat = np.flatnonzero(sat_level <= level * (1.0 + rtol))
+        sat_level[sat] = inf
+        ents = l_idx[_span(l_ptr, sat)]
+        ents = ents[active[ents]]
+        if ents.size > 1:
+            ents = np.unique(ents)
+        rate[ents] = level
+        active[ents] = False
+        n_active -= ents.size
+        pos = _span(e_ptr, ents)
+        # `links` may repeat a link; every copy reads the same old and new weight.
+        links = e_idx[pos]
+        w_old = weight[links]
+        np.subtract.at(weight, links, e_val[pos])
+        np.subtract.at(count, links, 1)
+        old = sat_level[links]
+        keep = (count[links] > 0) & (old < inf)
+        moved = links[keep]
+        sat_level[moved] = level + (old[keep] - level) * (w_old[keep] / weight[moved])
+        sat_level[links[~keep]] = inf
+    return rate
+
+
+def _both_orientations(
+    incidence: sp.csr_matrix | sp.csc_matrix | sp.csr_array | sp.csc_array,
+) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """The incidence compressed by link (rows) and by entity (columns), without zeros.
+
+    The caller's arrays may be shared, so zeros are dropped from a copy.
+    """
+    if incidence.format == "csc":
+        # The columns of a CSC matrix are the rows of its transpose: no sort needed.
+        by_ent = sp.csr_matrix(
+            (np.asarray(incidence.data, dtype=np.float64), incidence.indices, incidence.indptr),
+            shape=incidence.shape[::-1],
+        )
+        by_ent = _without_zeros(by_ent)
+        return sp.csr_matrix(by_ent.T), by_ent
+    by_link = _without_zeros(sp.csr_matrix(incidence, dtype=np.float64))
+    return by_link, sp.csr_matrix(by_link.T)
+
+
+def _without_zeros(matrix: sp.csr_matrix) -> sp.csr_matrix:
+    if matrix.nnz and not matrix.data.all():
+        matrix = matrix.copy()
+        matrix.eliminate_zeros()
+    return matrix
+
+
+def maxmin_rates_reference(
+    incidence: sp.spmatrix | sp.sparray | NDArray[np.float64],
+    capacity_Bps: NDArray[np.float64] | list[float],
+    *,
+    rtol: float = DEFAULT_RTOL,
+) -> NDArray[np.float64]:
+    """Progressive filling in plain Python over a dense copy: slow, and easy to check."""
+    dense = incidence.toarray() if hasattr(incidence, "toarray") else np.asarray(incidence)
+    table: list[list[float]] = [[float(x) for x in row] for row in dense]
+    n_links = len(table)
+    n_ent = len(table[0]) if table else dense.shape[1]
+    cap = [float(c) for c in capacity_Bps]
+    rem = list(cap)
+    rate = [math.inf] * n_ent
+    active = {e for e in range(n_ent) if any(table[link][e] > 0 for link in range(n_links))}
+    level = 0.0
+    while active:
+        weights = [sum(table[link][e] for e in active) for link in range(n_links)]
+        loaded = [link for link in range(n_links) if weights[link] > 0]
+        shares = {link: rem[link] / weights[link] for link in loaded}
+        delta = max(min(shares.values()), 0.0)
+        level += delta
+        saturated = []
+        for link in loaded:
+            rem[link] -= delta * weights[link]
+            if shares[link] <= delta * (1 + rtol) or rem[link] <= rtol * cap[link]:
+                saturated.append(link)
+        for link in saturated:
+            rem[link] = 0.0
+            for e in list(active):
+                if table[link][e] > 0:
+                    rate[e] = level
+                    active.discard(e)
+    return np.asarray(rate, dtype=np.float64)

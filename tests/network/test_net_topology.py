@@ -1,0 +1,177 @@
+"""Topology builders, snake placement, dimension-order routing and link state."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from clustersim import catalog
+from clustersim.errors import PartitionError, ScenarioError
+from clustersim.network.builders import snake_coords, torus_path
+from clustersim.network.topology import (
+    EFA_NODE,
+    Topology,
+    build_topology,
+    chip_node,
+    topology_names,
+)
+
+
+def torus_neighbours(a: tuple[int, int], b: tuple[int, int], dims: tuple[int, int]) -> bool:
+    dx = (a[0] - b[0]) % dims[0]
+    dy = (a[1] - b[1]) % dims[1]
+    return (dx in (1, dims[0] - 1) and dy == 0) or (dy in (1, dims[1] - 1) and dx == 0)
+
+
+@pytest.mark.parametrize("dims", [(4, 4), (4, 2), (3, 2), (2, 4), (8, 4)])
+def test_snake_is_a_hamiltonian_cycle(dims: tuple[int, int]) -> None:
+    coords = snake_coords(dims)
+    assert sorted(coords) == sorted(itertools.product(range(dims[0]), range(dims[1])))
+    for a, b in itertools.pairwise([*coords, coords[0]]):
+        assert torus_neighbours(a, b, dims), (a, b)
+
+
+def test_torus_path_is_dimension_ordered_shortest_and_ties_go_positive() -> None:
+    dims = (4, 4)
+    assert torus_path((0, 0), (3, 0), dims) == [(0, 0), (3, 0)]  # wrap-around
+    assert torus_path((0, 0), (2, 0), dims) == [(0, 0), (1, 0), (2, 0)]  # tie: positive
+    assert torus_path((1, 1), (3, 0), dims) == [(1, 1), (2, 1), (3, 1), (3, 0)]  # x then y
+    assert torus_path((2, 2), (2, 2), dims) == [(2, 2)]
+
+
+def test_trn2_torus_from_the_catalog(specs: Any) -> None:
+    inst, chip = catalog.instance("trn2.48xlarge"), catalog.chip("trn2")
+    topo = build_topology(inst, chip, 1)
+    assert topo.n_chips == 16
+    assert topo.n_links == 16 + 16 * 4  # local links, then 4 neighbours per chip
+    eff = chip.calibration.link_efficiency
+    one_hop = topo.route(0, 1)
+    assert len(one_hop) == 1
+    assert topo.capacity_Bps[one_hop[0]] == pytest.approx(inst.fabric.link_bw_Bps * eff)
+    assert topo.route_latency_s(one_hop) == pytest.approx(inst.fabric.link_latency_s)
+    # The snake makes every consecutive pair, and the last chip and chip 0, neighbours.
+    for c in range(16):
+        assert len(topo.route(c, (c + 1) % 16)) == 1
+    assert topo.names[one_hop[0]] == "chip0->chip1"
+
+    two = build_topology(inst, chip, 2)
+    assert two.n_links == 2 * 80 + 2 * 32
+    cross = two.route(3, 16 + 5)
+    assert [two.endpoints(link) for link in cross] == [
+        (chip_node(3), EFA_NODE),
+        (EFA_NODE, chip_node(21)),
+    ]
+    assert two.capacity_Bps[cross[0]] == pytest.approx(inst.efa.bandwidth_Bps / 16 * eff)
+    assert two.route_latency_s(cross) == pytest.approx(inst.efa.latency_s)
+
+
+def test_every_catalog_instance_builds() -> None:
+    for name in catalog.names("instances"):
+        inst = catalog.instance(name)
+        topo = build_topology(inst, catalog.chip(inst.chip), 2)
+        for a, b in [(0, 1), (1, 0), (0, inst.chips), (inst.chips - 1, 2 * inst.chips - 1)]:
+            assert topo.route(a, b)
+
+
+def test_route_to_self_is_the_local_link(specs: Any) -> None:
+    topo = build_topology(specs.instance(), specs.chip(), 1)
+    (local,) = topo.route(5, 5)
+    assert local == topo.local_link(5)
+    assert topo.capacity_Bps[local] == specs.dma_Bps
+    assert topo.latency_s[local] == 0.0
+
+
+def test_routes_follow_torus_placement_and_are_cached(specs: Any) -> None:
+    topo = build_topology(specs.instance(), specs.chip(), 1)
+    coords = snake_coords((4, 4))
+    local_of = {c: i for i, c in enumerate(coords)}
+    for src, dst in itertools.product(range(16), repeat=2):
+        if src == dst:
+            continue
+        route = topo.route(src, dst)
+        nodes = [chip_node(local_of[c]) for c in torus_path(coords[src], coords[dst], (4, 4))]
+        assert [topo.endpoints(link) for link in route] == list(itertools.pairwise(nodes))
+        assert topo.route(src, dst) is route
+
+
+def test_switch_builder(specs: Any) -> None:
+    inst = specs.instance("switch", dims=(), chips=8)
+    topo = build_topology(inst, specs.chip(link_efficiency=0.5), 3)
+    route = topo.route(2, 7)
+    assert [topo.endpoints(link) for link in route] == [
+        (chip_node(2), ("switch", 0)),
+        (("switch", 0), chip_node(7)),
+    ]
+    assert topo.route_latency_s(route) == pytest.approx(specs.link_latency_s)
+    assert topo.capacity_Bps[route[0]] == pytest.approx(specs.link_Bps * 0.5)
+    assert len(topo.route(2, 9)) == 2  # through EFA
+    assert topo.n_links == 24 + 3 * 16 + 24 * 2
+
+
+def test_unknown_topology_lists_the_valid_names(specs: Any) -> None:
+    with pytest.raises(ScenarioError) as info:
+        build_topology(specs.instance("hypercube"), specs.chip(), 1)
+    message = str(info.value)
+    assert "cluster.instance.fabric.topology" in message
+    assert "hypercube" in message
+    for name in topology_names():
+        assert name in message
+    assert {"switch", "torus2d"} <= set(topology_names())
+
+
+def test_bad_torus_dims(specs: Any) -> None:
+    with pytest.raises(ScenarioError, match="dims"):
+        build_topology(specs.instance(dims=(4, 2)), specs.chip(), 1)
+
+
+def test_lanes_scale_capacity_and_down_links_are_routed_around(specs: Any) -> None:
+    topo = build_topology(specs.instance(lanes=4), specs.chip(), 1)
+    (link,) = topo.route(0, 1)
+    version = topo.version
+    topo.set_lanes_up(link, 3)
+    assert topo.state(link) == "degraded"
+    assert topo.capacity_Bps[link] == pytest.approx(0.75 * specs.link_Bps)
+    assert topo.graph.edges[topo.endpoints(link)]["state"] == "degraded"
+    assert topo.route(0, 1) == (link,)  # a degraded link still carries traffic
+    topo.set_link_state(link, "down")
+    assert topo.version > version
+    assert topo.capacity_Bps[link] == 0.0
+    detour = topo.route(0, 1)
+    assert link not in detour
+    assert len(detour) == 3
+    topo.set_link_state(link, "up")
+    assert topo.route(0, 1) == (link,)
+
+
+def test_cut_graph_raises_partition_error_naming_both_chips() -> None:
+    topo = Topology("pair", chips_per_instance=3, local_bw_Bps=1e9)
+    ab = topo.add_link(
+        chip_node(0), chip_node(1), capacity_Bps=1e9, latency_s=1e-6, kind="neuronlink"
+    )
+    topo.add_link(chip_node(1), chip_node(0), capacity_Bps=1e9, latency_s=1e-6, kind="neuronlink")
+    assert topo.route(0, 1) == (ab,)
+    with pytest.raises(PartitionError, match=r"chip 0 cannot reach chip 2"):
+        topo.route(0, 2)
+    topo.set_link_state(ab, "down")
+    with pytest.raises(PartitionError, match=r"chip 0 cannot reach chip 1"):
+        topo.route(0, 1)
+
+
+def test_bulk_routes_agree_with_single_routes(specs: Any) -> None:
+    topo = build_topology(specs.instance(), specs.chip(), 3)
+    pairs = [(s, d) for s in range(0, 48, 5) for d in range(0, 48, 3)]
+
+    def one_by_one() -> tuple[list[int], list[float]]:
+        routes = [topo.route(s, d) for s, d in pairs]
+        links = sorted(link for r in routes for link in r)
+        return links, sorted(topo.route_latency_s(r) for r in routes)
+
+    for _ in range(2):  # with the scale-out fast path, then with a link down
+        flat, latency = topo.routes(pairs)
+        links, latencies = one_by_one()
+        assert sorted(flat.tolist()) == links
+        assert sorted(latency.tolist()) == pytest.approx(latencies)
+        topo.set_link_state(topo.route(5, 20)[0], "down")
+    assert len(topo.route(5, 20)) == 3  # via a torus neighbour's EFA link
