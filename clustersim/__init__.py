@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from clustersim.errors import ClusterSimError, PartitionError, ScenarioError  # noqa: E402
+from clustersim.errors import ClusterSimError, PartitionError, ScenarioError
 
 if TYPE_CHECKING:
     from clustersim.scenario import Resolved, load_scenario

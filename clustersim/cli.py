@@ -106,9 +106,13 @@ class _LazyProgress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                TimeElapsedColumn(), console=self.console, transient=True,
-            )  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.percentage:>3.0f}%"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=1.0)
         self._bar.update(self._task, completed=min(fraction, 1.0))
@@ -139,7 +143,9 @@ def _run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # The summary is written last: its presence marks a complete result directory.
     (out / "summary.json").unlink(missing_ok=True)
-    atomic_write_text(out / "resolved_scenario.yaml", yaml.safe_dump(res.as_dict(), sort_keys=False))
+    atomic_write_text(
+        out / "resolved_scenario.yaml", yaml.safe_dump(res.as_dict(), sort_keys=False)
+    )
     if sc.output.trace:
         write_parquet(out / "trace.parquet", result.trace_frame())
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
@@ -151,27 +157,30 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _summary_table(s: dict[str, Any], out: Path) -> Table:
-    lay = s["layout"]
-    t = Table(title=f"{s['scenario']}: {s['chips']} x {s['chip']} ({s['instances']} x {s['instance']})",
-              show_header=False, title_justify="left")  # fmt: skip
+    lay, mem, cost, step = s["layout"], s["memory_gib_per_chip"], s["cost"], s["step_time_s"]
+    title = f"{s['scenario']}: {s['chips']} x {s['chip']} ({s['instances']} x {s['instance']})"
+    t = Table(title=title, show_header=False, title_justify="left")
     t.add_column("metric", style="bold")
     t.add_column("value", justify="right")
     t.add_column("note")
-    t.add_row("model", s["model"], f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} cp {lay['cp']}, "
-              f"{lay['microbatches']} microbatches, {lay['schedule']}, recompute {lay['recompute']}")  # fmt: skip
-    t.add_row("step time", f"{s['step_time_s']:.3f} s", f"{s['tokens_per_step']:,} tokens per step")
+    layout = (
+        f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} cp {lay['cp']}, "
+        f"{lay['microbatches']} microbatches, {lay['schedule']}, recompute {lay['recompute']}"
+    )
+    t.add_row("model", s["model"], layout)
+    t.add_row("step time", f"{step:.3f} s", f"{s['tokens_per_step']:,} tokens per step")
     t.add_row("throughput", f"{s['tokens_per_s']:,.0f} tok/s", f"{s['sequences_per_s']:.2f} seq/s")
     t.add_row("MFU", f"{s['mfu']:.1%}", f"HFU {s['hfu']:.1%} (counts recompute)")
-    step = s["step_time_s"]
     for part, secs in s["breakdown_s"].items():
         t.add_row(f"  {part.replace('_', ' ')}", f"{secs:.3f} s", f"{secs / step:.1%} of step")
-    mem = s["memory_gib_per_chip"]
-    t.add_row("memory per chip", f"{mem['total']:.1f} GiB", f"of {mem['capacity']:.0f} GiB: weights "
-              f"{mem['weights']:.1f}, grads {mem['grads']:.1f}, optimizer {mem['optimizer']:.1f}, "
-              f"activations {mem['activations']:.1f}")  # fmt: skip
-    c = s["cost"]
-    t.add_row("cost", f"${c['usd_per_million_tokens']:.3f} /M tok", f"${c['usd_per_hour']:,.2f}/h {c['pricing']}")
-    t.add_row("simulated in", f"{s['wall_s']:.2f} s", f"{s['events']:,} events, {s['events_per_s']:,.0f}/s")
+    parts = ", ".join(f"{k} {mem[k]:.1f}" for k in ("weights", "grads", "optimizer", "activations"))
+    t.add_row(
+        "memory per chip", f"{mem['total']:.1f} GiB", f"of {mem['capacity']:.0f} GiB: {parts}"
+    )
+    per_m = f"${cost['usd_per_million_tokens']:.3f} /M tok"
+    t.add_row("cost", per_m, f"${cost['usd_per_hour']:,.2f}/h {cost['pricing']}")
+    events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
+    t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
     t.add_row("written to", str(out), "")
     return t
 
@@ -187,10 +196,14 @@ def _check(args: argparse.Namespace) -> int:
     pl = plan(res, check_memory=False)
     lay = pl.layout
     con = Console()
-    con.print(f"[bold]{res.scenario.name}[/]: {res.scenario.cluster.count} x {res.instance.name} = "
-              f"{res.chips} {res.chip.name} chips, lnc {res.lnc}: {res.ranks_per_chip} ranks per chip, "
-              f"{res.ranks} ranks")  # fmt: skip
-    con.print(f"layout: tp {lay.tp} x cp {lay.cp} x dp {lay.dp} x pp {lay.pp}; model {res.model.name}")
+    cluster = (
+        f"{res.scenario.cluster.count} x {res.instance.name} = {res.chips} {res.chip.name} chips"
+    )
+    ranks = f"lnc {res.lnc}: {res.ranks_per_chip} ranks per chip, {res.ranks} ranks"
+    con.print(f"[bold]{res.scenario.name}[/]: {cluster}, {ranks}")
+    con.print(
+        f"layout: tp {lay.tp} x cp {lay.cp} x dp {lay.dp} x pp {lay.pp}; model {res.model.name}"
+    )
     place = Table(title="rank placement (first groups)", title_justify="left")
     for col in ("group", "ranks", "chips"):
         place.add_column(col)

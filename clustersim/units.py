@@ -57,7 +57,9 @@ def _split(value: object, kind: str) -> tuple[float, str]:
             raise UnitError(f"cannot read {value!r} as a {kind}")
         number, unit = float(match["num"]), match["unit"]
     else:
-        raise UnitError(f"expected a {kind} (number or string with unit), not {type(value).__name__}")
+        raise UnitError(
+            f"expected a {kind} (number or string with unit), not {type(value).__name__}"
+        )
     if not math.isfinite(number):
         raise UnitError(f"a {kind} must be finite")
     return number, unit

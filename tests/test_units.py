@@ -41,7 +41,14 @@ def test_bandwidth(text: object, expected: float) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("30min", 1800.0), ("1.5us", 1.5e-6), ("2ms", 2e-3), ("54d", 54 * 86400.0), (3, 3.0), ("1h", 3600.0)],
+    [
+        ("30min", 1800.0),
+        ("1.5us", 1.5e-6),
+        ("2ms", 2e-3),
+        ("54d", 54 * 86400.0),
+        (3, 3.0),
+        ("1h", 3600.0),
+    ],
 )
 def test_duration(text: object, expected: float) -> None:
     assert units.parse_duration(text) == pytest.approx(expected)

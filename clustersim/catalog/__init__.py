@@ -32,7 +32,11 @@ __all__ = [
 
 Kind = Literal["chips", "instances", "models"]
 KINDS: tuple[Kind, ...] = ("chips", "instances", "models")
-_SPEC: dict[str, type[BaseModel]] = {"chips": ChipSpec, "instances": InstanceSpec, "models": ModelSpec}
+_SPEC: dict[str, type[BaseModel]] = {
+    "chips": ChipSpec,
+    "instances": InstanceSpec,
+    "models": ModelSpec,
+}
 S = TypeVar("S", bound=BaseModel)
 
 
@@ -123,7 +127,9 @@ def _resolve(kind: Kind, name: str, overrides: dict[str, Any] | None, path: str)
     if name not in table:
         close = difflib.get_close_matches(name, list(table), n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise CatalogError(path, name, f"unknown {kind[:-1]}; {hint}valid: {', '.join(sorted(table))}")
+        raise CatalogError(
+            path, name, f"unknown {kind[:-1]}; {hint}valid: {', '.join(sorted(table))}"
+        )
     data = deep_merge({"name": name, **table[name]}, overrides or {})
     try:
         return _SPEC[kind].model_validate(data)
@@ -131,7 +137,9 @@ def _resolve(kind: Kind, name: str, overrides: dict[str, Any] | None, path: str)
         raise pydantic_error(exc, path if overrides else f"catalog.{kind}.{name}") from None
 
 
-def chip(name: str, overrides: dict[str, Any] | None = None, path: str = "cluster.chip") -> ChipSpec:
+def chip(
+    name: str, overrides: dict[str, Any] | None = None, path: str = "cluster.chip"
+) -> ChipSpec:
     spec: ChipSpec = _resolve("chips", name, overrides, path)
     return spec
 

@@ -25,8 +25,8 @@ __all__ = [
     "EfaSpec",
     "FabricSpec",
     "InstanceSpec",
-    "ModelSpec",
     "MoESpec",
+    "ModelSpec",
     "Power",
     "Prices",
     "Strict",
@@ -134,7 +134,9 @@ class ChipSpec(Strict):
     @model_validator(mode="after")
     def _lnc_consistent(self) -> ChipSpec:
         if self.lnc_default not in self.lnc_options:
-            raise ValueError(f"lnc_default {self.lnc_default} not in lnc_options {self.lnc_options}")
+            raise ValueError(
+                f"lnc_default {self.lnc_default} not in lnc_options {self.lnc_options}"
+            )
         for lnc in self.lnc_options:
             if self.cores % lnc:
                 raise ValueError(f"lnc {lnc} does not divide {self.cores} cores")

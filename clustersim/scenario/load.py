@@ -48,7 +48,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 
 _UniqueKeyLoader.add_constructor(
     yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,  # type: ignore[arg-type]
+    _construct_mapping,
 )
 
 
@@ -57,7 +57,7 @@ def parse_yaml(text: str, source: str = "<scenario>") -> Any:
     if len(text) > MAX_YAML_BYTES:
         raise ScenarioError(source, MISSING, f"larger than {MAX_YAML_BYTES // 2**20} MiB")
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
@@ -162,11 +162,12 @@ _TOP_KEYS = tuple(Scenario.model_fields)
 
 def resolve(data: dict[str, Any]) -> Resolved:
     """Validate a raw scenario mapping and resolve its catalog references."""
-    for key in data:
+    for key, value in data.items():
         if not isinstance(key, str) or key not in _TOP_KEYS:
             close = difflib.get_close_matches(str(key), _TOP_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(_TOP_KEYS)}"
-            raise ScenarioError(str(key), data[key], f"unknown key{hint}")
+            valid = ", ".join(_TOP_KEYS)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {valid}"
+            raise ScenarioError(str(key), value, f"unknown key{hint}")
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

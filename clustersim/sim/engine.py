@@ -120,6 +120,17 @@ def compile_program(program: Program, chip: ChipModel) -> CompiledProgram:
     )
 
 
+def _succeed(event: simpy.Event) -> None:
+    event.succeed()
+
+
+def _record_end(ends: np.ndarray, index: int, env: simpy.Environment) -> Callable[[Any], None]:
+    def record(_event: Any) -> None:
+        ends[index] = env.now
+
+    return record
+
+
 @dataclass(slots=True)
 class RankTimes:
     """Where one rank's time went, summed over the simulated steps."""
@@ -188,7 +199,7 @@ class StepSim:
             del self._pending[key]
             done = self.network.collective(ins.collective, ranks, ins.nbytes)
             shared: simpy.Event = slot[1]
-            done.callbacks.append(lambda _ev: shared.succeed())
+            done.callbacks.append(lambda _ev: _succeed(shared))
         event: simpy.Event = slot[1]
         return event
 
@@ -207,7 +218,7 @@ class StepSim:
         slot.sent_at = self.env.now
         done = self.network.send(rank, dst, ins.nbytes)
         target = slot.event
-        done.callbacks.append(lambda _ev: target.succeed())
+        done.callbacks.append(lambda _ev: _succeed(target))
 
     # -- processes -----------------------------------------------------------------
 
@@ -222,7 +233,7 @@ class StepSim:
         stage, last = self.layout.stage(rank), self.layout.pp - 1
         peer = {d: self._peer(rank, d) for d in (-1, 1) if 0 <= stage + d <= last}
         seq = dict.fromkeys(groups, 0)
-        COMPUTE, COLLECTIVE, ASYNC, WAIT, SEND, RECV = (  # noqa: N806 - local aliases of enum members
+        COMPUTE, COLLECTIVE, ASYNC, WAIT, SEND, RECV = (
             Kind.COMPUTE, Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC, Kind.SEND,
             Kind.RECV,
         )  # fmt: skip
@@ -237,12 +248,12 @@ class StepSim:
                     yield env.timeout(total_s)
                     continue
                 assert ins is not None
-                if kind == COLLECTIVE or kind == ASYNC:
+                if kind in (COLLECTIVE, ASYNC):
                     group = ins.group
                     ev = self._collective(groups[group], seq[group], ins)
                     seq[group] += 1
                     if kind == ASYNC:
-                        ev.callbacks.append(lambda _e, k=base + j: seg_end.__setitem__(k, env.now))
+                        ev.callbacks.append(_record_end(seg_end, base + j, env))
                         pending.append(ev)
                         continue
                     yield ev
@@ -293,7 +304,7 @@ class StepSim:
             self.env.process(self.rank_process(rank))
         self.env.run()
         if len(self.step_ends) != self.steps:
-            stuck = [k for k in self._pending] + [k for k in self._mail]
+            stuck = [*self._pending, *self._mail]
             raise RuntimeError(f"simulation deadlocked; waiting on {stuck[:3]}")
         return time.perf_counter() - t0
 

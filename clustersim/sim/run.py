@@ -23,6 +23,7 @@ from clustersim.workload import (
     check_fits,
     make_layout,
     memory_per_rank,
+    microbatches,
     model_flops_per_step,
     validate,
 )
@@ -123,7 +124,9 @@ def summarise(
     recompute_flops = sum(c.recompute_flops for c in compiled) * ranks_per_stage
     # HFU counts recomputation on top of the PaLM model FLOPs: scale MFU by the ratio
     # of executed FLOPs with and without the recomputed ops.
-    recompute_factor = hw_flops / (hw_flops - recompute_flops) if hw_flops > recompute_flops else 1.0
+    recompute_factor = (
+        hw_flops / (hw_flops - recompute_flops) if hw_flops > recompute_flops else 1.0
+    )
     # Average the per-rank accounting; "other" is what is left of the step (waiting at
     # the end-of-step barrier for slower ranks), so the parts add up to the step time.
     n = layout.ranks * steps
@@ -147,12 +150,16 @@ def summarise(
         "chips": res.chips,
         "ranks": res.ranks,
         "layout": {
-            "tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp,
-            "microbatches": sc.training.global_batch_size
-            // (layout.dp * sc.parallelism.microbatch_size),
-            "schedule": sc.parallelism.schedule, "recompute": sc.parallelism.recompute,
-            "zero": sc.parallelism.zero, "lnc": res.lnc,
-        },  # fmt: skip
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "dp": layout.dp,
+            "cp": layout.cp,
+            "microbatches": microbatches(sc.parallelism, sc.training, layout),
+            "schedule": sc.parallelism.schedule,
+            "recompute": sc.parallelism.recompute,
+            "zero": sc.parallelism.zero,
+            "lnc": res.lnc,
+        },
         "step_time_s": step_s,
         "tokens_per_step": tokens,
         "tokens_per_s": tokens_per_s,

@@ -44,15 +44,17 @@ def trace_frame(result: Result) -> pd.DataFrame:
     ranks = range(layout.ranks)
     starts, ends = [], []
     for r in ranks:
-        op_start, op_end = result.compiled[layout.stage(r)].op_times(sim.seg_start[r], sim.seg_end[r])
+        op_start, op_end = result.compiled[layout.stage(r)].op_times(
+            sim.seg_start[r], sim.seg_end[r]
+        )
         starts.append(op_start)
         ends.append(op_end)
     return build_frame(
-        stages,
-        [layout.stage(r) for r in ranks],
-        [layout.chip_of(r) for r in ranks],
-        [(r % result.plan.resolved.ranks_per_chip) * lnc for r in ranks],
-        starts,
-        ends,
-        result.plan.resolved.scenario.training.steps,
+        stages=stages,
+        rank_stage=[layout.stage(r) for r in ranks],
+        rank_chip=[layout.chip_of(r) for r in ranks],
+        rank_core=[(r % result.plan.resolved.ranks_per_chip) * lnc for r in ranks],
+        starts=starts,
+        ends=ends,
+        steps=result.plan.resolved.scenario.training.steps,
     )

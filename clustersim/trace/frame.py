@@ -35,6 +35,7 @@ class StageColumns:
 
 
 def build_frame(
+    *,
     stages: Sequence[StageColumns],
     rank_stage: Sequence[int],
     rank_chip: Sequence[int],
@@ -45,7 +46,7 @@ def build_frame(
 ) -> pd.DataFrame:
     """One row per executed instruction of every rank and step, sorted by rank then time."""
     parts: list[pd.DataFrame] = []
-    cat_cache: dict[int, dict[str, pd.Categorical]] = {}
+    cat_cache: dict[int, dict[str, pd.Categorical[str]]] = {}
     for rank, stage in enumerate(rank_stage):
         cols = stages[stage]
         n = len(cols.op)
@@ -54,9 +55,9 @@ def build_frame(
         cats = cat_cache.get(stage)
         if cats is None:
             cats = {
-                "resource": pd.Categorical(cols.resource),
-                "op": pd.Categorical(cols.op),
-                "phase": pd.Categorical(cols.phase),
+                "resource": pd.Categorical(list(cols.resource)),
+                "op": pd.Categorical(list(cols.op)),
+                "phase": pd.Categorical(list(cols.phase)),
             }
             cat_cache[stage] = cats
         reps = len(starts[rank]) // n
@@ -86,6 +87,6 @@ def build_frame(
     return out
 
 
-def _tile(cat: pd.Categorical, reps: int) -> pd.Categorical:
+def _tile(cat: pd.Categorical[str], reps: int) -> pd.Categorical[str]:
     codes = np.tile(cat.codes, reps)
     return pd.Categorical.from_codes(codes, categories=cat.categories)

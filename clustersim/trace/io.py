@@ -41,7 +41,10 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    atomic_write(path, lambda tmp: tmp.write_bytes(data))
+    def write(tmp: Path) -> None:
+        tmp.write_bytes(data)
+
+    atomic_write(path, write)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
