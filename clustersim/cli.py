@@ -209,6 +209,8 @@ def _check(args: argparse.Namespace) -> int:
         place.add_column(col)
     for name in ("tp", "cp", "dp", "pp"):
         groups = lay.groups(name)
+        if len(groups[0]) == 1:
+            continue
         for g in groups[:2]:
             chips = sorted({lay.chip_of(r) for r in g})
             place.add_row(f"{name} ({len(groups)} groups)", _span(g), _span(chips))
