@@ -282,7 +282,12 @@ class StepSim:
             acc.compute_s += compiled.compute_s
             acc.optimizer_s += compiled.optimizer_s
             self.ops += len(compiled.program.instrs)
+            t_done = env.now
             yield self._arrive_barrier()
+            # With a pipeline, the wait for the other stages to drain is bubble too:
+            # the last stage finishes its backwards (pp - 1) slots before the first.
+            if self.layout.pp > 1:
+                bubble += env.now - t_done
             if report is not None:
                 report((step + 1) / self.steps)
         acc.exposed_comm_s, acc.bubble_s = exposed, bubble

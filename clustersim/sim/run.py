@@ -16,6 +16,7 @@ from clustersim.network import Network
 from clustersim.network.topology import build_topology
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
+from clustersim.sim.guard import Limits, check_work
 from clustersim.workload import (
     Layout,
     MemoryBreakdown,
@@ -63,11 +64,17 @@ class Plan:
         }
 
 
-def plan(res: Resolved, *, check_memory: bool = True) -> Plan:
-    """Validate the layout against the model and cluster, and build the programs."""
+def plan(res: Resolved, *, check_memory: bool = True, limits: Limits | None = None) -> Plan:
+    """Validate the layout against the model and cluster, and build the programs.
+
+    With ``limits``, a run whose estimated events or memory exceed them is refused
+    before the programs are built.
+    """
     sc = res.scenario
     layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
     validate(res.model, sc.parallelism, sc.training, layout)
+    if limits is not None:
+        check_work(res, layout.dp, limits)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
         check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)
@@ -93,11 +100,18 @@ class Result:
 
 
 def simulate(
-    res: Resolved, *, progress: Callable[[float], None] | None = None, record: bool = True
+    res: Resolved,
+    *,
+    progress: Callable[[float], None] | None = None,
+    record: bool = True,
+    limits: Limits | None = None,
 ) -> Result:
-    """Simulate ``training.steps`` steps of the scenario and summarise them."""
+    """Simulate ``training.steps`` steps of the scenario and summarise them.
+
+    ``limits`` bounds the work (default ``Limits()``): bigger runs are refused.
+    """
     t_wall = time.perf_counter()
-    pl = plan(res)
+    pl = plan(res, limits=limits or Limits())
     sc = res.scenario
     env = simpy.Environment()
     topology = build_topology(res.instance, res.chip, sc.cluster.count)
