@@ -10,13 +10,15 @@ from __future__ import annotations
 import difflib
 from functools import cache
 from importlib import resources
-from typing import Any, Literal, TypeVar
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
-from clustersim.errors import CatalogError, ScenarioError
+from clustersim.errors import MISSING, CatalogError, ScenarioError
 
 __all__ = [
     "KINDS",
@@ -66,23 +68,97 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def pydantic_error(exc: ValidationError, prefix: str) -> ScenarioError:
-    """Turn the first pydantic error into a ``ScenarioError`` with a dotted key path."""
-    err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"]]
-    path = ".".join([prefix, *loc] if prefix else loc)
+    """Turn pydantic's most useful error into a ``ScenarioError`` with a dotted key path.
+
+    For a union (``model: str | mapping``) pydantic reports one error per member,
+    with the member's type as an extra ``loc`` entry; the deepest one is reported
+    (it got furthest into the input), the type entry is dropped from the path, and
+    members that failed alike are named together ("a valid string or a valid
+    dictionary").
+    """
+    errors = exc.errors(include_url=False)
+    err, alternatives = _pick(exc.title, errors)
+    loc = list(err["loc"])
+    value = err.get("input", MISSING)
     problem = err["msg"]
-    value = err.get("input")
+    if err["type"] == "missing":
+        value, problem = MISSING, "required key is missing"
+    elif loc and loc[-1] == "[key]":  # a mapping key of the wrong type
+        loc, problem = loc[:-1], "keys must be strings"
+    elif alternatives:
+        problem = " or ".join(
+            [problem, *(a.removeprefix("Input should be ") for a in alternatives)]
+        )
+    parts = [_part(p) for p in loc]
+    path = ".".join([prefix, *parts] if prefix else parts)
     if err["type"] == "extra_forbidden":
         problem = "unknown key"
-        valid = _valid_keys(exc.title, loc[:-1])
-        close = difflib.get_close_matches(loc[-1], valid, n=1)
+        valid = _valid_keys(exc.title, [str(p) for p in loc[:-1]])
+        close = difflib.get_close_matches(parts[-1][:200], valid, n=1)
         if close:
             problem += f"; did you mean {close[0]!r}?"
         elif valid:
             problem += f"; valid keys: {', '.join(valid)}"
-    if problem.startswith("Value error, "):
-        problem = problem[len("Value error, ") :]
-    return ScenarioError(path, value, problem)
+    for noise in ("Value error, ", "Assertion failed, "):
+        problem = problem.removeprefix(noise)
+    return ScenarioError(path, value, " ".join(problem.split()))
+
+
+def _pick(title: str, errors: list[ErrorDetails]) -> tuple[ErrorDetails, list[str]]:
+    """The error to report, with union tags removed from its ``loc``, and the messages
+    of the other union members that failed at the same place."""
+    stripped = [_strip_union_tags(title, e["loc"]) for e in errors]
+    first_loc, first_at = stripped[0]
+    if first_at is None:
+        return {**errors[0], "loc": first_loc}, []
+    group = [
+        (err, loc)
+        for err, (loc, at) in zip(errors, stripped, strict=True)
+        if at == first_at and loc[:first_at] == first_loc[:first_at]
+    ]
+    best, best_loc = max(group, key=lambda pair: len(pair[1]))  # the first of the deepest
+    others = [e["msg"] for e, loc in group if loc == best_loc and e["msg"] != best["msg"]]
+    return {**best, "loc": best_loc}, list(dict.fromkeys(others))
+
+
+def _strip_union_tags(title: str, loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], int | None]:
+    """``loc`` without the entries that name a union member, and where the first was.
+
+    Follows ``loc`` through the registered models: after a field whose type is a
+    union (``str | dict[str, Any]``; ``X | None`` is not one for pydantic), the next
+    entry is the member's type, not a key.
+    """
+    cls: Any = _MODELS.get(title)
+    out: list[Any] = []
+    first: int | None = None
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        out.append(part)
+        i += 1
+        field = cls.model_fields.get(part) if cls is not None and isinstance(part, str) else None
+        if field is None:
+            cls = None
+            continue
+        members = [a for a in get_args(field.annotation) if a is not type(None)]
+        if _is_union(field.annotation) and len(members) > 1 and i < len(loc):
+            first = len(out) if first is None else first
+            tag = loc[i]
+            i += 1
+            cls = next((m for m in members if getattr(m, "__name__", None) == tag), None)
+        else:
+            cls = _model_of(field.annotation)
+    return tuple(out), first
+
+
+def _is_union(annotation: Any) -> bool:
+    return get_origin(annotation) in (Union, UnionType)
+
+
+def _part(key: Any) -> str:
+    """A key as printed in a dotted path: itself if printable, else its repr."""
+    text = key if isinstance(key, str) else str(key)
+    return text if text.isprintable() else repr(text)
 
 
 _MODELS: dict[str, type[BaseModel]] = {}

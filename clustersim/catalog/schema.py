@@ -167,11 +167,24 @@ class UltraServerSpec(Strict):
 
 
 class EfaSpec(Strict):
-    """Scale-out network of one instance: total NIC bandwidth and one-way latency."""
+    """Scale-out network of one instance: total NIC bandwidth and one-way latency.
+
+    ``fabric`` names the registered scale-out fabric that joins the scale-up
+    domains (``nonblocking``, ``fat_tree``/``clos``, ``rail``; see
+    ``clustersim.network.fabrics``). The switched fabrics read ``tiers`` (switch
+    tiers, leaves included), ``radix`` (ports per switch) and ``oversubscription``
+    (a leaf's chip bandwidth over its uplink bandwidth). The defaults, a
+    non-blocking two-tier fabric of 64-port switches, are modelling choices, not
+    published AWS figures.
+    """
 
     bandwidth_Bps: Bandwidth
     latency_s: Duration
     nics: int = Field(default=1, ge=1)
+    fabric: str = "nonblocking"
+    tiers: int = Field(default=2, ge=1, le=6)
+    radix: int = Field(default=64, ge=2, le=4096)
+    oversubscription: float = Field(default=1.0, gt=0, le=1024, allow_inf_nan=False)
 
 
 class Prices(Strict):

@@ -8,6 +8,9 @@ of a :class:`~.topology.Topology` among all transfers in flight.
     env = simpy.Environment()
     net = Network(env, build_topology(instance, chip, count=2), rank_chip)
     done = net.collective("all_reduce", ranks=range(32), nbytes=64e6)
+
+Collective algorithms live in :mod:`.algorithms` (registry: :mod:`.collectives`);
+:mod:`.microbench` times one collective like nccl-tests.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ import math
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import simpy
+from numpy.typing import ArrayLike, NDArray
 
+import clustersim.network.algorithms  # noqa: F401  (registers the shipped collective algorithms)
 from clustersim.errors import SimulationError
 from clustersim.network import builders  # noqa: F401  (registers the shipped topologies)
 from clustersim.network.collectives import (
@@ -26,10 +32,13 @@ from clustersim.network.collectives import (
     Step,
     algorithm,
     algorithm_names,
+    choose,
     collective_steps,
     register_algorithm,
+    resolve_algorithm,
 )
 from clustersim.network.flows import FlowGroup, FlowNetwork
+from clustersim.network.groups import GroupInfo, Placement, chip_placement, group_info
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
 from clustersim.network.topology import (
     Topology,
@@ -43,28 +52,35 @@ __all__ = [
     "Algorithm",
     "FlowGroup",
     "FlowNetwork",
+    "GroupInfo",
     "Network",
     "Step",
     "Topology",
     "algorithm",
     "algorithm_names",
     "build_topology",
+    "choose",
     "collective_steps",
+    "group_info",
     "maxmin_rates",
     "maxmin_rates_reference",
     "register_algorithm",
     "register_topology",
+    "resolve_algorithm",
     "topology_names",
 ]
 
 _Plan = tuple[tuple[FlowGroup, float, float], ...]
+_IntArray = NDArray[np.int64]
 
 
 class Network:
     """Collectives and point-to-point sends between ranks, simulated as flows.
 
     ``rank_chip[r]`` is the chip of rank ``r``. ``algorithms`` maps a collective
-    (``all_reduce``, ...) to an algorithm name; unset ops use ``auto``.
+    (``all_reduce``, ...) to an algorithm name; unset ops use ``auto``. Algorithms
+    see each group's placement (shared chips, scale-up domains, torus coordinates)
+    as a :class:`~.groups.GroupInfo` derived from the topology.
     """
 
     max_cached_plans: int = 16_384
@@ -73,7 +89,7 @@ class Network:
         self,
         env: simpy.Environment,
         topology: Topology,
-        rank_chip: Sequence[int],
+        rank_chip: Sequence[int] | ArrayLike,
         algorithms: Mapping[str, str] | None = None,
         *,
         path: str = "cluster.collectives",
@@ -81,19 +97,23 @@ class Network:
         self.env = env
         self.topology = topology
         self.flows = FlowNetwork(env, topology)
-        self.rank_chip: tuple[int, ...] = tuple(int(c) for c in rank_chip)
-        bad = [c for c in self.rank_chip if not 0 <= c < topology.n_chips]
-        if bad:
+        chips = np.asarray(rank_chip, dtype=np.int64).reshape(-1)
+        bad = chips[(chips < 0) | (chips >= topology.n_chips)]
+        if bad.size:
             raise SimulationError(
-                f"rank_chip names chips outside 0..{topology.n_chips - 1}: {bad[:8]}"
+                f"rank_chip names chips outside 0..{topology.n_chips - 1}: {bad[:8].tolist()}"
             )
+        self._chips: _IntArray = chips
+        self.rank_chip: tuple[int, ...] = tuple(chips.tolist())
         self.algorithms: dict[str, str] = dict.fromkeys(OPS, "auto")
         for op, name in (algorithms or {}).items():
             algorithm(name, op, path=path)  # validates both names
             self.algorithms[op] = name
-        self._algorithm_fns = {op: algorithm(n, op, path=path) for op, n in self.algorithms.items()}
-        self._steps: dict[tuple[str, int, float], list[Step]] = {}
-        self._plans: dict[tuple[str, tuple[int, ...], float], _Plan] = {}
+        self._steps: dict[tuple[str, str, float, GroupInfo], list[tuple[Step, _IntArray]]] = {}
+        self._placement: Placement | None = None
+        # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
+        self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
+        self._send_groups: dict[tuple[int, int, int], tuple[object, FlowGroup]] = {}
         self._plans_version = topology.version
         self.collectives_started = 0
         self.sends_started = 0
@@ -119,13 +139,24 @@ class Network:
 
     # -- operations --------------------------------------------------------------------------
 
-    def collective(self, op: str, ranks: Iterable[int], nbytes: float) -> simpy.Event:
+    def collective(
+        self,
+        op: str,
+        ranks: Iterable[int],
+        nbytes: float,
+        *,
+        replicas: ArrayLike | None = None,
+    ) -> simpy.Event:
         """Run ``op`` over ``ranks`` (in ring order) on an ``nbytes`` buffer; an event for its end.
 
+        ``replicas`` (one group per row, ``ranks`` among them, all placed alike)
+        are groups that run the same collective at the same moment: each step of
+        ``ranks``' algorithm moves their flows too, as one coflow. A folded
+        simulation passes them so the network carries every group's traffic.
         Routes are resolved now, so an unreachable member raises
         :class:`~clustersim.errors.PartitionError` at the call.
         """
-        plan = self._plan(op, tuple(ranks), float(nbytes))
+        plan = self._plan(op, tuple(int(r) for r in ranks), float(nbytes), replicas)
         self.collectives_started += 1
         if not plan:
             done = self.env.event()
@@ -135,11 +166,35 @@ class Network:
             return self.flows.transfer_group(*plan[0])
         return self.env.process(self._run(plan))
 
-    def send(self, src_rank: int, dst_rank: int, nbytes: float) -> simpy.Event:
-        """One flow of ``nbytes`` from ``src_rank`` to ``dst_rank``, after the route's latency."""
-        group = self.flows.group(((self._chip(src_rank), self._chip(dst_rank)),))
+    def send(
+        self, src_rank: int, dst_rank: int, nbytes: float, *, replicas: ArrayLike | None = None
+    ) -> simpy.Event:
+        """One flow of ``nbytes`` from ``src_rank`` to ``dst_rank``, after the route's latency.
+
+        ``replicas`` (rows of ``(src, dst)`` ranks, this pair among them) are sends
+        made at the same moment: they move together, as one coflow.
+        """
+        if replicas is None:
+            group = self.flows.group(((self._chip(src_rank), self._chip(dst_rank)),))
+        else:
+            group = self._replica_send_group(src_rank, dst_rank, replicas)
         self.sends_started += 1
         return self.flows.transfer_group(group, float(nbytes), group.latency_s)
+
+    def algorithm_for(self, op: str, ranks: Iterable[int], nbytes: float) -> str:
+        """The algorithm that runs ``op`` over ``ranks``: ``auto``'s choice, or a fallback."""
+        if op not in self.algorithms:
+            raise SimulationError(f"unknown collective {op!r}; valid: {', '.join(OPS)}")
+        group = tuple(ranks)
+        return resolve_algorithm(
+            self.algorithms[op], op, len(group), float(nbytes), self.group_info(group)
+        )
+
+    def group_info(self, ranks: Sequence[int]) -> GroupInfo:
+        """The placement of ``ranks`` as algorithms see it."""
+        if self._placement is None:
+            self._placement = chip_placement(self.topology)
+        return group_info(self.topology, [self._chip(r) for r in ranks], self._placement)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -148,41 +203,91 @@ class Network:
             raise SimulationError(f"rank {rank} is outside 0..{len(self.rank_chip) - 1}")
         return self.rank_chip[rank]
 
+    def _rows_chips(self, rows: ArrayLike, width: int, what: str) -> _IntArray:
+        """The chips of ``rows`` of ranks (a 2D array, ``width`` ranks per row)."""
+        arr = np.asarray(rows, dtype=np.int64)
+        if arr.ndim != 2 or arr.shape[1] != width or arr.shape[0] == 0:
+            raise SimulationError(f"{what} must be rows of {width} ranks (got shape {arr.shape})")
+        n = len(self.rank_chip)
+        if arr.min() < 0 or arr.max() >= n:
+            raise SimulationError(f"{what} name ranks outside 0..{n - 1}")
+        chips: _IntArray = self._chips[arr]
+        return chips
+
+    def _replica_send_group(self, src: int, dst: int, replicas: ArrayLike) -> FlowGroup:
+        self._check_version()
+        key = (src, dst, id(replicas))
+        found = self._send_groups.get(key)
+        if found is not None and found[0] is replicas:
+            return found[1]
+        chips = self._rows_chips(replicas, 2, "send replicas")
+        pairs = tuple(zip(chips[:, 0].tolist(), chips[:, 1].tolist(), strict=True))
+        group = self.flows.group(pairs)
+        if len(self._send_groups) >= self.max_cached_plans:
+            self._send_groups.clear()
+        self._send_groups[key] = (replicas, group)
+        return group
+
     def _run(self, plan: _Plan) -> Generator[simpy.Event, Any, None]:
         for group, nbytes, latency_s in plan:
             yield self.flows.transfer_group(group, nbytes, latency_s)
 
-    def _plan(self, op: str, ranks: tuple[int, ...], nbytes: float) -> _Plan:
-        if (
-            self._plans_version != self.topology.version
-            or len(self._plans) >= self.max_cached_plans
-        ):
+    def _check_version(self) -> None:
+        if self._plans_version != self.topology.version:
             self._plans.clear()
+            self._send_groups.clear()
             self._plans_version = self.topology.version
-        key = (op, ranks, nbytes)
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        fn = self._algorithm_fns.get(op)
-        if fn is None:
+
+    def _plan(
+        self, op: str, ranks: tuple[int, ...], nbytes: float, replicas: ArrayLike | None
+    ) -> _Plan:
+        self._check_version()
+        if len(self._plans) >= self.max_cached_plans:
+            self._plans.clear()
+        key = (op, ranks, nbytes, id(replicas))
+        found = self._plans.get(key)
+        if found is not None and found[0] is replicas:
+            return found[1]
+        name = self.algorithms.get(op)
+        if name is None:
             raise SimulationError(f"unknown collective {op!r}; valid: {', '.join(OPS)}")
         if not ranks:
             raise SimulationError(f"{op} over an empty group")
         if not (nbytes >= 0 and math.isfinite(nbytes)):
             raise SimulationError(f"{op}: nbytes must be finite and >= 0 (got {nbytes})")
         chips = [self._chip(r) for r in ranks]
-        p = len(ranks)
-        skey = (op, p, nbytes)
-        steps = self._steps.get(skey)
-        if steps is None:
-            steps = [] if p == 1 else fn(op, p, nbytes)
-            if len(self._steps) < self.max_cached_plans:
-                self._steps[skey] = steps
+        rows: _IntArray = (
+            np.asarray([chips], dtype=np.int64)
+            if replicas is None
+            else self._rows_chips(replicas, len(ranks), f"{op} replicas")
+        )
         out = []
-        for step in steps:
-            group = self.flows.group(tuple((chips[a], chips[b]) for a, b in step.pairs))
+        for step, pairs in self._steps_of(op, ranks, nbytes):
+            src, dst = rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()
+            group = self.flows.group(tuple(zip(src.tolist(), dst.tolist(), strict=True)))
             k = step.repeats
             out.append((group, k * step.bytes_per_flow, k * group.latency_s))
         plan = tuple(out)
-        self._plans[key] = plan
+        self._plans[key] = (replicas, plan)
         return plan
+
+    def _steps_of(
+        self, op: str, ranks: tuple[int, ...], nbytes: float
+    ) -> list[tuple[Step, _IntArray]]:
+        """The algorithm's steps for this group, each with its pairs as an array (cached)."""
+        p = len(ranks)
+        if p == 1:
+            return []
+        info = self.group_info(ranks)
+        resolved = resolve_algorithm(self.algorithms[op], op, p, nbytes, info)
+        # Groups placed alike have equal infos (relabelled ids): they share steps.
+        key = (resolved, op, nbytes, info)
+        found = self._steps.get(key)
+        if found is None:
+            found = [
+                (s, np.asarray(s.pairs, dtype=np.int64).reshape(-1, 2))
+                for s in collective_steps(op, p, nbytes, resolved, info)
+            ]
+            if len(self._steps) < self.max_cached_plans:
+                self._steps[key] = found
+        return found

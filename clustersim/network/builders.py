@@ -1,41 +1,74 @@
-"""Topology builders, registered by the name used in ``instance.fabric.topology``.
+"""Scale-up topology builders, registered by name (importing this module registers them).
+
+A builder makes the scale-up fabric of ``count`` instances: the links inside each
+scale-up *domain* and a path function for the chip pairs of a domain.
+:func:`~clustersim.network.topology.build_topology` then joins the domains by the
+scale-out fabric named in ``efa.fabric`` (:mod:`clustersim.network.fabrics`).
+
+Named by ``instance.fabric.topology`` (the domain is one instance):
 
 - ``torus2d``: a 2D torus of NeuronLink per instance (Trn1, Trn2), chips placed
   along a snake so that chip order is a Hamiltonian cycle; dimension-order routes.
 - ``switch``: one non-blocking switch per instance (NVSwitch; a Trn3 server).
 
-Every builder joins its instances by EFA (:func:`add_efa`). A new fabric (a
-3D-torus UltraServer, a Trn3 NeuronSwitch tree, a Clos or rail-optimised
-scale-out network) is one more builder composed from the pieces here:
-:func:`add_torus_links` and :func:`torus_path` work in any number of
-dimensions, and :func:`hierarchical_path` combines an intra-instance path with
-the scale-out one.
+Named by ``instance.ultraserver.topology`` (the domain is an UltraServer of
+``ultraserver.instances`` consecutive instances):
+
+- ``torus3d``: Trn2 UltraServer. Each instance is a 2D torus in the (x, y) plane
+  with ``fabric`` links; chips at the same (x, y) in the UltraServer's instances
+  form a Z ring of ``ultraserver`` links: a 4x4x4 torus. Dimension-order routes,
+  x then y then z.
+- ``neuronswitch``: Trn3 Gen2 UltraServer. A NeuronSwitch per server (chips
+  attach with ``fabric`` links) and :data:`NEURONSWITCH_SPINES` second-level
+  switches that join the servers of the UltraServer. Each server switch has one
+  link to each spine of ``chips x ultraserver.link_bw_Bps / spines``, so a chip's
+  bandwidth across servers equals its NeuronLink bandwidth
+  (``ultraserver.link_bw_Bps``) and the tier is non-blocking. Pairs in different
+  servers take one spine, chosen like ECMP (destination position plus a hash of
+  the server pair).
+- ``nvl72``: GB200 NVL72. All GPUs of the domain (18 trays x 4) reach each other
+  through the NVLink switch tray tier at full per-GPU bandwidth: one non-blocking
+  switch, each GPU attached with ``ultraserver`` links (its 18 NVLinks are lanes
+  of that link when ``fabric.lanes`` says so).
+
+Chip links use the chip's ``link_efficiency``; every link gets ``fabric.lanes`` lanes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from clustersim.catalog.schema import ChipSpec, InstanceSpec
+import numpy as np
+from numpy.typing import ArrayLike
+
+from clustersim.catalog.schema import ChipSpec, InstanceSpec, UltraServerSpec
 from clustersim.errors import ScenarioError
+from clustersim.network import fabrics
 from clustersim.network.topology import (
-    EFA_NODE,
     Node,
     PathFn,
     Topology,
-    chip_node,
+    ecmp_hash,
     register_topology,
 )
 
 __all__ = [
+    "NEURONSWITCH_SPINES",
+    "add_domain_torus",
     "add_efa",
     "add_torus_links",
+    "build_neuronswitch",
+    "build_nvl72",
     "build_switch",
     "build_torus2d",
-    "hierarchical_path",
+    "build_torus3d",
     "snake_coords",
     "torus_path",
 ]
+
+NEURONSWITCH_SPINES = 2
+"""Second-level NeuronSwitches of a Trn3 Gen2 UltraServer
+(aws-neuron-sdk:about-neuron/arch/neuron-hardware/trn3-arch.rst)."""
 
 
 def snake_coords(dims: tuple[int, int]) -> list[tuple[int, int]]:
@@ -48,39 +81,6 @@ def snake_coords(dims: tuple[int, int]) -> list[tuple[int, int]]:
     """
     nx_, ny = dims
     return [(k if y % 2 == 0 else nx_ - 1 - k, y) for y in range(ny) for k in range(nx_)]
-
-
-def add_torus_links(
-    topo: Topology,
-    nodes: dict[tuple[int, ...], Node],
-    dims: tuple[int, ...],
-    *,
-    capacity_Bps: float,
-    latency_s: float,
-    lanes: int,
-    axes: Sequence[int] | None = None,
-) -> None:
-    """Link each node to its +1 neighbour (with wrap-around) along ``axes``, both directions.
-
-    A ring of size 2 gets a single link per direction, a ring of size 1 none.
-    """
-    for axis in range(len(dims)) if axes is None else axes:
-        size = dims[axis]
-        if size < 2:
-            continue
-        for coord, node in nodes.items():
-            if size == 2 and coord[axis] == 1:
-                continue
-            nxt = list(coord)
-            nxt[axis] = (coord[axis] + 1) % size
-            topo.add_duplex(
-                node,
-                nodes[tuple(nxt)],
-                capacity_Bps=capacity_Bps,
-                latency_s=latency_s,
-                lanes=lanes,
-                kind="neuronlink",
-            )
 
 
 def torus_path(
@@ -98,86 +98,187 @@ def torus_path(
     return path
 
 
-def add_efa(topo: Topology, instance: InstanceSpec, chip: ChipSpec) -> None:
-    """Scale-out fabric: one non-blocking switch ``("efa",)``; each chip has an up and a down
-    link with its share of the instance's EFA bandwidth and half the one-way latency each.
+def _ring_pairs(
+    coords: Sequence[tuple[int, ...]], dims: tuple[int, ...], axis: int
+) -> tuple[list[int], list[int]]:
+    """Each point's +1 neighbour along ``axis``; a ring of size 2 has one link, of size 1 none."""
+    size = dims[axis]
+    index = {c: i for i, c in enumerate(coords)}
+    us: list[int] = []
+    vs: list[int] = []
+    if size < 2:
+        return us, vs
+    for i, c in enumerate(coords):
+        if size == 2 and c[axis] == 1:
+            continue
+        nxt = list(c)
+        nxt[axis] = (c[axis] + 1) % size
+        us.append(i)
+        vs.append(index[tuple(nxt)])
+    return us, vs
+
+
+def add_domain_torus(
+    topo: Topology,
+    coords: Sequence[tuple[int, ...]],
+    dims: tuple[int, ...],
+    *,
+    capacity_Bps: Sequence[float],
+    latency_s: Sequence[float],
+    lanes: int,
+) -> None:
+    """Make every domain a torus: local chip ``i`` of each domain sits at ``coords[i]``.
+
+    ``capacity_Bps`` and ``latency_s`` are per axis. All domains are built at once.
     """
-    cpi = topo.chips_per_instance
-    cap = instance.efa.bandwidth_Bps / cpi * chip.calibration.link_efficiency
-    up, down = [], []
-    for c in range(topo.n_chips):
-        a, b = topo.add_duplex(
-            chip_node(c),
-            EFA_NODE,
-            capacity_Bps=cap,
-            latency_s=instance.efa.latency_s / 2,
-            kind="efa",
-        )
-        up.append(a)
-        down.append(b)
-    topo.set_scaleout_links(up, down)
+    n_local = len(coords)
+    base = np.arange(topo.n_chips // n_local, dtype=np.int64)[:, None] * n_local
+    for axis in range(len(dims)):
+        us, vs = _ring_pairs(coords, dims, axis)
+        if us:
+            topo.add_duplex_links(
+                (base + np.asarray(us)).ravel(),
+                (base + np.asarray(vs)).ravel(),
+                capacity_Bps=capacity_Bps[axis],
+                latency_s=latency_s[axis],
+                lanes=lanes,
+                kind="neuronlink",
+            )
 
 
-def hierarchical_path(topo: Topology, intra: Callable[[int, int, int], Sequence[Node]]) -> PathFn:
-    """Preferred paths: ``intra(instance, src_local, dst_local)`` inside an instance, EFA across."""
-    cpi = topo.chips_per_instance
+def add_torus_links(
+    topo: Topology,
+    nodes: dict[tuple[int, ...], Node],
+    dims: tuple[int, ...],
+    *,
+    capacity_Bps: float,
+    latency_s: float,
+    lanes: int,
+    axes: Sequence[int] | None = None,
+) -> None:
+    """Link each node to its +1 neighbour (with wrap-around) along ``axes``, both directions.
 
-    def path(src: int, dst: int) -> Sequence[Node]:
-        si, sl = divmod(src, cpi)
-        di, dl = divmod(dst, cpi)
-        if si == di:
-            return intra(si, sl, dl)
-        return (chip_node(src), EFA_NODE, chip_node(dst))
+    A ring of size 2 gets a single link per direction, a ring of size 1 none.
+    """
+    coords = list(nodes)
+    ids = topo.add_nodes(nodes[c] for c in coords)
+    for axis in range(len(dims)) if axes is None else axes:
+        us, vs = _ring_pairs(coords, dims, axis)
+        if us:
+            topo.add_duplex_links(
+                ids[us],
+                ids[vs],
+                capacity_Bps=capacity_Bps,
+                latency_s=latency_s,
+                lanes=lanes,
+                kind="neuronlink",
+            )
+
+
+def add_efa(topo: Topology, instance: InstanceSpec, chip: ChipSpec) -> None:
+    """The ``nonblocking`` scale-out fabric (one switch ``("efa",)``) for ``topo``."""
+    fabrics.attach_nonblocking(topo, instance.efa, chip.calibration.link_efficiency, "cluster")
+
+
+def _torus_path_fn(
+    domain_chips: int, coords: Sequence[tuple[int, ...]], dims: tuple[int, ...]
+) -> PathFn:
+    local_of = {c: i for i, c in enumerate(coords)}
+
+    def path(src: int, dst: int) -> list[int]:
+        base = src - src % domain_chips
+        return [
+            base + local_of[c] for c in torus_path(coords[src - base], coords[dst - base], dims)
+        ]
 
     return path
+
+
+def _plane(instance: InstanceSpec, builder: str) -> tuple[int, int]:
+    dims = tuple(instance.fabric.dims)
+    if len(dims) != 2 or dims[0] * dims[1] != instance.chips:
+        raise ScenarioError(
+            f"instance.{instance.name}.fabric.dims",
+            dims,
+            f"{builder} needs two sizes whose product is the instance's {instance.chips} chips",
+        )
+    return dims[0], dims[1]
+
+
+def _ultraserver(instance: InstanceSpec, builder: str) -> UltraServerSpec:
+    if instance.ultraserver is None:
+        raise ScenarioError(
+            f"instance.{instance.name}.ultraserver", None, f"{builder} needs an ultraserver section"
+        )
+    return instance.ultraserver
+
+
+def _topology(instance: InstanceSpec, chip: ChipSpec, count: int, per_domain: int) -> Topology:
+    return Topology(
+        f"{instance.name}x{count}",
+        chips_per_instance=instance.chips,
+        instances=count,
+        local_bw_Bps=chip.dma_bw_Bps,
+        domain_instances=per_domain,
+    )
 
 
 @register_topology("torus2d")
 def build_torus2d(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topology:
     """A 2D torus per instance (``fabric.dims = (X, Y)``), chips placed by :func:`snake_coords`."""
     fabric = instance.fabric
-    dims = tuple(fabric.dims)
-    if len(dims) != 2 or dims[0] * dims[1] != instance.chips:
-        raise ScenarioError(
-            f"instance.{instance.name}.fabric.dims",
-            dims,
-            f"torus2d needs two sizes whose product is the {instance.chips} chips of the instance",
-        )
-    dims2 = (dims[0], dims[1])
-    coords = snake_coords(dims2)
-    local_of = {c: i for i, c in enumerate(coords)}
-    cpi = instance.chips
-    topo = Topology(
-        f"{instance.name}x{count}",
-        chips_per_instance=cpi,
-        instances=count,
-        local_bw_Bps=chip.dma_bw_Bps,
-    )
+    dims = _plane(instance, "torus2d")
+    coords: list[tuple[int, ...]] = list(snake_coords(dims))
+    topo = _topology(instance, chip, count, 1)
     cap = fabric.link_bw_Bps * chip.calibration.link_efficiency
-    for inst in range(count):
-        nodes: dict[tuple[int, ...], Node] = {
-            c: chip_node(inst * cpi + i) for i, c in enumerate(coords)
-        }
-        add_torus_links(
-            topo,
-            nodes,
-            dims2,
-            capacity_Bps=cap,
-            latency_s=fabric.link_latency_s,
-            lanes=fabric.lanes,
-        )
-
-    def intra(inst: int, src: int, dst: int) -> list[Node]:
-        base = inst * cpi
-        return [
-            chip_node(base + local_of[(c[0], c[1])])
-            for c in torus_path(coords[src], coords[dst], dims2)
-        ]
-
-    topo.path_fn = hierarchical_path(topo, intra)
-    if count > 1:
-        add_efa(topo, instance, chip)
+    add_domain_torus(
+        topo,
+        coords,
+        dims,
+        capacity_Bps=(cap, cap),
+        latency_s=(fabric.link_latency_s,) * 2,
+        lanes=fabric.lanes,
+    )
+    topo.set_chip_coords(np.tile(np.asarray(coords), (count, 1)), dims)
+    topo.path_fn = _torus_path_fn(instance.chips, coords, dims)
     return topo
+
+
+@register_topology("torus3d")
+def build_torus3d(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topology:
+    """Trn2 UltraServer: ``ultraserver.instances`` 2D tori stacked into a 3D torus by Z rings."""
+    fabric, us = instance.fabric, _ultraserver(instance, "torus3d")
+    plane = _plane(instance, "torus3d")
+    dims = (plane[0], plane[1], us.instances)
+    coords = [(x, y, z) for z in range(us.instances) for x, y in snake_coords(plane)]
+    topo = _topology(instance, chip, count, us.instances)
+    eff = chip.calibration.link_efficiency
+    xy, z = fabric.link_bw_Bps * eff, us.link_bw_Bps * eff
+    add_domain_torus(
+        topo,
+        coords,
+        dims,
+        capacity_Bps=(xy, xy, z),
+        latency_s=(fabric.link_latency_s, fabric.link_latency_s, us.link_latency_s),
+        lanes=fabric.lanes,
+    )
+    topo.set_chip_coords(np.tile(np.asarray(coords), (topo.n_domains, 1)), dims)
+    topo.path_fn = _torus_path_fn(topo.chips_per_domain, coords, dims)
+    return topo
+
+
+def _attach_to_switches(
+    topo: Topology, switch_of_chip: ArrayLike, capacity_Bps: float, latency_s: float, lanes: int
+) -> None:
+    chips = np.arange(topo.n_chips, dtype=np.int64)
+    topo.add_duplex_links(
+        chips,
+        switch_of_chip,
+        capacity_Bps=capacity_Bps,
+        latency_s=latency_s,
+        lanes=lanes,
+        kind="switch",
+    )
 
 
 @register_topology("switch")
@@ -187,31 +288,79 @@ def build_switch(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topology
     Each chip has an up and a down link of ``fabric.link_bw_Bps``, each with half
     the chip-to-chip latency.
     """
-    fabric = instance.fabric
-    cpi = instance.chips
-    topo = Topology(
-        f"{instance.name}x{count}",
-        chips_per_instance=cpi,
-        instances=count,
-        local_bw_Bps=chip.dma_bw_Bps,
-    )
+    fabric, cpi = instance.fabric, instance.chips
+    topo = _topology(instance, chip, count, 1)
+    switches = topo.add_nodes(("switch", i) for i in range(count))
     cap = fabric.link_bw_Bps * chip.calibration.link_efficiency
-    for inst in range(count):
-        switch: Node = ("switch", inst)
-        for i in range(cpi):
-            topo.add_duplex(
-                chip_node(inst * cpi + i),
-                switch,
-                capacity_Bps=cap,
-                latency_s=fabric.link_latency_s / 2,
-                lanes=fabric.lanes,
-                kind="switch",
-            )
+    chips = np.arange(topo.n_chips)
+    _attach_to_switches(topo, switches[chips // cpi], cap, fabric.link_latency_s / 2, fabric.lanes)
+    ids = switches.tolist()
 
-    def intra(inst: int, src: int, dst: int) -> list[Node]:
-        return [chip_node(inst * cpi + src), ("switch", inst), chip_node(inst * cpi + dst)]
+    def path(src: int, dst: int) -> list[int]:
+        return [src, ids[src // cpi], dst]
 
-    topo.path_fn = hierarchical_path(topo, intra)
-    if count > 1:
-        add_efa(topo, instance, chip)
+    topo.path_fn = path
+    return topo
+
+
+@register_topology("neuronswitch")
+def build_neuronswitch(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topology:
+    """Trn3 Gen2 UltraServer: a switch per server, two spine switches per UltraServer."""
+    fabric, us, cpi = instance.fabric, _ultraserver(instance, "neuronswitch"), instance.chips
+    eff = chip.calibration.link_efficiency
+    topo = _topology(instance, chip, count, us.instances)
+    switches = topo.add_nodes(("switch", i) for i in range(count))
+    spines = topo.add_nodes(
+        ("nlspine", d, j) for d in range(topo.n_domains) for j in range(NEURONSWITCH_SPINES)
+    )
+    chips = np.arange(topo.n_chips)
+    _attach_to_switches(
+        topo,
+        switches[chips // cpi],
+        fabric.link_bw_Bps * eff,
+        fabric.link_latency_s / 2,
+        fabric.lanes,
+    )
+    servers = np.repeat(np.arange(count), NEURONSWITCH_SPINES)
+    spine_index = (servers // us.instances) * NEURONSWITCH_SPINES + np.tile(
+        np.arange(NEURONSWITCH_SPINES), count
+    )
+    topo.add_duplex_links(
+        switches[servers],
+        spines[spine_index],
+        capacity_Bps=cpi * us.link_bw_Bps * eff / NEURONSWITCH_SPINES,
+        latency_s=us.link_latency_s / 2,
+        lanes=fabric.lanes,
+        kind="switch",
+    )
+    switch_ids, spine_ids = switches.tolist(), spines.tolist()
+
+    def path(src: int, dst: int) -> list[int]:
+        si, di = src // cpi, dst // cpi
+        if si == di:
+            return [src, switch_ids[si], dst]
+        j = (dst % cpi + int(ecmp_hash(si, di))) % NEURONSWITCH_SPINES
+        spine = spine_ids[(si // us.instances) * NEURONSWITCH_SPINES + j]
+        return [src, switch_ids[si], spine, switch_ids[di], dst]
+
+    topo.path_fn = path
+    return topo
+
+
+@register_topology("nvl72")
+def build_nvl72(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topology:
+    """GB200 NVL72: every GPU of the NVLink domain on one non-blocking switch tier."""
+    fabric, us = instance.fabric, _ultraserver(instance, "nvl72")
+    topo = _topology(instance, chip, count, us.instances)
+    switches = topo.add_nodes(("nvlswitch", d) for d in range(topo.n_domains))
+    chips = np.arange(topo.n_chips)
+    cap = us.link_bw_Bps * chip.calibration.link_efficiency
+    domain = chips // topo.chips_per_domain
+    _attach_to_switches(topo, switches[domain], cap, us.link_latency_s / 2, fabric.lanes)
+    ids, per = switches.tolist(), topo.chips_per_domain
+
+    def path(src: int, dst: int) -> list[int]:
+        return [src, ids[src // per], dst]
+
+    topo.path_fn = path
     return topo

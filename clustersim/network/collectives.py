@@ -1,11 +1,14 @@
-"""Collective algorithms: each turns a collective into synchronous steps of flows.
+"""Collective algorithms: the registry, its contract, and the ``auto`` choice.
 
-An algorithm is one function ``(op, p, nbytes) -> list[Step]``, registered with
-:func:`register_algorithm` under the name used in ``cluster.collectives`` (the
-ops it supports listed). Pairs are over group positions ``0..p-1``; the caller
-maps positions to ranks and ranks to chips. ``nbytes`` is the full buffer size,
-as in nccl-tests: the input of all-reduce, reduce-scatter, broadcast and
-all-to-all, and the output of all-gather.
+An algorithm is one function ``(op, p, nbytes, info) -> list[Step]``,
+registered with :func:`register_algorithm` under the name used in
+``cluster.collectives`` (with the ops it implements). Pairs are over group
+positions ``0..p-1``; the caller maps positions to ranks and ranks to chips.
+``nbytes`` is the full buffer size, as in nccl-tests: the input of all-reduce,
+reduce-scatter, broadcast, reduce and all-to-all, and the output of all-gather.
+``info`` (a :class:`~.groups.GroupInfo`) says which positions share a chip or a
+scale-up domain and where they sit on a torus; algorithms that need no
+topology ignore it. (A function ``(op, p, nbytes)`` registers too.)
 
 A :class:`Step` with ``repeats = k`` stands for k identical synchronous rounds.
 It is simulated as one fluid transfer of ``k * bytes_per_flow`` per flow whose
@@ -14,27 +17,39 @@ rounds that are identical by symmetry (the 2(p-1) rounds of a ring) are
 solved once. Uncontended, a step then costs ``k * (a + bytes_per_flow * b)``,
 the alpha-beta cost (Thakur, Rabenseifner & Gropp, 2005).
 
-``auto`` resolves to ``ring`` (``pairwise`` for all-to-all). The Neuron runtime
-chooses by message size (mesh below 1 MB, recursive halving-doubling to 56 MB,
-ring above); ``auto`` follows it once those algorithms are registered.
+An algorithm may declare when it *applies* (``halving_doubling`` needs a power
+of two; ``hierarchical`` a group over several domains; ``torus`` a grid on a
+torus). Asked for a group where it does not, the collective falls back to
+``ring`` (``pairwise`` for all-to-all): :func:`resolve_algorithm` says which
+algorithm really runs.
+
+``auto`` follows the Neuron runtime's choice by message size
+(``neuron-runtime/about/collectives.rst``): see :func:`choose`.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 from clustersim.errors import ScenarioError
+from clustersim.network.groups import GroupInfo
 
 __all__ = [
+    "HALVING_DOUBLING_MAX_BYTES",
+    "MESH_MAX_BYTES",
+    "MESH_MAX_FLOWS",
     "OPS",
     "Algorithm",
     "Step",
     "algorithm",
     "algorithm_names",
+    "choose",
     "collective_steps",
     "register_algorithm",
+    "resolve_algorithm",
 ]
 
 OPS: tuple[str, ...] = (
@@ -46,6 +61,16 @@ OPS: tuple[str, ...] = (
     "all_to_all",
 )
 """Collective operations, by the names used in ``cluster.collectives``."""
+
+MESH_MAX_BYTES = 2.0**20
+"""``auto`` uses ``mesh`` below this size (the Neuron runtime: mesh below about 1 MB)."""
+
+HALVING_DOUBLING_MAX_BYTES = 56 * 2.0**20
+"""``auto`` uses ``halving_doubling`` up to this size (the Neuron runtime: up to about 56 MB)."""
+
+MESH_MAX_FLOWS = 65_536
+"""``auto`` avoids ``mesh`` when its p(p-1) flows would exceed this (p > 256): a bound on
+simulation cost; at that scale the Neuron runtime would not post all pairs at once either."""
 
 
 @dataclass(frozen=True)
@@ -61,32 +86,59 @@ class Step:
             raise ValueError(f"a step needs repeats >= 1 and bytes >= 0 (got {self!r})")
 
 
-Algorithm: TypeAlias = Callable[[str, int, float], list[Step]]
+Algorithm: TypeAlias = Callable[[str, int, float, GroupInfo], list[Step]]
+"""``(op, p, nbytes, info) -> steps``."""
+
+Applies: TypeAlias = Callable[[int, GroupInfo], bool]
+"""``(p, info) -> whether the algorithm can run on this group``."""
+
+F = TypeVar("F", bound=Callable[..., list[Step]])
 
 
 @dataclass(frozen=True)
 class _Entry:
     fn: Algorithm
     ops: frozenset[str]
+    applies: Applies | None
 
 
 _ALGORITHMS: dict[str, _Entry] = {}
 
 
-def register_algorithm(name: str, *, ops: Iterable[str] = OPS) -> Callable[[Algorithm], Algorithm]:
-    """Register an algorithm under ``name`` for the collective ``ops`` it implements."""
+def register_algorithm(
+    name: str, *, ops: Iterable[str] = OPS, applies: Applies | None = None
+) -> Callable[[F], F]:
+    """Register an algorithm under ``name`` for the collective ``ops`` it implements.
+
+    ``applies(p, info)``, when given, says whether it can run on a group; where it
+    cannot, the collective falls back to ``ring`` (``pairwise`` for all-to-all).
+    """
     supported = frozenset(ops)
     unknown = supported - set(OPS)
     if unknown:
         raise ValueError(f"algorithm {name!r}: unknown ops {sorted(unknown)}; valid: {OPS}")
 
-    def deco(fn: Algorithm) -> Algorithm:
+    def deco(fn: F) -> F:
         if name in _ALGORITHMS:
             raise ValueError(f"algorithm {name!r} is already registered")
-        _ALGORITHMS[name] = _Entry(fn, supported)
+        _ALGORITHMS[name] = _Entry(_four_arguments(fn), supported, applies)
         return fn
 
     return deco
+
+
+def _four_arguments(fn: Callable[..., list[Step]]) -> Algorithm:
+    """``fn`` itself, or ``fn`` wrapped to ignore ``info`` if it takes ``(op, p, nbytes)``."""
+    params = inspect.signature(fn).parameters.values()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params):
+        return fn
+
+    def legacy(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+        del info
+        return fn(op, p, nbytes)
+
+    return legacy
 
 
 def algorithm_names(op: str | None = None) -> list[str]:
@@ -107,63 +159,70 @@ def algorithm(name: str, op: str, *, path: str = "cluster.collectives") -> Algor
     return entry.fn
 
 
-def collective_steps(op: str, p: int, nbytes: float, name: str = "auto") -> list[Step]:
-    """The steps of ``op`` over ``p`` positions with algorithm ``name``; none when ``p == 1``."""
-    fn = algorithm(name, op)
+def _applies(name: str, p: int, info: GroupInfo) -> bool:
+    entry = _ALGORITHMS.get(name)
+    return entry is not None and (entry.applies is None or entry.applies(p, info))
+
+
+def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
+    """The algorithm ``auto`` runs, following the Neuron runtime's choice.
+
+    - all-to-all: ``mesh`` (every pair at once), or ``pairwise`` when p(p-1) >
+      :data:`MESH_MAX_FLOWS`.
+    - broadcast, reduce: ``tree`` below :data:`MESH_MAX_BYTES`, ``ring`` above.
+    - all-reduce, reduce-scatter, all-gather: ``hierarchical`` when the group
+      spans several scale-up domains with the same number (> 1) of ranks in
+      each; otherwise ``mesh`` below :data:`MESH_MAX_BYTES` (and p(p-1) <=
+      :data:`MESH_MAX_FLOWS`), ``halving_doubling`` up to
+      :data:`HALVING_DOUBLING_MAX_BYTES` when p is a power of two, ``ring`` above.
+    """
+    mesh_ok = p * (p - 1) <= MESH_MAX_FLOWS
+    if op == "all_to_all":
+        return "mesh" if mesh_ok else "pairwise"
+    if op in ("broadcast", "reduce"):
+        return "tree" if nbytes < MESH_MAX_BYTES else "ring"
+    if _applies("hierarchical", p, info):
+        return "hierarchical"
+    if nbytes < MESH_MAX_BYTES and mesh_ok:
+        return "mesh"
+    if nbytes <= HALVING_DOUBLING_MAX_BYTES and _applies("halving_doubling", p, info):
+        return "halving_doubling"
+    return "ring"
+
+
+def resolve_algorithm(
+    name: str, op: str, p: int, nbytes: float, info: GroupInfo | None = None
+) -> str:
+    """The algorithm that runs when ``name`` is asked for: ``auto``'s choice, or a fallback."""
+    algorithm(name, op)
+    info = GroupInfo.flat(p) if info is None else info
+    if name == "auto":
+        name = choose(op, p, nbytes, info)
+    if not _applies(name, p, info):
+        name = "pairwise" if op == "all_to_all" else "ring"
+    return name
+
+
+def collective_steps(
+    op: str, p: int, nbytes: float, name: str = "auto", info: GroupInfo | None = None
+) -> list[Step]:
+    """The steps of ``op`` over ``p`` positions with algorithm ``name``; none when ``p == 1``.
+
+    ``info`` describes the group's placement (default: ``p`` unrelated chips).
+    """
+    algorithm(name, op)
     if p < 1 or not nbytes >= 0:
         raise ValueError(f"a collective needs p >= 1 and nbytes >= 0 (got p={p}, nbytes={nbytes})")
+    info = GroupInfo.flat(p) if info is None else info
+    if info.p != p:
+        raise ValueError(f"info describes {info.p} positions, not {p}")
     if p == 1:
         return []
-    return fn(op, p, float(nbytes))
-
-
-# -- algorithms -----------------------------------------------------------------------------------
-
-
-def _ring_pairs(p: int) -> tuple[tuple[int, int], ...]:
-    return tuple((i, (i + 1) % p) for i in range(p))
-
-
-def _chain_pairs(p: int) -> tuple[tuple[int, int], ...]:
-    return tuple((i, i + 1) for i in range(p - 1))
-
-
-@register_algorithm(
-    "ring", ops=("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
-)
-def ring(op: str, p: int, nbytes: float) -> list[Step]:
-    """Ring collectives; each rank sends to its successor in the order the group is given.
-
-    - all-reduce: reduce-scatter then all-gather, 2(p-1) rounds of n/p:
-      ``2(p-1)a + 2(p-1)/p · n b``.
-    - reduce-scatter, all-gather: p-1 rounds of n/p: ``(p-1)a + (p-1)/p · n b``.
-    - broadcast (root at position 0) and reduce (root at position 0): a pipelined
-      chain 0 -> 1 -> ... -> p-1 (reversed for reduce), in the limit of fine
-      chunks: the pipeline fills over p-1 hops and then the buffer streams at link
-      rate, ``(p-1)a + n b``. It is one step of p-1 rounds of n/(p-1) per link.
-    """
-    if op == "all_reduce":
-        return [Step(_ring_pairs(p), nbytes / p, 2 * (p - 1))]
-    if op in ("reduce_scatter", "all_gather"):
-        return [Step(_ring_pairs(p), nbytes / p, p - 1)]
-    chain = _chain_pairs(p)
-    if op == "reduce":
-        chain = tuple((b, a) for a, b in reversed(chain))
-    return [Step(chain, nbytes / (p - 1), p - 1)]
-
-
-@register_algorithm("pairwise", ops=("all_to_all",))
-def pairwise(op: str, p: int, nbytes: float) -> list[Step]:
-    """All-to-all in p-1 rounds; in round r, position i sends its n/p block to (i + r) mod p.
-
-    The rounds use different pairs, so each is its own step:
-    ``(p-1)a + (p-1)/p · n b`` when uncontended.
-    """
-    del op
-    return [Step(tuple((i, (i + r) % p) for i in range(p)), nbytes / p) for r in range(1, p)]
+    resolved = resolve_algorithm(name, op, p, nbytes, info)
+    return _ALGORITHMS[resolved].fn(op, p, float(nbytes), info)
 
 
 @register_algorithm("auto")
-def auto(op: str, p: int, nbytes: float) -> list[Step]:
-    """``ring``, or ``pairwise`` for all-to-all (message-size rules come with more algorithms)."""
-    return pairwise(op, p, nbytes) if op == "all_to_all" else ring(op, p, nbytes)
+def auto(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+    """The algorithm :func:`choose` picks for this collective, size and group."""
+    return collective_steps(op, p, nbytes, choose(op, p, nbytes, info), info)

@@ -5,7 +5,9 @@ together, move the same number of bytes at one common rate, and finish
 together, like the flows of one step of a collective. After its latency the
 entity joins the fluid model. Rates are the max-min fair allocation over all
 active entities (:mod:`clustersim.network.maxmin`), recomputed whenever an
-entity joins or leaves; between changes, remaining bytes drain linearly.
+entity joins or leaves or a link's capacity changes; between changes,
+remaining bytes drain linearly. The solve runs over the links that active
+entities cross only, so its cost does not grow with the size of the cluster.
 
 Joins and departures at one simulated instant are batched: the first change
 schedules a solve at the same time (a zero-delay timeout), and every change
@@ -15,9 +17,18 @@ no-ops, since SimPy timeouts cannot be cancelled. A wake-up finishes every
 entity whose remaining bytes are within a relative epsilon of zero, so
 simultaneous completions cost one solve.
 
-The model keeps per-link byte counters (:attr:`FlowNetwork.link_bytes`), the
-basis for per-link utilisation. Routes are fixed when an entity is created:
-a later link failure does not reroute entities already in flight.
+**Link state.** The network listens to its topology: when a lane or a link
+fails or recovers, :meth:`FlowNetwork.capacity_changed` drains the entities at
+their old rates up to that instant and re-solves at it, so in-flight transfers
+pick up the new capacities (a lost lane slows exactly the flows crossing its
+link). Entities whose route crosses a link that is down are rerouted over the
+links still up; if a pair has no route left, the entity's event fails with
+:class:`~clustersim.errors.PartitionError`.
+
+**Observability.** :class:`~clustersim.network.linkstats.LinkStats` accumulates
+per-link bytes, time-weighted and peak utilisation and a binned time series,
+touching only the loaded links; :meth:`FlowNetwork.link_utilisation` returns them
+as numpy arrays.
 """
 
 from __future__ import annotations
@@ -33,11 +44,12 @@ import scipy.sparse as sp
 import simpy
 from numpy.typing import NDArray
 
-from clustersim.errors import SimulationError
+from clustersim.errors import PartitionError, SimulationError
+from clustersim.network.linkstats import LinkStats, LinkUtilisation
 from clustersim.network.maxmin import maxmin_rates
 from clustersim.network.topology import Topology
 
-__all__ = ["FlowGroup", "FlowNetwork"]
+__all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation"]
 
 Pairs = tuple[tuple[int, int], ...]
 
@@ -48,16 +60,21 @@ class FlowGroup:
 
     ``links`` are distinct link indices and ``counts`` how many of the group's
     flows cross each; ``latency_s`` is the longest route latency of its flows.
+    ``pairs`` are the chip pairs it was routed from (to reroute it after a failure).
     """
 
     links: NDArray[np.int64]
     counts: NDArray[np.float64]
     n_flows: int
     latency_s: float
+    pairs: Pairs = ()
 
 
 class FlowNetwork:
-    """Active transfers sharing the links of a :class:`Topology` by max-min fairness."""
+    """Active transfers sharing the links of a :class:`Topology` by max-min fairness.
+
+    ``series_bins`` bounds the time bins of the utilisation series.
+    """
 
     rel_eps: float = 1e-9
     """An entity is done when its remaining bytes are below this fraction of its bytes."""
@@ -65,22 +82,26 @@ class FlowNetwork:
     max_cached_pairs: int = 1 << 20
     """The group cache is cleared when its keys hold more pairs than this (memory bound)."""
 
-    def __init__(self, env: simpy.Environment, topology: Topology) -> None:
+    def __init__(
+        self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64
+    ) -> None:
         self.env = env
         self.topology = topology
         n_links = topology.n_links
-        self.link_bytes: NDArray[np.float64] = np.zeros(n_links)
-        """Bytes carried so far by each link."""
+        self.stats = LinkStats(n_links, start_s=float(env.now), max_bins=series_bins)
         self.bytes_moved = 0.0
         """Flow-bytes delivered so far: the sum over flows of bytes moved."""
         self.transfers = 0
         self.entities_done = 0
         self.solves = 0
+        self.reroutes = 0
+        """Entities moved onto new routes after a link went down."""
         self._groups: dict[Pairs, FlowGroup] = {}
         self._groups_version = topology.version
         self._cached_pairs = 0
         # Active entities, in join order; the incidence matrix in compressed-column form.
         self._events: list[simpy.Event] = []
+        self._active: list[FlowGroup] = []
         self._nnz = np.zeros(0, dtype=np.int64)
         self._links = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(0, dtype=np.float64)
@@ -89,10 +110,12 @@ class FlowNetwork:
         self._remaining = np.zeros(0, dtype=np.float64)
         self._rate = np.zeros(0, dtype=np.float64)
         self._load_Bps = np.zeros(n_links)
+        self._loaded = np.zeros(0, dtype=np.int64)
         self._pending: list[tuple[FlowGroup, float, simpy.Event]] = []
         self._last_s = float(env.now)
         self._generation = 0
         self._solve_scheduled = False
+        topology.add_listener(self.capacity_changed)
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -105,6 +128,18 @@ class FlowNetwork:
     def load_Bps(self) -> NDArray[np.float64]:
         """Current load of each link, from the last solve. Do not modify."""
         return self._load_Bps
+
+    @property
+    def link_bytes(self) -> NDArray[np.float64]:
+        """Bytes carried so far by each link (up to the last change of rates)."""
+        return self.stats.bytes
+
+    def link_utilisation(self, top: int = 8) -> LinkUtilisation:
+        """Per-link bytes, mean and peak utilisation up to now, and the series of the
+        ``top`` most-loaded links (see :class:`~.linkstats.LinkUtilisation`)."""
+        self._advance()
+        topo = self.topology
+        return self.stats.summary(topo.names, topo.kinds, topo.capacity_Bps, top)
 
     def group(self, pairs: Sequence[tuple[int, int]]) -> FlowGroup:
         """Route ``(src_chip, dst_chip)`` pairs into a :class:`FlowGroup` (cached).
@@ -123,7 +158,9 @@ class FlowNetwork:
         flat, latency = topo.routes(key)
         links, counts = np.unique(flat, return_counts=True)
         latency_s = float(latency.max()) if latency.size else 0.0
-        found = FlowGroup(links.astype(np.int64), counts.astype(np.float64), len(key), latency_s)
+        found = FlowGroup(
+            links.astype(np.int64), counts.astype(np.float64), len(key), latency_s, key
+        )
         self._groups[key] = found
         self._cached_pairs += len(key)
         return found
@@ -155,7 +192,28 @@ class FlowNetwork:
             self._join(group, float(bytes_per_flow), done)
         return done
 
+    def capacity_changed(self) -> None:
+        """Link capacities changed: drain at the old rates up to now, re-solve at this instant.
+
+        The topology calls this on every change of links or lanes; call it yourself
+        after changing capacities some other way.
+        """
+        if self.topology.n_links != self.stats.n_links:
+            self._resize()
+        self._advance()
+        if self._events or self._pending:
+            self._request_solve()
+
     # -- fluid model ----------------------------------------------------------------------------
+
+    def _resize(self) -> None:
+        """The topology gained links: grow the per-link arrays (statistics start over)."""
+        n = self.topology.n_links
+        load = np.zeros(n)
+        load[: self._load_Bps.size] = self._load_Bps
+        self._load_Bps = load
+        old, self.stats = self.stats, LinkStats(n, start_s=float(self.env.now))
+        self.stats.bytes[: old.n_links] = old.bytes
 
     def _on_arrival(self, group: FlowGroup, nbytes: float, done: simpy.Event, _ev: Any) -> None:
         self._join(group, nbytes, done)
@@ -177,12 +235,14 @@ class FlowNetwork:
         """Drain remaining bytes at the current rates up to now."""
         now = float(self.env.now)
         dt = now - self._last_s
+        if dt <= 0:
+            return
+        self.stats.advance(self._last_s, now)
         self._last_s = now
-        if dt <= 0 or not self._events:
+        if not self._events:
             return
         self._remaining -= self._rate * dt
         np.maximum(self._remaining, 0.0, out=self._remaining)
-        self.link_bytes += self._load_Bps * dt
         self.bytes_moved += float(self._rate @ self._n_flows) * dt
 
     def _on_solve(self, _ev: Any) -> None:
@@ -190,12 +250,15 @@ class FlowNetwork:
         self._advance()
         if self._pending:
             self._merge_pending()
+        if self.topology.links_down and self._events:
+            self._reroute()
         self._solve()
 
     def _merge_pending(self) -> None:
         pending, self._pending = self._pending, []
         groups = [g for g, _, _ in pending]
         self._events.extend(done for _, _, done in pending)
+        self._active.extend(groups)
         self._nnz = np.concatenate([self._nnz, [g.links.size for g in groups]]).astype(np.int64)
         self._links = np.concatenate([self._links, *(g.links for g in groups)])
         self._counts = np.concatenate([self._counts, *(g.counts for g in groups)])
@@ -205,17 +268,53 @@ class FlowNetwork:
         self._remaining = np.concatenate([self._remaining, nbytes])
         self._rate = np.concatenate([self._rate, np.zeros(len(pending))])
 
+    def _reroute(self) -> None:
+        """Move entities off links that are down; fail those with no route left."""
+        dead_nnz = self.topology.capacity_Bps[self._links] <= 0
+        if not dead_nnz.any():
+            return
+        entity = np.repeat(np.arange(len(self._events)), self._nnz)
+        dead = np.unique(entity[dead_nnz]).tolist()
+        failed = np.zeros(len(self._events), dtype=bool)
+        errors: dict[int, Exception] = {}
+        new: dict[int, FlowGroup] = {}
+        for e in dead:
+            pairs = self._active[e].pairs
+            try:
+                if not pairs:
+                    raise PartitionError(
+                        f"a transfer over links {self._links_of(e)} lost a link and was "
+                        "created without its pairs, so it cannot be rerouted"
+                    )
+                new[e] = self.group(pairs)
+            except PartitionError as exc:
+                failed[e] = True
+                errors[e] = exc
+        self.reroutes += len(new)
+        bounds = np.cumsum(self._nnz)[:-1]
+        links = np.split(self._links, bounds)
+        counts = np.split(self._counts, bounds)
+        for e, group in new.items():
+            self._active[e] = group
+            links[e], counts[e] = group.links, group.counts
+        self._nnz = np.asarray([x.size for x in links], dtype=np.int64)
+        self._links = np.concatenate(links)
+        self._counts = np.concatenate(counts)
+        if failed.any():
+            self._drop(failed, errors)
+
     def _solve(self) -> None:
         self._generation += 1
         n = len(self._events)
         if n == 0:
-            self._load_Bps[:] = 0.0
+            self._set_loads(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
             return
-        n_links = self.topology.n_links
+        loaded, rows = np.unique(self._links, return_inverse=True)
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self._nnz, out=indptr[1:])
-        incidence = sp.csc_matrix((self._counts, self._links, indptr), shape=(n_links, n))
-        rate = maxmin_rates(incidence, self.topology.capacity_Bps)
+        incidence = sp.csc_matrix((self._counts, rows.ravel(), indptr), shape=(loaded.size, n))
+        capacity = self.topology.capacity_Bps[loaded]
+        rate = maxmin_rates(incidence, capacity)
         self.solves += 1
         if not (rate.min() > 0 and np.isfinite(rate).all()):
             bad = int(np.argmin(rate)) if rate.min() <= 0 else int(np.argmax(~np.isfinite(rate)))
@@ -224,9 +323,17 @@ class FlowNetwork:
                 "a link on its route has no capacity"
             )
         self._rate = rate
-        self._load_Bps = np.asarray(incidence @ rate, dtype=np.float64)
+        self._set_loads(loaded, np.asarray(incidence @ rate, dtype=np.float64), capacity)
         delay = max(float((self._remaining / rate).min()), 0.0)
         self.env.timeout(delay).callbacks.append(partial(self._on_wake, self._generation))
+
+    def _set_loads(
+        self, links: NDArray[np.int64], load: NDArray[np.float64], capacity: NDArray[np.float64]
+    ) -> None:
+        self._load_Bps[self._loaded] = 0.0
+        self._load_Bps[links] = load
+        self._loaded = links
+        self.stats.set_loads(links, load, capacity)
 
     def _on_wake(self, generation: int, _ev: Any) -> None:
         if generation != self._generation:
@@ -239,18 +346,24 @@ class FlowNetwork:
         done = (remaining <= self.rel_eps * self._total) | (time_left <= tol_s)
         if not done.any():
             done[int(np.argmin(time_left))] = True
-        self._finish(done)
+        self._drop(done)
         self._request_solve()
 
-    def _finish(self, done: NDArray[np.bool_]) -> None:
+    def _drop(self, done: NDArray[np.bool_], errors: dict[int, Exception] | None = None) -> None:
+        """Remove entities: their events succeed, or fail with ``errors[i]``."""
         keep = ~done
         events = self._events
-        for i in np.flatnonzero(done):
-            events[i].succeed()
-        self.entities_done += int(done.sum())
+        for i in np.flatnonzero(done).tolist():
+            if errors and i in errors:
+                events[i].fail(errors[i])
+            else:
+                events[i].succeed()
+                self.entities_done += 1
         self._events = [ev for ev, k in zip(events, keep, strict=True) if k]
-        self._links = self._links[np.repeat(keep, self._nnz)]
-        self._counts = self._counts[np.repeat(keep, self._nnz)]
+        self._active = [g for g, k in zip(self._active, keep, strict=True) if k]
+        per_nnz = np.repeat(keep, self._nnz)
+        self._links = self._links[per_nnz]
+        self._counts = self._counts[per_nnz]
         self._nnz = self._nnz[keep]
         self._n_flows = self._n_flows[keep]
         self._total = self._total[keep]
@@ -260,4 +373,4 @@ class FlowNetwork:
     def _links_of(self, entity: int) -> list[str]:
         start = int(self._nnz[:entity].sum())
         links = self._links[start : start + int(self._nnz[entity])]
-        return [str(self.topology.names[link]) for link in links]
+        return [self.topology.link_name(int(link)) for link in links]

@@ -1,80 +1,145 @@
 """The physical network of a cluster: chips, switches and links, and routes over them.
 
-A :class:`Topology` wraps a ``networkx.DiGraph``. Nodes are chips
-(``("chip", i)`` with the global chip index ``i = instance * chips_per_instance
-+ local index``), switches (``("switch", instance)``) and the scale-out fabric
-(``("efa",)``). Every directed edge is one physical link, numbered in the order
-it was added, with the attributes ``link``, ``kind``, ``capacity_Bps``,
-``latency_s``, ``lanes``, ``lanes_up`` and ``state``. The solver does not touch
-the graph: it reads the numpy arrays :attr:`Topology.capacity_Bps`,
-:attr:`Topology.latency_s` and :attr:`Topology.names`, indexed by link.
+A :class:`Topology` keeps its links in numpy columns, so that building an
+UltraCluster of 10^5 chips and 10^6 links costs a few bulk array operations.
+Nodes are chips (``("chip", i)`` with the global chip index ``i = instance *
+chips_per_instance + local index``; node id ``i``), switches (``("switch",
+instance)``, ``("leaf", i)``, ``("spine", tier, i)``, ...) and the non-blocking
+scale-out switch ``("efa",)``. Every directed link has a capacity (its total
+over ``lanes`` parallel lanes), a latency, a kind and a count of working lanes.
+The solver reads the numpy arrays :attr:`Topology.capacity_Bps` (current
+capacity: nominal x lanes up / lanes, zero when down) and
+:attr:`Topology.latency_s`, indexed by link. :attr:`Topology.graph` is a
+``networkx`` view built on first use, for inspection.
 
 Each chip also has a ``local`` self-loop link that carries traffic between ranks
 on the same chip (intra-chip DMA, ``chip.dma_bw_Bps``, zero latency).
 
-Routes are tuples of link indices. A builder supplies a *preferred path*
-function (dimension-order on a torus, up-down through a switch, chip-EFA-chip
-between instances); when a link on the preferred path is down, routing falls
-back to the lowest-latency path over the links that are still up, and raises
-:class:`~clustersim.errors.PartitionError` when there is none. Routes are
-cached per topology state; :meth:`Topology.set_lanes_up` changes the state.
+**Domains.** Chips are grouped into scale-up domains of ``domain_instances``
+consecutive instances (one instance, or an UltraServer). Inside a domain a
+builder's *path function* gives each chip pair its preferred path
+(dimension-order on a torus, up-down through a switch tier). Between domains a
+:class:`ScaleOut` fabric routes pairs in bulk (vectorised, and not cached: an
+all-to-all over thousands of chips would otherwise fill the cache with millions
+of routes). When a link on the preferred path is down, the scale-out fabric first
+tries its other equal-cost paths (ECMP), then routing falls back to the
+lowest-latency path over the links that are still up (scipy's Dijkstra), and
+raises :class:`~clustersim.errors.PartitionError` when there is none, naming the
+chips and the down links on their preferred route. A degraded link (some lanes
+down) keeps its routes and only loses capacity.
 
-Builders are registered by the name used in ``instance.fabric.topology``
-(:func:`register_topology`); the shipped ones, and the pieces to compose new
-ones from, live in :mod:`clustersim.network.builders`.
+Routes are cached per topology :attr:`~Topology.version`, which every change of
+links or lanes increments; listeners (:meth:`Topology.add_listener`, e.g. a
+:class:`~clustersim.network.flows.FlowNetwork`) are told of every change.
+
+Builders are registered by the name used in ``instance.ultraserver.topology``
+when the instance has one, else ``instance.fabric.topology``
+(:func:`register_topology`); scale-out fabrics by the name in ``efa.fabric``
+(:func:`register_fabric`). The shipped ones live in
+:mod:`clustersim.network.builders` and :mod:`clustersim.network.fabrics`.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
-from typing import Literal, TypeAlias
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeAlias
 
 import networkx as nx
 import numpy as np
-from numpy.typing import NDArray
+import scipy.sparse as sp
+from numpy.typing import ArrayLike, NDArray
+from scipy.sparse.csgraph import dijkstra
 
-from clustersim.catalog.schema import ChipSpec, InstanceSpec
+from clustersim.catalog.schema import ChipSpec, EfaSpec, InstanceSpec
 from clustersim.errors import PartitionError, ScenarioError, SimulationError
+from clustersim.network.links import Int64s, LinkKind, LinkState, LinkTable, Node
 
 __all__ = [
     "EFA_NODE",
     "Builder",
+    "FabricBuilder",
+    "Int64s",
     "LinkKind",
     "LinkState",
     "Node",
     "PathFn",
+    "ScaleOut",
     "Topology",
     "build_topology",
     "chip_node",
+    "ecmp_hash",
+    "fabric_names",
+    "register_fabric",
     "register_topology",
     "topology_names",
 ]
 
-Node: TypeAlias = tuple[str | int, ...]
-"""A graph node: ``("chip", i)``, ``("switch", instance)``, ``("efa",)``, ..."""
-
-LinkState = Literal["up", "down", "degraded"]
-LinkKind = Literal["local", "neuronlink", "switch", "efa"]
-
-PathFn: TypeAlias = Callable[[int, int], Sequence[Node]]
-"""``(src_chip, dst_chip) -> nodes`` from ``chip_node(src)`` to ``chip_node(dst)``, src != dst."""
+PathFn: TypeAlias = Callable[[int, int], Sequence[int]]
+"""``(src_chip, dst_chip) -> node ids`` from ``src_chip`` to ``dst_chip`` (chip node id =
+chip index), for two distinct chips of one domain (of any domains when the topology has
+no scale-out fabric)."""
 
 Builder: TypeAlias = Callable[[InstanceSpec, ChipSpec, int], "Topology"]
+"""``(instance, chip, count) -> Topology``: the scale-up fabric of ``count`` instances."""
+
+FabricBuilder: TypeAlias = Callable[["Topology", EfaSpec, float, str], None]
+"""``(topology, efa, link_efficiency, key_path)``: attach a scale-out fabric to every chip."""
 
 EFA_NODE: Node = ("efa",)
+
+_HOP_EPS_S = 1e-12
+"""Added to each link's latency for fallback routing: ties go to fewer hops, and
+zero-latency links stay edges of the sparse graph."""
 
 
 def chip_node(chip: int) -> Node:
     return ("chip", chip)
 
 
-class Topology:
-    """A directed graph of chips, switches and links, with numpy link arrays and cached routes.
+def ecmp_hash(a: ArrayLike, b: ArrayLike) -> Int64s:
+    """A deterministic, well-mixed non-negative hash of integer pairs (splitmix64 finaliser)."""
+    x = (np.asarray(a, dtype=np.int64).astype(np.uint64) << np.uint64(32)) ^ np.asarray(
+        b, dtype=np.int64
+    ).astype(np.uint64)
+    with np.errstate(over="ignore"):  # arithmetic modulo 2**64 is the point
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    x = x ^ (x >> np.uint64(31))
+    out: Int64s = (x >> np.uint64(2)).astype(np.int64)
+    return out
 
-    ``path_fn`` gives each chip pair its preferred path; without one, routes are
-    lowest-latency paths. Builders add links with :meth:`add_link`.
+
+class ScaleOut(Protocol):
+    """A scale-out fabric that routes chip pairs of different domains in bulk."""
+
+    @property
+    def name(self) -> str: ...
+
+    def paths(
+        self, src: Int64s, dst: Int64s, usable: NDArray[np.bool_] | None
+    ) -> tuple[Int64s, NDArray[np.bool_]]:
+        """Links of each pair's path, one row per pair padded with -1, and whether it is usable.
+
+        With ``usable`` (a mask over links; None when every link is up) a pair
+        whose preferred path crosses an unusable link takes another equal-cost
+        path, and is marked not ok when none is left.
+        """
+        ...
+
+
+class Topology(LinkTable):
+    """Chips in scale-up domains, switches and links, with cached routes.
+
+    ``domain_instances`` consecutive instances form one scale-up domain. ``path_fn``
+    gives each chip pair of a domain its preferred path; without one, routes are
+    lowest-latency paths. Builders add links with :meth:`add_link` or, in bulk,
+    :meth:`add_links`, and set :attr:`scaleout` (or let :func:`build_topology` do it).
     """
+
+    max_cached_routes: int = 1 << 20
+    max_cached_sources: int = 256
 
     def __init__(
         self,
@@ -84,194 +149,93 @@ class Topology:
         instances: int = 1,
         local_bw_Bps: float,
         path_fn: PathFn | None = None,
+        domain_instances: int = 1,
     ) -> None:
-        if chips_per_instance < 1 or instances < 1:
+        if chips_per_instance < 1 or instances < 1 or domain_instances < 1:
             raise SimulationError(
-                f"topology {name!r} needs at least one chip and one instance "
-                f"(got {chips_per_instance} chips x {instances} instances)"
+                f"topology {name!r} needs at least one chip, instance and instance per domain "
+                f"(got {chips_per_instance} chips x {instances} instances, "
+                f"{domain_instances} per domain)"
             )
-        self.name = name
+        if instances % domain_instances:
+            raise SimulationError(
+                f"topology {name!r}: {instances} instances do not fill domains of "
+                f"{domain_instances}"
+            )
         self.chips_per_instance = chips_per_instance
         self.instances = instances
-        self.graph = nx.DiGraph()
+        self.domain_instances = domain_instances
         self.path_fn = path_fn
-        self.version = 0
-        """Incremented whenever link state changes; caches keyed on routes compare it."""
-        self._nominal_Bps: list[float] = []
-        self._latency_s: list[float] = []
-        self._names: list[str] = []
-        self._lanes: list[int] = []
-        self._lanes_up: list[int] = []
-        self._n_down = 0
-        self._edges: list[tuple[Node, Node]] = []
-        self._edge_link: dict[tuple[Node, Node], int] = {}
+        self.scaleout: ScaleOut | None = None
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._arrays: tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.str_]] | None = (
-            None
+        self._pred: dict[int, NDArray[np.int32]] = {}
+        self._usable_csr: sp.csr_matrix | None = None
+        self._graph: nx.DiGraph | None = None
+        n = chips_per_instance * instances
+        super().__init__(name, (chip_node(c) for c in range(n)))
+        self.chip_domain: Int64s = np.arange(n, dtype=np.int64) // (
+            chips_per_instance * domain_instances
         )
-        self._local: list[int] = []
-        self._scaleout: tuple[NDArray[np.int64], NDArray[np.int64]] | None = None
-        for chip in range(self.n_chips):
-            self.graph.add_node(chip_node(chip), kind="chip", instance=chip // chips_per_instance)
-        for chip in range(self.n_chips):
-            node = chip_node(chip)
-            self._local.append(
-                self.add_link(node, node, capacity_Bps=local_bw_Bps, latency_s=0.0, kind="local")
-            )
-
-    # -- construction -------------------------------------------------------------------------
-
-    def add_link(
-        self,
-        u: Node,
-        v: Node,
-        *,
-        capacity_Bps: float,
-        latency_s: float,
-        lanes: int = 1,
-        kind: LinkKind,
-    ) -> int:
-        """Add one directed link ``u -> v`` and return its index.
-
-        ``capacity_Bps`` is the link's total over its ``lanes`` lanes; losing a lane
-        scales it by ``lanes_up / lanes``. A second link between the same nodes is an
-        error: model parallel cables as lanes of one link.
-        """
-        if (u, v) in self._edge_link:
-            raise SimulationError(f"topology {self.name!r}: duplicate link {u} -> {v}")
-        if not capacity_Bps > 0 or latency_s < 0 or lanes < 1:
-            raise SimulationError(
-                f"topology {self.name!r}: link {u} -> {v} needs capacity > 0, latency >= 0 and "
-                f"lanes >= 1 (got {capacity_Bps}, {latency_s}, {lanes})"
-            )
-        for node in (u, v):
-            if node not in self.graph:
-                self.graph.add_node(node, kind=str(node[0]))
-        link = len(self._edges)
-        self._edges.append((u, v))
-        self._edge_link[(u, v)] = link
-        self._nominal_Bps.append(float(capacity_Bps))
-        self._latency_s.append(float(latency_s))
-        self._lanes.append(lanes)
-        self._lanes_up.append(lanes)
-        self._names.append(
-            f"{_node_name(u)}:local" if u == v else f"{_node_name(u)}->{_node_name(v)}"
+        """Scale-up domain of each chip."""
+        self.chip_coords: Int64s | None = None
+        """Torus coordinates of each chip within its domain (``n_chips x rank``), if a torus."""
+        self.torus_dims: tuple[int, ...] = ()
+        chips = np.arange(n, dtype=np.int64)
+        self._local: Int64s = self.add_links(
+            chips, chips, capacity_Bps=local_bw_Bps, latency_s=0.0, kind="local"
         )
-        self.graph.add_edge(
-            u,
-            v,
-            link=link,
-            kind=kind,
-            capacity_Bps=float(capacity_Bps),
-            latency_s=float(latency_s),
-            lanes=lanes,
-            lanes_up=lanes,
-            state="up",
-        )
-        self._arrays = None
-        self._routes.clear()
-        self.version += 1
-        return link
 
-    def add_duplex(
-        self,
-        u: Node,
-        v: Node,
-        *,
-        capacity_Bps: float,
-        latency_s: float,
-        lanes: int = 1,
-        kind: LinkKind,
-    ) -> tuple[int, int]:
-        """Add ``u -> v`` and ``v -> u`` with the same figures; return both indices."""
-        a = self.add_link(
-            u, v, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
-        )
-        b = self.add_link(
-            v, u, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
-        )
-        return a, b
-
-    # -- sizes and arrays ---------------------------------------------------------------------
+    def set_chip_coords(self, coords: ArrayLike, dims: Sequence[int]) -> None:
+        """Record each chip's torus coordinates within its domain, and the torus size."""
+        arr = np.asarray(coords, dtype=np.int64)
+        if arr.shape != (self.n_chips, len(dims)):
+            raise SimulationError(f"topology {self.name!r}: coords must be n_chips x {len(dims)}")
+        self.chip_coords = arr
+        self.torus_dims = tuple(int(d) for d in dims)
+        self._graph = None
 
     @property
     def n_chips(self) -> int:
         return self.chips_per_instance * self.instances
 
     @property
-    def n_links(self) -> int:
-        return len(self._edges)
-
-    def _link_arrays(self) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.str_]]:
-        if self._arrays is None:
-            nominal = np.asarray(self._nominal_Bps, dtype=np.float64)
-            scale = np.asarray(self._lanes_up, dtype=np.float64) / np.asarray(self._lanes)
-            self._arrays = (
-                nominal * scale,
-                np.asarray(self._latency_s, dtype=np.float64),
-                np.asarray(self._names, dtype=np.str_),
-            )
-        return self._arrays
+    def n_domains(self) -> int:
+        return self.instances // self.domain_instances
 
     @property
-    def capacity_Bps(self) -> NDArray[np.float64]:
-        """Current per-direction capacity of each link (zero when down). Do not modify."""
-        return self._link_arrays()[0]
-
-    @property
-    def latency_s(self) -> NDArray[np.float64]:
-        return self._link_arrays()[1]
-
-    @property
-    def names(self) -> NDArray[np.str_]:
-        return self._link_arrays()[2]
+    def chips_per_domain(self) -> int:
+        return self.chips_per_instance * self.domain_instances
 
     def local_link(self, chip: int) -> int:
-        return self._local[chip]
-
-    def link(self, u: Node, v: Node) -> int:
-        """Index of the link ``u -> v``."""
-        try:
-            return self._edge_link[(u, v)]
-        except KeyError:
-            raise SimulationError(f"topology {self.name!r} has no link {u} -> {v}") from None
-
-    def endpoints(self, link: int) -> tuple[Node, Node]:
-        return self._edges[link]
+        return int(self._local[chip])
 
     def instance_of(self, chip: int) -> int:
         return chip // self.chips_per_instance
 
-    # -- state ----------------------------------------------------------------------------------
+    def domain_of(self, chip: int) -> int:
+        return chip // self.chips_per_domain
 
-    def state(self, link: int) -> LinkState:
-        up, lanes = self._lanes_up[link], self._lanes[link]
-        return "down" if up == 0 else ("up" if up == lanes else "degraded")
+    def add_nodes(self, nodes: Iterable[Node]) -> Int64s:
+        ids = super().add_nodes(nodes)
+        self._graph = None
+        return ids
 
-    def lanes_up(self, link: int) -> int:
-        return self._lanes_up[link]
-
-    def set_lanes_up(self, link: int, lanes_up: int) -> None:
-        """Set how many lanes of ``link`` work; 0 takes it down. Invalidates cached routes."""
-        lanes = self._lanes[link]
-        if not 0 <= lanes_up <= lanes:
-            raise SimulationError(
-                f"link {self._names[link]} has {lanes} lanes (got lanes_up {lanes_up})"
-            )
-        self._n_down += (lanes_up == 0) - (self._lanes_up[link] == 0)
-        self._lanes_up[link] = lanes_up
-        u, v = self._edges[link]
-        attrs = self.graph.edges[u, v]
-        attrs["lanes_up"] = lanes_up
-        attrs["state"] = self.state(link)
-        attrs["capacity_Bps"] = self._nominal_Bps[link] * lanes_up / lanes
-        self._arrays = None
+    def _changed(self) -> None:
         self._routes.clear()
-        self.version += 1
+        self._pred.clear()
+        self._usable_csr = None
+        if self._graph is not None and self._graph.number_of_edges() != self.n_links:
+            self._graph = None
+        super()._changed()
 
-    def set_link_state(self, link: int, state: Literal["up", "down"]) -> None:
-        """Take a link fully down, or restore all of its lanes."""
-        self.set_lanes_up(link, 0 if state == "down" else self._lanes[link])
+    def _state_changed(self, link: int) -> None:
+        if self._graph is not None:
+            attrs = self._graph.edges[self.endpoints(link)]
+            attrs.update(
+                lanes_up=self.lanes_up(link),
+                state=self.state(link),
+                capacity_Bps=float(self.capacity_Bps[link]),
+            )
 
     # -- routing --------------------------------------------------------------------------------
 
@@ -281,47 +245,49 @@ class Topology:
         found = self._routes.get(key)
         if found is None:
             found = self._compute_route(src_chip, dst_chip)
+            if len(self._routes) >= self.max_cached_routes:
+                self._routes.clear()
             self._routes[key] = found
         return found
 
-    def set_scaleout_links(self, up: Sequence[int], down: Sequence[int]) -> None:
-        """Declare each chip's up and down link to a non-blocking scale-out switch.
-
-        While no link is down, :meth:`routes` then resolves every pair of chips in
-        different instances to ``(up[src], down[dst])`` in bulk, without caching it:
-        an all-to-all over thousands of chips would otherwise fill the route cache
-        with millions of two-link routes. The builder's ``path_fn`` must agree.
-        """
-        if len(up) != self.n_chips or len(down) != self.n_chips:
-            raise SimulationError(f"topology {self.name!r}: one up and one down link per chip")
-        self._scaleout = (np.asarray(up, dtype=np.int64), np.asarray(down, dtype=np.int64))
-
     def routes(
-        self, pairs: Sequence[tuple[int, int]]
-    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        self, pairs: Sequence[tuple[int, int]] | NDArray[np.int64]
+    ) -> tuple[Int64s, NDArray[np.float64]]:
         """The links of the routes of all ``pairs``, concatenated, and each route's latency.
 
-        Both are multisets: the order of the routes is not that of ``pairs``.
+        Both are multisets: the order of the routes is not that of ``pairs``. Pairs
+        in different domains are routed in bulk by the scale-out fabric.
         """
+        chips = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        if not chips.size:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        if chips.min() < 0 or chips.max() >= self.n_chips:
+            raise SimulationError(f"topology {self.name!r} has chips 0..{self.n_chips - 1}")
+        src, dst = chips[:, 0], chips[:, 1]
+        scaleout = self.scaleout
+        cross = (
+            self.chip_domain[src] != self.chip_domain[dst]
+            if scaleout is not None
+            else np.zeros(src.size, dtype=bool)
+        )
         route = self.route
-        if self._scaleout is not None and not self._n_down and len(pairs) > 1:
-            chips = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-            if chips.min() < 0 or chips.max() >= self.n_chips:
-                raise SimulationError(f"topology {self.name!r} has chips 0..{self.n_chips - 1}")
-            inst = chips // self.chips_per_instance
-            cross = inst[:, 0] != inst[:, 1]
-            up, down = self._scaleout
-            ups, downs = up[chips[cross, 0]], down[chips[cross, 1]]
-            local = [route(int(s), int(d)) for s, d in chips[~cross]]
-            flat = np.concatenate(
-                [np.fromiter(itertools.chain.from_iterable(local), dtype=np.int64), ups, downs]
-            )
-            lat = self.latency_s
-            latency = np.concatenate([self._latencies(local), lat[ups] + lat[downs]])
-            return flat, latency
-        found = [route(s, d) for s, d in pairs]
-        flat = np.fromiter(itertools.chain.from_iterable(found), dtype=np.int64)
-        return flat, self._latencies(found)
+        single = [route(int(s), int(d)) for s, d in chips[~cross]]
+        flat_parts = [np.fromiter(itertools.chain.from_iterable(single), dtype=np.int64)]
+        lat_parts = [self._latencies(single)]
+        if scaleout is not None and cross.any():
+            matrix, ok = scaleout.paths(src[cross], dst[cross], self._usable())
+            if not ok.all():
+                detour = [
+                    route(int(s), int(d))
+                    for s, d in zip(src[cross][~ok], dst[cross][~ok], strict=True)
+                ]
+                flat_parts.append(np.fromiter(itertools.chain.from_iterable(detour), np.int64))
+                lat_parts.append(self._latencies(detour))
+                matrix = matrix[ok]
+            real = matrix >= 0
+            flat_parts.append(matrix[real])
+            lat_parts.append(np.where(real, self.latency_s[matrix], 0.0).sum(axis=1))
+        return np.concatenate(flat_parts), np.concatenate(lat_parts)
 
     def _latencies(self, routes: list[tuple[int, ...]]) -> NDArray[np.float64]:
         if not routes:
@@ -333,8 +299,21 @@ class Topology:
         return out
 
     def route_latency_s(self, route: Sequence[int]) -> float:
-        lat = self._latency_s
-        return float(sum(lat[link] for link in route))
+        return float(self.latency_s[np.asarray(route, dtype=np.int64)].sum())
+
+    def preferred_route(self, src: int, dst: int) -> tuple[int, ...] | None:
+        """The route ``src -> dst`` with every link up (None if the builder gives none)."""
+        if src == dst:
+            return (self.local_link(src),)
+        if self.chip_domain[src] != self.chip_domain[dst]:
+            if self.scaleout is None:
+                return None
+            matrix, _ = self.scaleout.paths(np.asarray([src]), np.asarray([dst]), None)
+            return tuple(int(x) for x in matrix[0] if x >= 0)
+        if self.path_fn is None:
+            return None
+        nodes = np.asarray(self.path_fn(src, dst), dtype=np.int64)
+        return tuple(int(x) for x in self.links_between(nodes[:-1], nodes[1:]))
 
     def _compute_route(self, src: int, dst: int) -> tuple[int, ...]:
         n = self.n_chips
@@ -343,45 +322,114 @@ class Topology:
                 f"topology {self.name!r} has chips 0..{n - 1} (got {src} -> {dst})"
             )
         if src == dst:
-            return (self._local[src],)
-        if self.path_fn is not None:
-            nodes = self.path_fn(src, dst)
-            edge_link = self._edge_link
-            links = tuple([edge_link[edge] for edge in itertools.pairwise(nodes)])
-            if not self._n_down:
-                return links
-            lanes_up = self._lanes_up
-            if all(lanes_up[link] for link in links):
+            return (self.local_link(src),)
+        usable = self._usable()
+        if self.scaleout is not None and self.chip_domain[src] != self.chip_domain[dst]:
+            matrix, ok = self.scaleout.paths(np.asarray([src]), np.asarray([dst]), usable)
+            if ok[0]:
+                return tuple(int(x) for x in matrix[0] if x >= 0)
+        elif self.path_fn is not None:
+            links = self.preferred_route(src, dst)
+            if links is not None and (usable is None or usable[list(links)].all()):
                 return links
         return self._fallback_route(src, dst)
 
     def _fallback_route(self, src: int, dst: int) -> tuple[int, ...]:
-        lanes_up, edge_link = self._lanes_up, self._edge_link
+        """Lowest-latency route over the links that are up (Dijkstra, per source, cached)."""
+        pred = self._pred.get(src)
+        if pred is None:
+            if self._usable_csr is None:
+                keep = (self._lanes_up.view > 0) & (self._u.view != self._v.view)
+                n = self.n_nodes
+                self._usable_csr = sp.csr_matrix(
+                    (self.latency_s[keep] + _HOP_EPS_S, (self._u.view[keep], self._v.view[keep])),
+                    shape=(n, n),
+                )
+            _, pred_all = dijkstra(
+                self._usable_csr,
+                directed=True,
+                indices=np.asarray([src]),
+                return_predecessors=True,
+            )
+            pred = pred_all[0].astype(np.int32)
+            if len(self._pred) >= self.max_cached_sources:
+                self._pred.clear()
+            self._pred[src] = pred
+        if pred[dst] < 0:
+            raise PartitionError(self._cut_message(src, dst))
+        nodes = [dst]
+        while nodes[-1] != src:
+            nodes.append(int(pred[nodes[-1]]))
+        path = np.asarray(nodes[::-1], dtype=np.int64)
+        return tuple(int(x) for x in self.links_between(path[:-1], path[1:]))
 
-        def usable(u: Node, v: Node) -> bool:
-            return u != v and lanes_up[edge_link[(u, v)]] > 0
-
-        view = nx.subgraph_view(self.graph, filter_edge=usable)
+    def _cut_message(self, src: int, dst: int) -> str:
+        down_all = np.flatnonzero(self._lanes_up.view == 0)
         try:
-            nodes = nx.shortest_path(view, chip_node(src), chip_node(dst), weight="latency_s")
-        except nx.NetworkXNoPath:
-            raise PartitionError(
-                f"chip {src} cannot reach chip {dst}: the fabric of topology {self.name!r} is cut"
-            ) from None
-        return tuple(edge_link[(u, v)] for u, v in itertools.pairwise(nodes))
+            preferred = self.preferred_route(src, dst)
+        except SimulationError:
+            preferred = None
+        cut = [link for link in preferred or () if self._lanes_up.view[link] == 0]
+        shown = cut or down_all[:4].tolist()
+        what = "down on its route" if cut else "down"
+        names = ", ".join(self.link_name(int(link)) for link in shown)
+        return (
+            f"chip {src} cannot reach chip {dst}: the fabric of topology {self.name!r} is cut "
+            f"({what}: {names or 'none'}; {down_all.size} links down in all)"
+        )
+
+    # -- networkx view --------------------------------------------------------------------------
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """A ``networkx`` view: node and edge attributes as documented in the module.
+
+        Chip nodes carry ``instance``, ``domain`` and (on a torus) ``coords``; the graph
+        attribute ``torus_dims`` gives the torus size. Built on first use: costly at scale.
+        """
+        if self._graph is None:
+            g = nx.DiGraph()
+            if self.torus_dims:
+                g.graph["torus_dims"] = self.torus_dims
+            for i, node in enumerate(self._nodes):
+                if i < self.n_chips:
+                    attrs: dict[str, object] = {
+                        "kind": "chip",
+                        "instance": self.instance_of(i),
+                        "domain": int(self.chip_domain[i]),
+                    }
+                    if self.chip_coords is not None:
+                        attrs["coords"] = tuple(int(x) for x in self.chip_coords[i])
+                    g.add_node(node, **attrs)
+                else:
+                    g.add_node(node, kind=str(node[0]))
+            kinds = self.kinds
+            for link in range(self.n_links):
+                u, v = self.endpoints(link)
+                g.add_edge(
+                    u,
+                    v,
+                    link=link,
+                    kind=str(kinds[link]),
+                    capacity_Bps=float(self.capacity_Bps[link]),
+                    latency_s=float(self.latency_s[link]),
+                    lanes=self.lanes(link),
+                    lanes_up=self.lanes_up(link),
+                    state=self.state(link),
+                )
+            self._graph = g
+        return self._graph
 
 
-def _node_name(node: Node) -> str:
-    return "".join(str(part) for part in node)
-
-
-# -- registry ---------------------------------------------------------------------------------
+# -- registries -----------------------------------------------------------------------------
 
 _BUILDERS: dict[str, Builder] = {}
+_FABRICS: dict[str, FabricBuilder] = {}
 
 
 def register_topology(name: str) -> Callable[[Builder], Builder]:
-    """Register a builder under the name used in ``instance.fabric.topology``."""
+    """Register a scale-up builder under the name used in ``fabric.topology`` or
+    ``ultraserver.topology``."""
 
     def deco(fn: Builder) -> Builder:
         if name in _BUILDERS:
@@ -392,26 +440,62 @@ def register_topology(name: str) -> Callable[[Builder], Builder]:
     return deco
 
 
+def register_fabric(name: str) -> Callable[[FabricBuilder], FabricBuilder]:
+    """Register a scale-out fabric builder under the name used in ``efa.fabric``."""
+
+    def deco(fn: FabricBuilder) -> FabricBuilder:
+        if name in _FABRICS:
+            raise ValueError(f"fabric {name!r} is already registered")
+        _FABRICS[name] = fn
+        return fn
+
+    return deco
+
+
 def topology_names() -> list[str]:
     return sorted(_BUILDERS)
+
+
+def fabric_names() -> list[str]:
+    return sorted(_FABRICS)
 
 
 def build_topology(
     instance: InstanceSpec, chip: ChipSpec, count: int, *, path: str = "cluster"
 ) -> Topology:
-    """Build ``count`` instances joined by EFA, with the builder named by ``fabric.topology``.
+    """Build ``count`` instances: their scale-up fabric, then the scale-out fabric.
 
-    ``path`` prefixes the key paths of errors. The UltraServer links between
-    instances (``instance.ultraserver``) are not modelled yet: a later builder adds them.
+    The scale-up builder is named by ``instance.ultraserver.topology`` when the
+    instance belongs to an UltraServer (``count`` must then fill whole
+    UltraServers), else by ``instance.fabric.topology``. When there is more than
+    one scale-up domain, the fabric named by ``instance.efa.fabric`` joins them.
+    ``path`` prefixes the key paths of errors.
     """
-    name = instance.fabric.topology
+    us = instance.ultraserver
+    if us is not None:
+        name, where = us.topology, f"{path}.ultraserver.topology"
+    else:
+        name, where = instance.fabric.topology, f"{path}.instance.fabric.topology"
     builder = _BUILDERS.get(name)
     if builder is None:
-        raise ScenarioError(
-            f"{path}.instance.fabric.topology",
-            name,
-            f"unknown topology; valid: {', '.join(topology_names())}",
-        )
+        raise ScenarioError(where, name, f"unknown topology; valid: {', '.join(topology_names())}")
     if count < 1:
         raise ScenarioError(f"{path}.count", count, "must be at least 1")
-    return builder(instance, chip, count)
+    if us is not None and count % us.instances:
+        raise ScenarioError(
+            f"{path}.count",
+            count,
+            f"must be a multiple of {us.instances}: {us.instances} {instance.name} instances "
+            "form one UltraServer",
+        )
+    fabric = _FABRICS.get(instance.efa.fabric)
+    if fabric is None:
+        raise ScenarioError(
+            f"{path}.efa.fabric",
+            instance.efa.fabric,
+            f"unknown scale-out fabric; valid: {', '.join(fabric_names())}",
+        )
+    topo = builder(instance, chip, count)
+    if topo.n_domains > 1 and topo.scaleout is None:
+        fabric(topo, instance.efa, chip.calibration.link_efficiency, path)
+    return topo

@@ -1,17 +1,33 @@
-"""Collective algorithms and the Network against the alpha-beta closed forms."""
+"""The algorithm registry, ``auto``, group placement, and the Network on catalog-like fabrics."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import simpy
 
 import clustersim.network as network_pkg
 from clustersim import catalog
-from clustersim.errors import PartitionError, ScenarioError
-from clustersim.network import Network, Step, algorithm_names, collective_steps
+from clustersim.errors import PartitionError, ScenarioError, SimulationError
+from clustersim.network import (
+    GroupInfo,
+    Network,
+    Step,
+    algorithm_names,
+    choose,
+    collective_steps,
+    register_algorithm,
+    resolve_algorithm,
+)
+from clustersim.network import collectives as registry
+from clustersim.network.groups import torus_grid
 from clustersim.network.topology import Topology, build_topology, chip_node
+
+MIB = 2.0**20
+ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]
 
 
 def run(net: Network, op: str, ranks: Any, nbytes: float) -> float:
@@ -22,7 +38,7 @@ def run(net: Network, op: str, ranks: Any, nbytes: float) -> float:
     return float(env.now - start)
 
 
-def ring_topology(p: int, cap: float = 1e9, lat: float = 2e-6) -> Topology:
+def one_way_ring(p: int, cap: float = 1e9, lat: float = 2e-6) -> Topology:
     topo = Topology("ring", chips_per_instance=p, local_bw_Bps=1e12)
     for i in range(p):
         topo.add_link(
@@ -31,67 +47,224 @@ def ring_topology(p: int, cap: float = 1e9, lat: float = 2e-6) -> Topology:
     return topo
 
 
-# -- steps --------------------------------------------------------------------------------------
+# -- steps ----------------------------------------------------------------------------------------
 
 
 def test_ring_steps() -> None:
     (step,) = collective_steps("all_reduce", 4, 8.0, "ring")
-    assert step == Step(((0, 1), (1, 2), (2, 3), (3, 0)), 2.0, 6)
-    (step,) = collective_steps("all_gather", 4, 8.0)
-    assert step.repeats == 3
-    assert step.bytes_per_flow == 2.0
+    fwd, bwd = ((0, 1), (1, 2), (2, 3), (3, 0)), ((0, 3), (1, 0), (2, 1), (3, 2))
+    assert step == Step(fwd + bwd, 1.0, 6)  # half of each n/p chunk each way
+    assert collective_steps("all_reduce", 4, 8.0, "ring_uni") == [Step(fwd, 2.0, 6)]
+    assert collective_steps("all_reduce", 2, 8.0, "ring") == [Step(((0, 1), (1, 0)), 4.0, 2)]
+    (step,) = collective_steps("all_gather", 4, 8.0, "ring")
+    assert (step.repeats, step.bytes_per_flow) == (3, 1.0)
+    (step,) = collective_steps("broadcast", 4, 8.0, "ring")
+    assert step == Step(((0, 1), (1, 2), (2, 3), (0, 3), (3, 2), (2, 1)), 4.0 / 3, 3)
     assert collective_steps("all_reduce", 1, 8.0) == []
 
 
-def test_pairwise_rounds_are_distinct_steps() -> None:
-    steps = collective_steps("all_to_all", 4, 8.0)
+def test_direct_steps() -> None:
+    steps = collective_steps("all_to_all", 4, 8.0, "pairwise")
     assert len(steps) == 3
     assert steps[1].pairs == ((0, 2), (1, 3), (2, 0), (3, 1))
     assert all(s.bytes_per_flow == 2.0 and s.repeats == 1 for s in steps)
+    (step,) = collective_steps("all_reduce", 3, 6.0, "mesh")
+    assert step == Step(((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)), 2.0, 2)
+    (step,) = collective_steps("broadcast", 3, 6.0, "mesh")
+    assert step.pairs == ((0, 1), (0, 2))
+
+
+def test_halving_doubling_and_tree_steps() -> None:
+    steps = collective_steps("reduce_scatter", 8, 8.0, "halving_doubling")
+    assert [s.bytes_per_flow for s in steps] == [4.0, 2.0, 1.0]
+    assert steps[0].pairs[:2] == ((0, 1), (1, 0))
+    assert steps[2].pairs[:2] == ((0, 4), (1, 5))
+    assert collective_steps("all_gather", 8, 8.0, "halving_doubling") == steps[::-1]
+    tree = collective_steps("broadcast", 5, 8.0, "tree")
+    assert [s.pairs for s in tree] == [((0, 1),), ((0, 2), (1, 3)), ((0, 4),)]
+    up = collective_steps("reduce", 5, 8.0, "tree")
+    assert [s.pairs for s in up] == [((4, 0),), ((2, 0), (3, 1)), ((1, 0),)]
+
+
+def test_hierarchical_and_torus_steps() -> None:
+    info = GroupInfo.of([0, 1, 2, 3], [0, 0, 1, 1])
+    rs_in, ar_out, ag_in = collective_steps("all_reduce", 4, 8e9, "hierarchical", info)
+    assert rs_in.pairs == ((0, 1), (1, 0), (2, 3), (3, 2))
+    assert ar_out.pairs == ((0, 2), (2, 0), (1, 3), (3, 1))
+    assert (rs_in.bytes_per_flow, ar_out.bytes_per_flow) == (4e9, 2e9)
+    assert ag_in == rs_in
+    coords = [(x, y) for y in range(2) for x in range(3)]
+    grid = GroupInfo.of(range(6), [0] * 6, coords, (3, 2))
+    x_rs, y_rs = collective_steps("reduce_scatter", 6, 6.0, "torus", grid)
+    assert (x_rs.repeats, x_rs.bytes_per_flow, len(x_rs.pairs)) == (2, 1.0, 12)
+    assert (y_rs.repeats, y_rs.bytes_per_flow, len(y_rs.pairs)) == (1, 1.0, 6)
+
+
+# -- registry -------------------------------------------------------------------------------------
 
 
 def test_unknown_algorithm_lists_valid_names() -> None:
     with pytest.raises(ScenarioError) as info:
         collective_steps("all_reduce", 4, 8.0, "butterfly")
     assert "cluster.collectives.all_reduce" in str(info.value)
-    assert "auto, ring" in str(info.value)
+    assert f"valid: {', '.join([*ALL, 'tree'])}" in str(info.value)
     with pytest.raises(ScenarioError, match="does not implement all_reduce"):
         collective_steps("all_reduce", 4, 8.0, "pairwise")
     with pytest.raises(ScenarioError, match="unknown collective"):
         collective_steps("gossip", 4, 8.0)
-    assert algorithm_names("all_to_all") == ["auto", "pairwise"]
+    assert algorithm_names("all_to_all") == ["auto", "mesh", "pairwise"]
 
 
 def test_network_validates_algorithms(specs: Any) -> None:
     topo = build_topology(specs.instance(), specs.chip(), 1)
     with pytest.raises(ScenarioError) as info:
         Network(simpy.Environment(), topo, range(16), {"all_gather": "tree"})
-    assert str(info.value).startswith("cluster.collectives.all_gather: unknown algorithm")
-    assert "valid: auto, ring" in str(info.value)
+    assert str(info.value).startswith("cluster.collectives.all_gather: algorithm does not")
+    assert f"valid: {', '.join(ALL)}" in str(info.value)
+    with pytest.raises(ScenarioError, match=r"cluster.collectives.all_reduce: unknown algorithm"):
+        Network(simpy.Environment(), topo, range(16), {"all_reduce": "rign"})
     net = Network(simpy.Environment(), topo, range(16), {"all_gather": "ring"})
     assert net.algorithms["all_gather"] == "ring"
 
 
-# -- oracles ------------------------------------------------------------------------------------
+@pytest.fixture
+def legacy_name() -> Iterator[str]:
+    name = "test_legacy_three_argument"
+    yield name
+    registry._ALGORITHMS.pop(name, None)
+
+
+def test_three_argument_algorithms_still_register(legacy_name: str) -> None:
+    @register_algorithm(legacy_name, ops=("all_gather",))
+    def one_shot(op: str, p: int, nbytes: float) -> list[Step]:
+        return [Step(tuple((i, (i + 1) % p) for i in range(p)), nbytes, 1)]
+
+    assert collective_steps("all_gather", 3, 6.0, legacy_name)[0].bytes_per_flow == 6.0
+    with pytest.raises(ValueError, match="already registered"):
+        register_algorithm(legacy_name)(one_shot)
+
+
+# -- auto -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "p", "expected"),
+    [
+        (64e3, 16, "mesh"),
+        (MIB - 1, 64, "mesh"),
+        (MIB, 64, "halving_doubling"),
+        (56 * MIB, 16, "halving_doubling"),
+        (56 * MIB + 1, 16, "ring"),
+        (4 * MIB, 12, "ring"),  # not a power of two
+        (64e3, 512, "halving_doubling"),  # too many pairs for a mesh
+        (64e3, 12, "mesh"),
+    ],
+)
+def test_auto_follows_the_neuron_size_thresholds(nbytes: float, p: int, expected: str) -> None:
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        assert choose(op, p, nbytes, GroupInfo.flat(p)) == expected
+        assert resolve_algorithm("auto", op, p, nbytes) == expected
+
+
+def test_auto_for_other_ops_and_spread_groups() -> None:
+    flat = GroupInfo.flat(8)
+    assert choose("all_to_all", 8, 1e9, flat) == "mesh"
+    assert choose("all_to_all", 512, 1e3, GroupInfo.flat(512)) == "pairwise"
+    assert choose("broadcast", 8, 1e3, flat) == "tree"
+    assert choose("reduce", 8, 1e9, flat) == "ring"
+    spread = GroupInfo.of(range(8), [0, 0, 0, 0, 1, 1, 1, 1])
+    assert choose("all_reduce", 8, 1e3, spread) == "hierarchical"
+    one_each = GroupInfo.of(range(4), [0, 1, 2, 3])
+    assert choose("all_reduce", 4, 1e9, one_each) == "ring"
+    uneven = GroupInfo.of(range(5), [0, 0, 0, 1, 1])
+    assert choose("all_reduce", 5, 1e9, uneven) == "ring"
+
+
+def test_resolve_falls_back_where_an_algorithm_does_not_apply() -> None:
+    assert resolve_algorithm("halving_doubling", "all_gather", 6, MIB) == "ring"
+    assert resolve_algorithm("hierarchical", "all_reduce", 8, MIB) == "ring"
+    assert resolve_algorithm("torus", "all_reduce", 8, MIB) == "ring"
+    assert resolve_algorithm("ring_uni", "all_reduce", 8, MIB) == "ring_uni"
+    with pytest.raises(ValueError, match="power-of-two"):
+        registry._ALGORITHMS["halving_doubling"].fn("all_reduce", 6, 1.0, GroupInfo.flat(6))
+
+
+# -- group placement ------------------------------------------------------------------------------
+
+
+def test_group_info_relabels_so_alike_groups_are_equal() -> None:
+    a = GroupInfo.of([5, 5, 9, 9], [2, 2, 3, 3])
+    assert a == GroupInfo.of([0, 0, 1, 1], [0, 0, 1, 1])
+    assert a.chip == (0, 0, 1, 1)
+    assert a.domain_members() == [[0, 1], [2, 3]]
+    assert GroupInfo.flat(3) == GroupInfo((0, 1, 2), (0, 0, 0))
+    with pytest.raises(ValueError, match="one chip, domain"):
+        GroupInfo((0, 1), (0,))
+
+
+def test_torus_grid() -> None:
+    coords = [(x, y) for y in range(2) for x in range(3)]
+    found = torus_grid(GroupInfo.of(range(6), [0] * 6, coords, (4, 4)))
+    assert found is not None
+    assert found[0] == (3, 2)
+    assert found[1][4] == (1, 1)
+    # two ranks per chip: the on-chip axis first; two domains: the domain axis last
+    chips = [c for c in range(4) for _ in range(2)] * 2
+    info = GroupInfo.of(
+        [c + 4 * (i // 8) for i, c in enumerate(chips)],
+        [i // 8 for i in range(16)],
+        [(c % 2, c // 2) for c in chips],
+        (2, 2),
+    )
+    found = torus_grid(info)
+    assert found is not None
+    assert found[0] == (2, 2, 2, 2)
+    assert found[1][9] == (1, 0, 0, 1)
+    assert torus_grid(GroupInfo.of(range(3), [0] * 3, [(0, 0), (1, 0), (0, 1)], (2, 2))) is None
+    assert torus_grid(GroupInfo.flat(4)) is None
+
+
+def test_network_group_info_from_the_topology(specs: Any) -> None:
+    topo = build_topology(specs.instance(), specs.chip(), 2)
+    net = Network(simpy.Environment(), topo, [r // 4 for r in range(128)])
+    info = net.group_info([0, 1, 4, 64])
+    assert info.chip == (0, 0, 1, 2)
+    assert info.domain == (0, 0, 0, 1)
+    assert info.dims == (4, 4)
+    assert info.coords[2] == (1, 0)  # chip 1 sits next to chip 0 on the snake
+
+
+def test_alike_groups_share_their_steps(specs: Any) -> None:
+    topo = build_topology(specs.instance(), specs.chip(), 2)
+    net = Network(simpy.Environment(), topo, range(32))
+    for base in (0, 2, 16, 18):  # instances 0 and 1, torus positions (0|1, 0) and (2|3, 0)
+        net.collective("all_reduce", [base, base + 1], 1e6)
+    assert len(net._plans) == 4
+    assert len(net._steps) == 2  # same coordinates in another instance: same info
+
+
+# -- the Network on catalog-like fabrics ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("p", [2, 4, 8, 16])
 @pytest.mark.parametrize("nbytes", [1e4, 1e6, 64e6])
 def test_ring_all_reduce_on_the_torus_snake(specs: Any, p: int, nbytes: float) -> None:
     topo = build_topology(specs.instance(), specs.chip(link_efficiency=0.8), 1)
-    net = Network(simpy.Environment(), topo, range(16))
+    net = Network(simpy.Environment(), topo, range(16), dict.fromkeys(registry.OPS[:3], "ring"))
     a, b = specs.link_latency_s, 1 / (0.8 * specs.link_Bps)
-    expected = 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes * b
+    both = 2 if p > 2 else 1  # the snake is a duplex ring: half the buffer each way
+    expected = 2 * (p - 1) * a + 2 * (p - 1) / p * nbytes * b / both
     assert run(net, "all_reduce", range(p), nbytes) == pytest.approx(expected, rel=0.01)
-    expected = (p - 1) * a + (p - 1) / p * nbytes * b
+    expected = (p - 1) * a + (p - 1) / p * nbytes * b / both
     for op in ("reduce_scatter", "all_gather"):
         assert run(net, op, range(p), nbytes) == pytest.approx(expected, rel=0.01)
 
 
 @pytest.mark.parametrize("p", [2, 3, 5, 8])
-def test_ring_collectives_on_a_custom_ring(p: int) -> None:
+def test_one_way_ring_on_a_one_way_ring(p: int) -> None:
     cap, lat, n = 1e9, 2e-6, 3e6
-    net = Network(simpy.Environment(), ring_topology(p, cap, lat), range(p))
+    algs = dict.fromkeys(registry.OPS[:5], "ring_uni")
+    net = Network(simpy.Environment(), one_way_ring(p, cap, lat), range(p), algs)
     assert run(net, "all_reduce", range(p), n) == pytest.approx(
         2 * (p - 1) * lat + 2 * (p - 1) / p * n / cap, rel=0.01
     )
@@ -103,20 +276,24 @@ def test_ring_collectives_on_a_custom_ring(p: int) -> None:
 
 
 @pytest.mark.parametrize("p", [2, 4, 8])
-def test_pairwise_all_to_all_through_a_switch(specs: Any, p: int) -> None:
+def test_all_to_all_through_a_switch(specs: Any, p: int) -> None:
     topo = build_topology(specs.instance("switch", dims=(), chips=8), specs.chip(), 1)
-    net = Network(simpy.Environment(), topo, range(8))
     n = 8e6
-    expected = (p - 1) * specs.link_latency_s + (p - 1) / p * n / specs.link_Bps
-    assert run(net, "all_to_all", range(p), n) == pytest.approx(expected, rel=0.01)
+    a, frac = specs.link_latency_s, (p - 1) / p * n / specs.link_Bps
+    pairwise = Network(simpy.Environment(), topo, range(8), {"all_to_all": "pairwise"})
+    assert run(pairwise, "all_to_all", range(p), n) == pytest.approx((p - 1) * a + frac, rel=0.01)
+    mesh = Network(simpy.Environment(), topo, range(8))  # auto: every pair at once
+    assert mesh.algorithm_for("all_to_all", range(p), n) == "mesh"
+    assert run(mesh, "all_to_all", range(p), n) == pytest.approx(a + frac, rel=0.01)
 
 
 def test_ring_across_instances_is_bound_by_efa(specs: Any) -> None:
     topo = build_topology(specs.instance(), specs.chip(), 2)
-    net = Network(simpy.Environment(), topo, range(32))
+    net = Network(simpy.Environment(), topo, range(32), {"all_reduce": "ring"})
     p, n = 32, 64e6
     efa_Bps = specs.efa_Bps / 16
-    expected = 2 * (p - 1) * (specs.efa_latency_s + n / p / efa_Bps)
+    # each EFA crossing carries one direction's half: n / (2p) a round
+    expected = 2 * (p - 1) * (specs.efa_latency_s + n / (2 * p) / efa_Bps)
     assert run(net, "all_reduce", range(p), n) == pytest.approx(expected, rel=0.01)
 
 
@@ -133,7 +310,7 @@ def test_send_and_single_rank_group(specs: Any) -> None:
 def test_ranks_on_one_chip_use_its_local_link(specs: Any) -> None:
     topo = build_topology(specs.instance(), specs.chip(), 1)
     env = simpy.Environment()
-    net = Network(env, topo, [r // 4 for r in range(64)])
+    net = Network(env, topo, [r // 4 for r in range(64)], {"all_reduce": "ring_uni"})
     t = run(net, "all_reduce", range(4), 4e6)  # four ranks on chip 0
     assert t == pytest.approx(6 * 1e6 / specs.dma_Bps * 4)  # 4 flows share the DMA link
     t64 = run(net, "all_reduce", range(64), 64e6)
@@ -152,10 +329,33 @@ def test_concurrent_collectives_on_disjoint_chips_do_not_interfere(specs: Any) -
     assert env.now == pytest.approx(run(alone, "all_reduce", range(8), 8e6), rel=1e-9)
 
 
-def test_partitioned_group_raises_at_the_call(specs: Any) -> None:
+def test_replicas_move_with_the_group_as_one_coflow(specs: Any) -> None:
+    topo = build_topology(specs.instance(), specs.chip(), 2)
+    rows = np.asarray([range(0, 32, 2), range(1, 32, 2)])  # two groups sharing the fabric
+    env = simpy.Environment()
+    both = Network(env, topo, range(32))
+    events = [both.collective("all_reduce", row.tolist(), 64e6) for row in rows]
+    env.run(until=env.all_of(events))
+    folded = Network(simpy.Environment(), topo, range(32))
+    done = folded.collective("all_reduce", rows[0].tolist(), 64e6, replicas=rows)
+    folded.env.run(until=done)
+    assert folded.env.now == pytest.approx(float(env.now), rel=0.01)
+    alone = run(Network(simpy.Environment(), topo, range(32)), "all_reduce", rows[0], 64e6)
+    assert folded.env.now > alone
+    # sends: two pairs that share chip 0's EFA up link take twice as long as one
+    env = simpy.Environment()
+    net = Network(env, topo, [r // 2 for r in range(64)])
+    pairs = np.asarray([[0, 32], [1, 34]])
+    env.run(until=net.send(0, 32, 1e6, replicas=pairs))
+    assert env.now == pytest.approx(specs.efa_latency_s + 2e6 / (specs.efa_Bps / 16), rel=0.01)
+    with pytest.raises(SimulationError, match="rows of 2 ranks"):
+        net.send(0, 32, 1e6, replicas=np.asarray([0, 32]))
+
+
+def test_partitioned_group_raises_at_the_call() -> None:
     topo = Topology("pair", chips_per_instance=3, local_bw_Bps=1e9)
     topo.add_duplex(chip_node(0), chip_node(1), capacity_Bps=1e9, latency_s=0.0, kind="neuronlink")
-    net = Network(simpy.Environment(), topo, [0, 1, 2])
+    net = Network(simpy.Environment(), topo, [0, 1, 2], {"all_gather": "ring_uni"})
     with pytest.raises(PartitionError, match="chip 1 cannot reach chip 2"):
         net.collective("all_gather", [0, 1, 2], 3.0)
     with pytest.raises(PartitionError):
@@ -166,12 +366,16 @@ def test_catalog_trn2_all_reduce_runs() -> None:
     inst, chip = catalog.instance("trn2.48xlarge"), catalog.chip("trn2")
     topo = build_topology(inst, chip, 1)
     net = Network(simpy.Environment(), topo, [r // 4 for r in range(64)])
+    assert net.algorithm_for("all_reduce", range(0, 64, 4), 256e6) == "ring"
     t = run(net, "all_reduce", range(0, 64, 4), 256e6)
     busbw = 256e6 / t * 2 * 15 / 16
-    assert 0.5 * inst.fabric.link_bw_Bps < busbw < inst.fabric.link_bw_Bps
+    link = inst.fabric.link_bw_Bps  # the bidirectional ring uses both directions of each link
+    assert link < busbw < 2 * link
 
 
 def test_public_api() -> None:
     for name in network_pkg.__all__:
         assert hasattr(network_pkg, name), name
-    assert {"Network", "Topology", "FlowNetwork", "build_topology"} <= set(network_pkg.__all__)
+    assert {"Network", "Topology", "FlowNetwork", "build_topology", "GroupInfo"} <= set(
+        network_pkg.__all__
+    )

@@ -70,9 +70,14 @@ def test_trn2_torus_from_the_catalog(specs: Any) -> None:
 def test_every_catalog_instance_builds() -> None:
     for name in catalog.names("instances"):
         inst = catalog.instance(name)
-        topo = build_topology(inst, catalog.chip(inst.chip), 2)
-        for a, b in [(0, 1), (1, 0), (0, inst.chips), (inst.chips - 1, 2 * inst.chips - 1)]:
-            assert topo.route(a, b)
+        per_domain = inst.ultraserver.instances if inst.ultraserver else 1
+        topo = build_topology(inst, catalog.chip(inst.chip), 2 * per_domain)
+        assert topo.n_domains == 2
+        last = topo.n_chips - 1
+        for a, b in [(0, 1), (1, 0), (0, topo.chips_per_domain), (topo.chips_per_domain - 1, last)]:
+            route = topo.route(a, b)
+            assert topo.endpoints(route[0])[0] == chip_node(a)
+            assert topo.endpoints(route[-1])[1] == chip_node(b)
 
 
 def test_route_to_self_is_the_local_link(specs: Any) -> None:

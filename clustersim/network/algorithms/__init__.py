@@ -1,0 +1,27 @@
+"""The shipped collective algorithms; importing this package registers them.
+
+| name | ops (AR all-reduce, RS reduce-scatter, AG all-gather) | module |
+|---|---|---|
+| ``ring`` (bidirectional), ``ring_uni`` | AR, RS, AG, broadcast, reduce | :mod:`.ring` |
+| ``halving_doubling`` | AR, RS, AG | :mod:`.halving_doubling` |
+| ``tree`` (binomial) | AR, broadcast, reduce | :mod:`.tree` |
+| ``mesh`` | all | :mod:`.direct` |
+| ``pairwise`` | all-to-all | :mod:`.direct` |
+| ``hierarchical`` | AR, RS, AG | :mod:`.hierarchical` |
+| ``torus`` | AR, RS, AG | :mod:`.torus` |
+
+``auto`` is registered with the registry (:mod:`clustersim.network.collectives`).
+"""
+
+from __future__ import annotations
+
+from clustersim.network.algorithms import (
+    direct,
+    halving_doubling,
+    hierarchical,
+    ring,
+    torus,
+    tree,
+)
+
+__all__ = ["direct", "halving_doubling", "hierarchical", "ring", "torus", "tree"]

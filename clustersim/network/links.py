@@ -1,0 +1,405 @@
+"""Nodes and directed links in numpy columns: the storage under a :class:`~.topology.Topology`.
+
+A :class:`LinkTable` numbers its nodes (tuples such as ``("chip", 3)`` or
+``("spine", 2, 5)``) and its links in the order they are added. Each link has a
+source and a target node id, a nominal capacity (the total over its ``lanes``
+parallel lanes), a current capacity (``nominal x lanes_up / lanes``, zero when
+down), a latency and a kind. Links are added in bulk (:meth:`LinkTable.add_links`)
+and looked up by their endpoints through a sorted array of packed ``u << 32 | v``
+keys, so that tables of millions of links stay compact and fast to build.
+
+Every change of links or lanes increments :attr:`LinkTable.version` and calls
+:meth:`LinkTable._changed`, which subclasses extend to drop their caches, and
+which notifies listeners (:meth:`LinkTable.add_listener`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Generic, Literal, TypeAlias, TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from clustersim.errors import SimulationError
+
+__all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
+
+Node: TypeAlias = tuple[str | int, ...]
+"""A graph node: ``("chip", i)``, ``("switch", instance)``, ``("efa",)``, ..."""
+
+LinkState = Literal["up", "down", "degraded"]
+LinkKind = Literal["local", "neuronlink", "switch", "efa"]
+KINDS: tuple[LinkKind, ...] = ("local", "neuronlink", "switch", "efa")
+
+Int64s: TypeAlias = NDArray[np.int64]
+
+_T = TypeVar("_T", bound=np.generic)
+
+_UNSORTED_MAX = 256
+"""Links added since the last sort are searched linearly up to this many."""
+
+
+class _Column(Generic[_T]):
+    """A growable 1-D numpy array."""
+
+    def __init__(self, dtype: type[_T]) -> None:
+        self._a: NDArray[_T] = np.empty(64, dtype=dtype)
+        self.n = 0
+
+    def extend(self, values: NDArray[_T]) -> None:
+        need = self.n + values.size
+        if need > self._a.size:
+            grown = np.empty(max(need, 2 * self._a.size), dtype=self._a.dtype)
+            grown[: self.n] = self._a[: self.n]
+            self._a = grown
+        self._a[self.n : need] = values
+        self.n = need
+
+    @property
+    def view(self) -> NDArray[_T]:
+        return self._a[: self.n]
+
+
+def node_name(node: Node) -> str:
+    """``chip3``, ``efa``, ``switch0``, ``spine2_5``: the first two parts joined, then ``_``."""
+    head = "".join(str(part) for part in node[:2])
+    return "_".join([head, *(str(part) for part in node[2:])])
+
+
+class LinkTable:
+    """Numbered nodes and directed links, with capacities, latencies and lane state."""
+
+    def __init__(self, name: str, nodes: Iterable[Node] = ()) -> None:
+        self.name = name
+        self.version = 0
+        """Incremented whenever links or their state change; caches keyed on routes compare it."""
+        self._nodes: list[Node] = []
+        self._node_id: dict[Node, int] = {}
+        self._u = _Column(np.int64)
+        self._v = _Column(np.int64)
+        self._nominal = _Column(np.float64)
+        self._capacity = _Column(np.float64)
+        self._latency = _Column(np.float64)
+        self._lanes = _Column(np.int64)
+        self._lanes_up = _Column(np.int64)
+        self._kind = _Column(np.int8)
+        self._keys = _Column(np.int64)
+        self._sorted: tuple[Int64s, Int64s] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._n_down = 0
+        self._names: NDArray[np.str_] | None = None
+        self._listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
+        self.add_nodes(nodes)
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    def add_nodes(self, nodes: Iterable[Node]) -> Int64s:
+        """Add nodes; return their ids. Existing nodes keep their ids."""
+        ids = []
+        for node in nodes:
+            found = self._node_id.get(node)
+            if found is None:
+                found = len(self._nodes)
+                self._nodes.append(node)
+                self._node_id[node] = found
+            ids.append(found)
+        return np.asarray(ids, dtype=np.int64)
+
+    def node_id(self, node: Node) -> int:
+        try:
+            return self._node_id[node]
+        except KeyError:
+            raise SimulationError(f"topology {self.name!r} has no node {node}") from None
+
+    def node(self, node_id: int) -> Node:
+        return self._nodes[node_id]
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self._nodes)
+
+    # -- links ----------------------------------------------------------------------------------
+
+    def add_links(
+        self,
+        u: ArrayLike,
+        v: ArrayLike,
+        *,
+        capacity_Bps: ArrayLike,
+        latency_s: ArrayLike,
+        lanes: int = 1,
+        kind: LinkKind,
+    ) -> Int64s:
+        """Add directed links ``u[i] -> v[i]`` between node ids, in bulk; return their indices.
+
+        ``capacity_Bps`` is each link's total over its ``lanes`` lanes; losing a lane
+        scales it by ``lanes_up / lanes``. A second link between the same nodes is an
+        error: model parallel cables as lanes of one link.
+        """
+        uu = np.atleast_1d(np.asarray(u, dtype=np.int64))
+        vv = np.atleast_1d(np.asarray(v, dtype=np.int64))
+        m = uu.size
+        if vv.size != m:
+            raise SimulationError(f"topology {self.name!r}: {m} sources but {vv.size} targets")
+        cap = np.broadcast_to(np.asarray(capacity_Bps, dtype=np.float64), (m,))
+        lat = np.broadcast_to(np.asarray(latency_s, dtype=np.float64), (m,))
+        n_nodes = len(self._nodes)
+        if m and (min(uu.min(), vv.min()) < 0 or max(uu.max(), vv.max()) >= n_nodes):
+            raise SimulationError(f"topology {self.name!r}: link endpoints outside 0..{n_nodes}")
+        bad = ~((cap > 0) & np.isfinite(cap) & (lat >= 0) & np.isfinite(lat))
+        if bad.any() or lanes < 1:
+            i = int(np.argmax(bad))
+            raise SimulationError(
+                f"topology {self.name!r}: link {self._nodes[int(uu[i])]} -> "
+                f"{self._nodes[int(vv[i])]} needs capacity > 0, latency >= 0 and lanes >= 1 "
+                f"(got {cap[i]}, {lat[i]}, {lanes})"
+            )
+        keys = (uu << 32) | vv
+        dup = self._find(keys) >= 0
+        if m > 1:
+            first = np.unique(keys, return_index=True)[1]
+            if first.size < m:
+                again = np.ones(m, dtype=bool)
+                again[first] = False
+                dup |= again
+        if dup.any():
+            i = int(np.argmax(dup))
+            raise SimulationError(
+                f"topology {self.name!r}: duplicate link {self._nodes[int(uu[i])]} -> "
+                f"{self._nodes[int(vv[i])]}"
+            )
+        start = self._u.n
+        self._u.extend(uu)
+        self._v.extend(vv)
+        self._nominal.extend(np.ascontiguousarray(cap))
+        self._capacity.extend(np.ascontiguousarray(cap))
+        self._latency.extend(np.ascontiguousarray(lat))
+        self._lanes.extend(np.full(m, lanes, dtype=np.int64))
+        self._lanes_up.extend(np.full(m, lanes, dtype=np.int64))
+        self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8))
+        self._keys.extend(keys)
+        if self._keys.n - self._sorted[0].size > _UNSORTED_MAX:
+            self._sort_keys()
+        self._names = None
+        self._changed()
+        return np.arange(start, start + m, dtype=np.int64)
+
+    def add_link(
+        self,
+        u: Node,
+        v: Node,
+        *,
+        capacity_Bps: float,
+        latency_s: float,
+        lanes: int = 1,
+        kind: LinkKind,
+    ) -> int:
+        """Add one directed link ``u -> v`` (nodes are added as needed); return its index."""
+        uid, vid = self.add_nodes((u, v))
+        (link,) = self.add_links(
+            uid, vid, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
+        )
+        return int(link)
+
+    def add_duplex(
+        self,
+        u: Node,
+        v: Node,
+        *,
+        capacity_Bps: float,
+        latency_s: float,
+        lanes: int = 1,
+        kind: LinkKind,
+    ) -> tuple[int, int]:
+        """Add ``u -> v`` and ``v -> u`` with the same figures; return both indices."""
+        a = self.add_link(
+            u, v, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
+        )
+        b = self.add_link(
+            v, u, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
+        )
+        return a, b
+
+    def add_duplex_links(
+        self,
+        u: ArrayLike,
+        v: ArrayLike,
+        *,
+        capacity_Bps: ArrayLike,
+        latency_s: ArrayLike,
+        lanes: int = 1,
+        kind: LinkKind,
+    ) -> tuple[Int64s, Int64s]:
+        """:meth:`add_links` in both directions; return the forward and the reverse indices."""
+        fwd = self.add_links(
+            u, v, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
+        )
+        rev = self.add_links(
+            v, u, capacity_Bps=capacity_Bps, latency_s=latency_s, lanes=lanes, kind=kind
+        )
+        return fwd, rev
+
+    @property
+    def n_links(self) -> int:
+        return self._u.n
+
+    @property
+    def capacity_Bps(self) -> NDArray[np.float64]:
+        """Current per-direction capacity of each link (zero when down). Do not modify."""
+        return self._capacity.view
+
+    @property
+    def nominal_Bps(self) -> NDArray[np.float64]:
+        """Capacity of each link with all its lanes up. Do not modify."""
+        return self._nominal.view
+
+    @property
+    def latency_s(self) -> NDArray[np.float64]:
+        return self._latency.view
+
+    @property
+    def link_u(self) -> Int64s:
+        """Source node id of each link."""
+        return self._u.view
+
+    @property
+    def link_v(self) -> Int64s:
+        """Target node id of each link."""
+        return self._v.view
+
+    @property
+    def kinds(self) -> NDArray[np.str_]:
+        """Kind of each link (``local``, ``neuronlink``, ``switch``, ``efa``)."""
+        out: NDArray[np.str_] = np.asarray(KINDS, dtype=np.str_)[self._kind.view]
+        return out
+
+    @property
+    def names(self) -> NDArray[np.str_]:
+        """``chip0->chip1``, ``chip3:local``, ``leaf2->spine2_5``, ...: one per link (lazily)."""
+        if self._names is None:
+            names = [node_name(node) for node in self._nodes]
+            pairs = zip(self._u.view.tolist(), self._v.view.tolist(), strict=True)
+            self._names = np.asarray(
+                [f"{names[u]}:local" if u == v else f"{names[u]}->{names[v]}" for u, v in pairs],
+                dtype=np.str_,
+            )
+        return self._names
+
+    def link_name(self, link: int) -> str:
+        u, v = self.endpoints(link)
+        return f"{node_name(u)}:local" if u == v else f"{node_name(u)}->{node_name(v)}"
+
+    def link(self, u: Node, v: Node) -> int:
+        """Index of the link ``u -> v``."""
+        uid, vid = self._node_id.get(u), self._node_id.get(v)
+        found = -1
+        if uid is not None and vid is not None:
+            found = int(self._find(np.asarray([uid << 32 | vid], dtype=np.int64))[0])
+        if found < 0:
+            raise SimulationError(f"topology {self.name!r} has no link {u} -> {v}")
+        return found
+
+    def links_between(self, u: ArrayLike, v: ArrayLike) -> Int64s:
+        """Indices of the links ``u[i] -> v[i]`` between node ids; an error if one is missing."""
+        uu = np.asarray(u, dtype=np.int64)
+        vv = np.asarray(v, dtype=np.int64)
+        found = self._find((uu << 32) | vv)
+        if found.size and found.min() < 0:
+            i = int(np.argmin(found))
+            raise SimulationError(
+                f"topology {self.name!r} has no link {self._nodes[int(uu.flat[i])]} -> "
+                f"{self._nodes[int(vv.flat[i])]}"
+            )
+        return found
+
+    def endpoints(self, link: int) -> tuple[Node, Node]:
+        return self._nodes[int(self._u.view[link])], self._nodes[int(self._v.view[link])]
+
+    def _sort_keys(self) -> None:
+        keys = self._keys.view
+        order = np.argsort(keys, kind="stable").astype(np.int64)
+        self._sorted = (keys[order], order)
+
+    def _find(self, keys: Int64s) -> Int64s:
+        """Link index of each packed ``u << 32 | v`` key, or -1."""
+        if keys.size > 64 and self._keys.n > self._sorted[0].size:
+            self._sort_keys()  # a bulk lookup: cheaper than comparing it with the unsorted tail
+        sorted_keys, order = self._sorted
+        out = np.full(keys.shape, -1, dtype=np.int64)
+        if sorted_keys.size:
+            pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
+            hit = sorted_keys[pos] == keys
+            out[hit] = order[pos[hit]]
+        tail = self._keys.view[sorted_keys.size :]
+        if tail.size:
+            miss = np.flatnonzero(out < 0)
+            if miss.size:
+                eq = keys[miss, None] == tail[None, :]
+                found = eq.any(axis=1)
+                out[miss[found]] = sorted_keys.size + np.argmax(eq[found], axis=1)
+        return out
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def state(self, link: int) -> LinkState:
+        up, lanes = int(self._lanes_up.view[link]), int(self._lanes.view[link])
+        return "down" if up == 0 else ("up" if up == lanes else "degraded")
+
+    def lanes(self, link: int) -> int:
+        return int(self._lanes.view[link])
+
+    def lanes_up(self, link: int) -> int:
+        return int(self._lanes_up.view[link])
+
+    @property
+    def links_down(self) -> int:
+        return self._n_down
+
+    def set_lanes_up(self, link: int, lanes_up: int) -> None:
+        """Set how many lanes of ``link`` work; 0 takes it down.
+
+        The link's capacity becomes ``nominal x lanes_up / lanes``; caches are dropped
+        and listeners told.
+        """
+        if not 0 <= link < self.n_links:
+            raise SimulationError(f"topology {self.name!r} has links 0..{self.n_links - 1}")
+        lanes = int(self._lanes.view[link])
+        if not 0 <= lanes_up <= lanes:
+            raise SimulationError(
+                f"link {self.link_name(link)} has {lanes} lanes (got lanes_up {lanes_up})"
+            )
+        before = int(self._lanes_up.view[link])
+        self._n_down += (lanes_up == 0) - (before == 0)
+        self._lanes_up.view[link] = lanes_up
+        self._capacity.view[link] = float(self._nominal.view[link]) * lanes_up / lanes
+        self._state_changed(link)
+        self._changed()
+
+    def set_link_state(self, link: int, state: Literal["up", "down"]) -> None:
+        """Take a link fully down, or restore all of its lanes."""
+        self.set_lanes_up(link, 0 if state == "down" else int(self._lanes.view[link]))
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call the bound method ``callback()`` after every change of links or lanes.
+
+        Held by weak reference: a listener that is no longer used is dropped.
+        """
+        self._listeners.append(weakref.WeakMethod(callback))
+
+    def _state_changed(self, link: int) -> None:
+        """Hook: the lanes of ``link`` changed."""
+
+    def _changed(self) -> None:
+        self.version += 1
+        alive = []
+        for ref in self._listeners:
+            fn = ref()
+            if fn is not None:
+                alive.append(ref)
+                fn()
+        self._listeners = alive
+
+    def _usable(self) -> NDArray[np.bool_] | None:
+        """Mask of links with a lane up; None when every link is up."""
+        return None if not self._n_down else self._lanes_up.view > 0

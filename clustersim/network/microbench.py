@@ -1,0 +1,128 @@
+"""Microbenchmark one collective, like nccl-tests: time, algbw and busbw per size.
+
+    rows = run_collective("trn2.48xlarge", 1, "all_reduce", [2**20, 2**30])
+
+Each size runs alone in a fresh SimPy environment over a group of ranks on a
+topology built from the catalog. ``algbw = size / time``; ``busbw = algbw x
+factor``, with the factors of nccl-tests (``doc/PERFORMANCE.md``): 2(p-1)/p for
+all-reduce, (p-1)/p for reduce-scatter, all-gather and all-to-all, 1 for
+broadcast and reduce. busbw is comparable across group sizes: for a ring it is
+the bandwidth each rank's busiest link direction sustains.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import simpy
+
+from clustersim import catalog
+from clustersim.errors import ScenarioError
+from clustersim.network import Network
+from clustersim.network.collectives import OPS, algorithm_names
+from clustersim.network.topology import build_topology
+from clustersim.units import format_bytes
+
+__all__ = ["busbw_factor", "run_collective", "size_sweep"]
+
+
+def busbw_factor(op: str, p: int) -> float:
+    """nccl-tests' bus bandwidth factor of ``op`` over ``p`` ranks."""
+    if op == "all_reduce":
+        return 2 * (p - 1) / p
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (p - 1) / p
+    return 1.0
+
+
+def size_sweep(lo: float, hi: float, factor: float = 2.0) -> list[float]:
+    """``lo, lo*factor, ...`` up to ``hi`` (included, within rounding), as nccl-tests' -b -e -f."""
+    if not (lo > 0 and math.isfinite(lo)):
+        raise ScenarioError("min", lo, "must be a positive size")
+    if not (hi >= lo and math.isfinite(hi)):
+        raise ScenarioError("max", hi, f"must be at least the --min size, {format_bytes(lo)}")
+    if not (factor > 1 and math.isfinite(factor)):
+        raise ScenarioError("factor", factor, "must be a number above 1")
+    count = math.floor(math.log(hi / lo, factor) + 1e-9) + 1
+    if count > 1000:
+        raise ScenarioError("factor", factor, f"gives {count} sizes from min to max; at most 1000")
+    return [lo * factor**k for k in range(count)]
+
+
+def run_collective(
+    instance: str,
+    count: int,
+    op: str,
+    sizes: Sequence[float],
+    *,
+    algorithm: str = "auto",
+    ranks: int | None = None,
+    lnc: int | None = None,
+    chip: Mapping[str, Any] | None = None,
+    neuronlink: Mapping[str, Any] | None = None,
+    efa: Mapping[str, Any] | None = None,
+    ultraserver: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Time ``op`` on each of ``sizes`` (bytes) over ``count`` x ``instance``.
+
+    The group is ranks ``0..ranks-1`` (default: all of them), placed in chip
+    order, one per chip unless ``lnc`` is given (then ``cores / lnc`` per chip,
+    as in a scenario). ``chip``, ``neuronlink``, ``efa`` and ``ultraserver``
+    override catalog fields, like the ``cluster`` keys of a scenario. Bad input
+    raises :class:`~clustersim.errors.ScenarioError` naming the parameter.
+
+    Returns one row per size: ``op``, ``size_bytes``, ``time_s``,
+    ``algbw_GBps``, ``busbw_GBps``, ``algorithm`` (what ran: ``auto``'s choice)
+    and ``ranks``.
+    """
+    if op not in OPS:
+        raise ScenarioError("op", op, f"unknown collective; valid: {', '.join(OPS)}")
+    if algorithm not in algorithm_names(op):
+        raise ScenarioError(
+            "algorithm", algorithm, f"not one for {op}; valid: {', '.join(algorithm_names(op))}"
+        )
+    if count < 1:
+        raise ScenarioError("count", count, "must be at least 1")
+    over = {
+        key: dict(value)
+        for key, value in (("fabric", neuronlink), ("efa", efa), ("ultraserver", ultraserver))
+        if value
+    }
+    inst = catalog.instance(instance, over or None, "instance")
+    chip_spec = catalog.chip(inst.chip, dict(chip) if chip else None, "chip")
+    if lnc is not None and lnc not in chip_spec.lnc_options:
+        valid = ", ".join(map(str, chip_spec.lnc_options))
+        raise ScenarioError("lnc", lnc, f"{chip_spec.name} supports lnc {valid}")
+    per_chip = 1 if lnc is None else chip_spec.cores // lnc
+    topo = build_topology(inst, chip_spec, count, path="instance")
+    total = topo.n_chips * per_chip
+    p = total if ranks is None else ranks
+    if not 2 <= p <= total:
+        raise ScenarioError("ranks", ranks, f"must be between 2 and the {total} ranks available")
+    for size in sizes:
+        if not (size > 0 and math.isfinite(size)):
+            raise ScenarioError("sizes", size, "each size must be a positive number of bytes")
+    rank_chip = [r // per_chip for r in range(total)]
+    group = list(range(p))
+    rows = []
+    for size in sizes:
+        env = simpy.Environment()
+        net = Network(env, topo, rank_chip, {op: algorithm}, path="algorithm")
+        done = net.collective(op, group, float(size))
+        env.run(until=done)
+        time_s = float(env.now)
+        algbw = size / time_s / 1e9 if time_s > 0 else math.inf
+        rows.append(
+            {
+                "op": op,
+                "size_bytes": float(size),
+                "time_s": time_s,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * busbw_factor(op, p),
+                "algorithm": net.algorithm_for(op, group, float(size)),
+                "ranks": p,
+            }
+        )
+    return rows
