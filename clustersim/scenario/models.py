@@ -56,7 +56,9 @@ class ParallelismCfg(Strict):
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     recompute: Literal["none", "selective", "full"] = "selective"
     sequence_parallel: bool = True
-    grad_bucket_bytes: Bytes = Field(default=64 * 2**20, gt=0)
+    # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
+    # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
+    grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)
 
 
 @register_model
@@ -70,13 +72,14 @@ class TrainingCfg(Strict):
 @register_model
 class CostCfg(Strict):
     pricing: Literal["on_demand", "reserved", "capacity_block"] = "on_demand"
-    usd_per_instance_hour: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    usd_per_instance_hour: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
 
 
 @register_model
 class OutputCfg(Strict):
     dir: str | None = None
     trace: bool = True
+    html: bool = True  # report.html and its PNG figures
 
 
 @register_model

@@ -37,6 +37,7 @@ class StageColumns:
 def build_frame(
     *,
     stages: Sequence[StageColumns],
+    rank_ids: Sequence[int],
     rank_stage: Sequence[int],
     rank_chip: Sequence[int],
     rank_core: Sequence[int],
@@ -44,10 +45,15 @@ def build_frame(
     ends: Sequence[np.ndarray],
     steps: int,
 ) -> pd.DataFrame:
-    """One row per executed instruction of every rank and step, sorted by rank then time."""
+    """One row per executed instruction of every simulated rank and step.
+
+    Per-rank sequences are aligned: ``rank_ids[i]`` is the rank whose times are
+    ``starts[i]``/``ends[i]`` (all ranks in a detailed run, the representatives in a
+    folded one).
+    """
     parts: list[pd.DataFrame] = []
     cat_cache: dict[int, dict[str, pd.Categorical[str]]] = {}
-    for rank, stage in enumerate(rank_stage):
+    for i, stage in enumerate(rank_stage):
         cols = stages[stage]
         n = len(cols.op)
         if n == 0:
@@ -60,20 +66,20 @@ def build_frame(
                 "phase": pd.Categorical(list(cols.phase)),
             }
             cat_cache[stage] = cats
-        reps = len(starts[rank]) // n
+        reps = len(starts[i]) // n
         frame = pd.DataFrame(
             {
                 "step": np.repeat(np.arange(steps - reps, steps, dtype=np.int32), n),
-                "rank": np.full(n * reps, rank, dtype=np.int32),
-                "chip": np.full(n * reps, rank_chip[rank], dtype=np.int32),
-                "core": np.full(n * reps, rank_core[rank], dtype=np.int16),
+                "rank": np.full(n * reps, rank_ids[i], dtype=np.int32),
+                "chip": np.full(n * reps, rank_chip[i], dtype=np.int32),
+                "core": np.full(n * reps, rank_core[i], dtype=np.int16),
                 "resource": _tile(cats["resource"], reps),
                 "op": _tile(cats["op"], reps),
                 "layer": np.tile(cols.layer, reps),
                 "microbatch": np.tile(cols.microbatch, reps),
                 "phase": _tile(cats["phase"], reps),
-                "start_s": starts[rank],
-                "end_s": ends[rank],
+                "start_s": starts[i],
+                "end_s": ends[i],
                 "flops": np.tile(cols.flops, reps),
                 "bytes": np.tile(cols.nbytes, reps),
             }

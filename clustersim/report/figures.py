@@ -1,0 +1,562 @@
+"""Report figures, drawn with matplotlib's object API on the Agg canvas (no pyplot state).
+
+Each figure is a function from the data to a ``Figure`` (or ``None`` when it does
+not apply, such as a timeline without a trace), registered under the file name
+it is saved as. New figures (link utilisation on the topology, failures over a
+long horizon) are one more decorated function, here or in a module listed in
+``clustersim.report.FIGURE_MODULES``::
+
+    @figure("links", "Link utilisation", "Busy fraction of each link.")
+    def _links(data: RunData) -> Figure | None: ...
+
+Every figure stands on its own: a title naming the scenario, axis units and a
+legend. Text is never parsed as mathtext, so ``$`` in a scenario name is safe.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+import numpy as np
+import pandas as pd
+from matplotlib import rc_context
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from clustersim.report.data import COMPUTE_RESOURCES, RunData, utilisation
+from clustersim.trace.chrome import labels
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
+__all__ = [
+    "COMPARISON_FIGURES",
+    "FIGURES",
+    "FigureSpec",
+    "Rendered",
+    "comparison_figure",
+    "figure",
+    "render",
+    "render_all",
+]
+
+T = TypeVar("T")
+DPI = 100
+RC: dict[RcKeyType, Any] = {
+    "text.parse_math": False,  # scenario names may contain "$"
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "legend.frameon": False,
+    "savefig.facecolor": "white",
+}
+PHASE_COLORS = {
+    "fwd": "#4C72B0",
+    "bwd": "#55A868",
+    "recompute": "#8172B2",
+    "comm": "#C44E52",
+    "bubble": "#BDBDBD",
+    "optimizer": "#CCB974",
+}
+PART_COLORS = {
+    "compute": "#4C72B0",
+    "exposed_comm": "#C44E52",
+    "bubble": "#BDBDBD",
+    "optimizer": "#CCB974",
+    "other": "#8C8C8C",
+}
+MEMORY_COLORS = {
+    "weights": "#4C72B0",
+    "grads": "#55A868",
+    "optimizer": "#CCB974",
+    "activations": "#DD8452",
+}
+
+
+@dataclass(frozen=True)
+class FigureSpec(Generic[T]):
+    """A registered figure: file stem, title in the report, caption, and how to draw it."""
+
+    name: str
+    title: str
+    caption: str
+    draw: Callable[[T], Figure | None]
+
+
+FIGURES: list[FigureSpec[RunData]] = []
+COMPARISON_FIGURES: list[FigureSpec[Sequence[RunData]]] = []
+
+
+def figure(
+    name: str, title: str, caption: str
+) -> Callable[[Callable[[RunData], Figure | None]], Callable[[RunData], Figure | None]]:
+    """Register a figure of one run (drawn in registration order)."""
+
+    def register(fn: Callable[[RunData], Figure | None]) -> Callable[[RunData], Figure | None]:
+        FIGURES.append(FigureSpec(name, title, caption, fn))
+        return fn
+
+    return register
+
+
+def comparison_figure(name: str, title: str, caption: str) -> Callable[
+    [Callable[[Sequence[RunData]], Figure | None]], Callable[[Sequence[RunData]], Figure | None]
+]:  # fmt: skip
+    """Register a figure that compares several runs."""
+
+    def register(
+        fn: Callable[[Sequence[RunData]], Figure | None],
+    ) -> Callable[[Sequence[RunData]], Figure | None]:
+        COMPARISON_FIGURES.append(FigureSpec(name, title, caption, fn))
+        return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A drawn figure as PNG bytes."""
+
+    name: str
+    title: str
+    caption: str
+    png: bytes
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}.png"
+
+
+def render(spec: FigureSpec[T], data: T) -> Rendered | None:
+    with rc_context(RC):
+        fig = spec.draw(data)
+        if fig is None:
+            return None
+        FigureCanvasAgg(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
+    return Rendered(spec.name, spec.title, spec.caption, buf.getvalue())
+
+
+def render_all(specs: Sequence[FigureSpec[T]], data: T) -> list[Rendered]:
+    return [r for r in (render(spec, data) for spec in specs) if r is not None]
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def new_figure(
+    width: float, height: float, margins: tuple[float, float, float, float] | None = None
+) -> Figure:
+    """A figure; with ``margins`` (left, right, top, bottom in inches) a fixed layout.
+
+    Constrained layout adapts to any label, at the price of extra passes over the
+    text; the single-run figures, drawn on every ``clustersim run``, have labels of
+    known size and use fixed margins instead.
+    """
+    if margins is None:
+        return Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=DPI)
+    left, right, top, bottom = margins
+    fig.subplots_adjust(
+        left=left / width, right=1 - right / width, top=1 - top / height, bottom=bottom / height
+    )
+    return fig
+
+
+def bottom_legend(fig: Figure, handles: Sequence[Any], labels: Sequence[str] | None = None,
+                  *, ncol: int) -> None:  # fmt: skip
+    """A legend centred under the axes, outside them."""
+    kw: dict[str, Any] = {"ncol": ncol}
+    if fig.get_layout_engine() is not None:
+        kw["loc"] = "outside lower center"
+    else:
+        kw.update(loc="lower center", bbox_to_anchor=(0.5, 0.0))
+    if labels is None:
+        fig.legend(handles=list(handles), **kw)
+    else:
+        fig.legend(list(handles), list(labels), **kw)
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """A scale and unit name so that ``seconds`` reads as a number between 1 and 1000."""
+    if seconds >= 1.0:
+        return 1.0, "s"
+    if seconds >= 1e-3:
+        return 1e3, "ms"
+    return 1e6, "µs"
+
+
+def suptitle(fig: Figure, data: RunData, what: str) -> None:
+    fig.suptitle(f"{short(data.name)}: {what}", fontweight="bold", fontsize=12)
+
+
+def _num(value: float, reference: float) -> str:
+    """``value`` to 3 significant digits, or 0 when it is rounding noise next to ``reference``."""
+    return "0" if abs(value) < 1e-9 * abs(reference) else f"{value:.3g}"
+
+
+# -- pipeline timeline ----------------------------------------------------------------
+
+
+def _timeline_ranks(data: RunData, frame: pd.DataFrame) -> list[int]:
+    """A few ranks per stage: the first and last traced rank of each (fewer with many stages)."""
+    layout = data.layout()
+    by_stage: dict[int, list[int]] = {}
+    for r in sorted(frame["rank"].unique().tolist()):
+        by_stage.setdefault(layout.stage(r), []).append(int(r))
+    stages = sorted(by_stage)
+    per_stage = 2 if len(stages) <= 6 else 1
+    if len(stages) > 12:
+        stages = [stages[i] for i in np.linspace(0, len(stages) - 1, 12).round().astype(int)]
+    out: list[int] = []
+    for s in stages:
+        ranks = by_stage[s]
+        out += sorted({ranks[0], ranks[-1]})[:per_stage]
+    return out
+
+
+def _spans(frame: pd.DataFrame, exposed: np.ndarray, bubble: np.ndarray) -> pd.DataFrame:
+    """Time spans (start, end, cat) of one rank's timeline, adjacent equal spans merged."""
+    start, end = frame["start_s"].to_numpy(), frame["end_s"].to_numpy()
+    phase, res = labels(frame["phase"]), labels(frame["resource"])
+    comm = np.array([":" in r or r in ("p2p", "wait") for r in res.tolist()], dtype=bool)
+    compute = ~comm & np.isin(phase, tuple(PHASE_COLORS))
+    parts = [
+        pd.DataFrame({"start": start[compute], "end": end[compute], "cat": phase[compute]}),
+        # The bubble part of a receive comes first (waiting for the sender), then the transfer.
+        pd.DataFrame({"start": start, "end": start + bubble, "cat": "bubble"})[bubble > 0],
+        pd.DataFrame({"start": end - exposed, "end": end, "cat": "comm"})[exposed > 0],
+    ]
+    spans = pd.concat(parts, ignore_index=True).sort_values("start", kind="stable")
+    if spans.empty:
+        return spans
+    tol = max(float(end.max()) / 5000.0, 0.0)
+    cat = spans["cat"].to_numpy()
+    s, e = spans["start"].to_numpy(), spans["end"].to_numpy()
+    prev_end = np.maximum.accumulate(np.concatenate([[-np.inf], e[:-1]]))
+    new = np.concatenate([[True], cat[1:] != cat[:-1]]) | (s - prev_end > tol)
+    run = np.cumsum(new)
+    return (
+        pd.DataFrame({"run": run, "start": s, "end": e, "cat": cat})
+        .groupby("run")
+        .agg(start=("start", "min"), end=("end", "max"), cat=("cat", "first"))
+    )
+
+
+@figure(
+    "timeline",
+    "Pipeline timeline",
+    "What a few ranks of each stage do over the step: forward, backward and recompute "
+    "compute, exposed communication, and pipeline bubbles (waiting for another stage).",
+)
+def timeline(data: RunData) -> Figure | None:
+    frame = data.frame
+    if frame is None or frame.empty:
+        return None
+    layout = data.layout()
+    ranks = _timeline_ranks(data, frame)
+    # Exposure comes from the whole trace: a receive needs its sender, shown or not.
+    keep = frame["rank"].isin(ranks).to_numpy()
+    sub = frame[keep].reset_index(drop=True)
+    exposed_all, bubble_all = data.exposure()
+    exposed, bubble = exposed_all[keep], bubble_all[keep]
+    t_end = float(sub["end_s"].max())
+    scale, unit = time_unit(t_end)
+    fig = new_figure(11.0, 1.9 + 0.5 * len(ranks), margins=(1.55, 1.35, 0.75, 0.95))
+    ax = fig.add_subplot()
+    rank_col = sub["rank"].to_numpy()
+    for row, rank in enumerate(ranks):
+        mask = rank_col == rank
+        rows = sub[mask]
+        spans = _spans(rows, exposed[mask], bubble[mask])
+        for cat, color in PHASE_COLORS.items():
+            sel = spans[spans["cat"] == cat]
+            if sel.empty:
+                continue
+            _rects(ax, sel["start"].to_numpy() * scale, sel["end"].to_numpy() * scale, row, color)
+        _label_microbatches(ax, rows, row, scale, t_end * scale)
+        # Thin communication slivers blend into the compute around them; say the shares.
+        shown = spans["end"].sum() - spans["start"].sum()
+        shares = (
+            f"comm {100.0 * float(exposed[mask].sum()) / t_end:.0f}%\n"
+            f"bubble {100.0 * float(bubble[mask].sum()) / t_end:.0f}%\n"
+            f"idle {max(100.0 * (1.0 - shown / t_end), 0.0):.0f}%"
+        )
+        ax.text(1.01, row, shares, fontsize=7.5, va="center", ha="left",
+                transform=ax.get_yaxis_transform())  # fmt: skip
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([f"stage {layout.stage(r)} · rank {r}" for r in ranks])
+    ax.set_ylim(len(ranks) - 0.5, -0.5)
+    ax.set_xlim(0, t_end * scale)
+    ax.set_xlabel(f"time ({unit})")
+    handles = [
+        Patch(facecolor=c, label={"comm": "exposed comm"}.get(k, k))
+        for k, c in PHASE_COLORS.items()
+    ]
+    handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle"))
+    bottom_legend(fig, handles, ncol=7)
+    parts = data.summary["breakdown_s"]
+    step = data.step_time_s
+    ax.set_title(
+        f"step {step * scale:.3g} {unit}: bubble {parts.get('bubble', 0.0) / step:.1%}, "
+        f"exposed comm {parts.get('exposed_comm', 0.0) / step:.1%} "
+        f"(mean over all ranks; {len(ranks)} of {data.summary['ranks']} ranks shown)",
+        fontsize=9,
+        fontweight="normal",
+        loc="left",
+    )
+    suptitle(fig, data, "pipeline timeline")
+    return fig
+
+
+def _rects(ax: Axes, x0: np.ndarray, x1: np.ndarray, row: int, color: str) -> None:
+    """Rectangles [x0, x1] x row±0.38 as one collection (broken_barh converts units per bar)."""
+    y0, y1 = row - 0.38, row + 0.38
+    verts = np.empty((len(x0), 4, 2))
+    verts[:, 0, 0] = verts[:, 1, 0] = x0
+    verts[:, 2, 0] = verts[:, 3, 0] = x1
+    verts[:, 0, 1] = verts[:, 3, 1] = y0
+    verts[:, 1, 1] = verts[:, 2, 1] = y1
+    rects = PolyCollection(cast("Sequence[np.ndarray]", verts), facecolors=color, linewidths=0)
+    ax.add_collection(rects, autolim=False)
+
+
+def _label_microbatches(ax: Axes, rows: pd.DataFrame, y: int, scale: float, width: float) -> None:
+    # Label each microbatch's compute (not the receive that waits for it).
+    compute = np.isin(labels(rows["resource"]), COMPUTE_RESOURCES)
+    sel = rows[rows["phase"].isin(["fwd", "bwd"]) & (rows["microbatch"] >= 0) & compute]
+    if sel.empty:
+        return
+    ext = sel.groupby(["step", "phase", "microbatch"], observed=True).agg(
+        t0=("start_s", "min"), t1=("end_s", "max")
+    )
+    for (_step, phase, mb), t0, t1 in zip(
+        ext.index.tolist(), ext["t0"].tolist(), ext["t1"].tolist(), strict=True
+    ):
+        if (t1 - t0) * scale < 0.025 * width:
+            continue
+        label = f"{'F' if phase == 'fwd' else 'B'}{mb}"
+        ax.text((t0 + t1) / 2 * scale, y, label, ha="center", va="center", fontsize=7, color="w")
+
+
+# -- utilisation heat map -------------------------------------------------------------
+
+
+@figure(
+    "utilisation",
+    "Engine and link utilisation",
+    "Share of the traced time each rank spends per resource: compute columns count the "
+    "ops each engine bounded; communication columns the time with an op of that group "
+    "in flight (hidden or exposed).",
+)
+def utilisation_map(data: RunData) -> Figure | None:
+    matrix, unit = utilisation(data)
+    if matrix.empty:
+        return None
+    rows, cols = matrix.shape
+    fig = new_figure(
+        max(6.5, 1.2 * cols + 3.0), min(2.4 + 0.2 * rows, 11.0), margins=(0.8, 0.85, 0.7, 0.65)
+    )
+    ax = fig.add_subplot()
+    img = ax.imshow(
+        matrix.to_numpy() * 100.0, aspect="auto", cmap="viridis", vmin=0, vmax=100,
+        interpolation="nearest",
+    )  # fmt: skip
+    ax.set_xticks(range(cols))
+    ax.set_xticklabels(list(matrix.columns))
+    step = max(1, int(np.ceil(rows / 32)))
+    ax.set_yticks(range(0, rows, step))
+    ax.set_yticklabels([str(i) for i in matrix.index[::step]])
+    ax.set_ylabel(unit)
+    ax.set_xlabel("resource")
+    ax.spines[:].set_visible(False)
+    if rows <= 16:
+        values = matrix.to_numpy()
+        for i in range(rows):
+            for j in range(cols):
+                v = float(values[i, j]) * 100.0
+                ax.text(j, i, f"{v:.0f}", ha="center", va="center", fontsize=8,
+                        color="black" if v > 60 else "white")  # fmt: skip
+    bar = fig.colorbar(img, ax=ax, fraction=0.05, pad=0.03)
+    bar.set_label("busy, % of traced time")
+    noun = unit.split(" ")[0]
+    what = f"{rows} {noun}s" + (", sampled" if "sampled" in unit else "")
+    what += " (mean of each chip's ranks)" if noun == "chip" else ""
+    tensor = float(matrix["tensor"].mean()) if "tensor" in matrix.columns else 0.0
+    ax.set_title(
+        f"{what} x {cols} resources; mean tensor-engine share {tensor:.0%}",
+        fontsize=9,
+        fontweight="normal",
+        loc="left",
+    )
+    suptitle(fig, data, "busy time per resource")
+    return fig
+
+
+# -- step-time breakdown --------------------------------------------------------------
+
+
+def stacked_bars(
+    ax: Axes,
+    labels: Sequence[str],
+    values: Sequence[dict[str, float]],
+    colors: dict[str, str],
+    *,
+    unit: str,
+    totals: Sequence[float] | None = None,
+    value_fmt: str | None = None,
+) -> None:
+    """Horizontal stacked bars, one per label.
+
+    Segments wide enough are labelled with their share of ``totals`` (default: the
+    bar's sum), or with their value formatted by ``value_fmt``.
+    """
+    y = np.arange(len(labels))
+    left = np.zeros(len(labels))
+    totals_ = np.array(totals if totals is not None else [sum(v.values()) for v in values])
+    for key, color in colors.items():
+        widths = np.array([v.get(key, 0.0) for v in values])
+        if not widths.any():
+            continue
+        ax.barh(y, widths, left=left, color=color, label=key.replace("_", " "), height=0.6)
+        for i, (x0, w) in enumerate(zip(left, widths, strict=True)):
+            share = w / totals_[i] if totals_[i] > 0 else 0.0
+            if share >= 0.07:
+                text = value_fmt.format(w) if value_fmt else f"{share:.0%}"
+                ax.text(x0 + w / 2, i, text, ha="center", va="center",
+                        color="white", fontsize=9, fontweight="bold")  # fmt: skip
+        left += widths
+    ax.set_yticks(y)
+    ax.set_yticklabels([short(s, 40) for s in labels])
+    ax.set_ylim(len(labels) - 0.4, -0.6)
+    ax.set_xlabel(unit)
+
+
+@figure(
+    "breakdown",
+    "Step-time breakdown",
+    "Where the step goes, averaged over ranks: compute, communication not hidden behind "
+    "compute, pipeline bubble, optimizer and the rest (waiting for slower ranks).",
+)
+def breakdown(data: RunData) -> Figure | None:
+    parts = {k: float(v) for k, v in data.summary["breakdown_s"].items()}
+    step = data.step_time_s
+    scale, unit = time_unit(step)
+    fig = new_figure(9.5, 2.9, margins=(0.3, 0.35, 0.45, 1.15))
+    ax = fig.add_subplot()
+    scaled = {k: v * scale for k, v in parts.items()}
+    stacked_bars(ax, ["step"], [scaled], PART_COLORS, unit=f"time per step ({unit})")
+    ax.set_yticks([])
+    handles = [
+        Patch(
+            facecolor=PART_COLORS.get(k, "#999999"),
+            label=f"{k.replace('_', ' ')}: {_num(v * scale, step * scale)} {unit} ({v / step:.1%})",
+        )
+        for k, v in parts.items()
+    ]
+    bottom_legend(fig, handles, ncol=3)
+    ax.set_xlim(0, step * scale)
+    suptitle(fig, data, f"where the {step * scale:.4g} {unit} step goes")
+    return fig
+
+
+# -- memory ---------------------------------------------------------------------------
+
+
+def memory_bars(fig: Figure, ax: Axes, runs: Sequence[RunData]) -> None:
+    labels = [r.label for r in runs]
+    mems = [{k: float(v) for k, v in r.summary["memory_gib_per_chip"].items()} for r in runs]
+    stacked_bars(ax, labels, mems, MEMORY_COLORS, unit="GiB per chip",
+                 totals=[m.get("capacity", 0.0) for m in mems], value_fmt="{:.1f}")  # fmt: skip
+    for i, m in enumerate(mems):
+        cap = m.get("capacity", 0.0)
+        ax.plot([cap, cap], [i - 0.4, i + 0.4], color="black", linewidth=2.0)
+        ax.text(cap, i, f" capacity\n {cap:.0f} GiB", va="center", ha="left", fontsize=8)
+        ax.text(m.get("total", 0.0), i, f" {m.get('total', 0.0):.1f} GiB", va="center",
+                fontsize=9)  # fmt: skip
+    ax.set_xlim(0, max(m.get("capacity", 0.0) for m in mems) * 1.14)
+    if len(runs) == 1:
+        m = mems[0]
+        handles = [
+            Patch(facecolor=c, label=f"{k} {m.get(k, 0.0):.1f} GiB")
+            for k, c in MEMORY_COLORS.items()
+        ]
+        bottom_legend(fig, handles, ncol=4)
+    else:
+        bottom_legend(fig, *ax.get_legend_handles_labels(), ncol=4)
+
+
+@figure(
+    "memory",
+    "Memory per chip",
+    "HBM per chip on the most loaded pipeline stage, by category, against the chip's capacity "
+    "(percentages are of capacity).",
+)
+def memory(data: RunData) -> Figure | None:
+    mem = data.summary.get("memory_gib_per_chip")
+    if not mem:
+        return None
+    fig = new_figure(9.5, 3.0, margins=(0.3, 0.35, 0.45, 0.95))
+    ax = fig.add_subplot()
+    memory_bars(fig, ax, [data])
+    ax.set_yticks([])
+    total, cap = float(mem.get("total", 0.0)), float(mem.get("capacity", 0.0))
+    share = f" ({total / cap:.0%})" if cap else ""
+    suptitle(fig, data, f"HBM per chip, {total:.1f} of {cap:.0f} GiB{share}")
+    return fig
+
+
+# -- cost -----------------------------------------------------------------------------
+
+
+def cost_panels(fig: Figure, runs: Sequence[RunData]) -> None:
+    labels = [short(r.label, 24) for r in runs]
+    per_h = [float(r.summary["cost"]["usd_per_hour"]) for r in runs]
+    per_m = [float(r.summary["cost"]["usd_per_million_tokens"]) for r in runs]
+    colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860"]
+    for k, (vals, unit, fmt) in enumerate(
+        ((per_h, "$ per hour (whole cluster)", "${:,.2f}/h"),
+         (per_m, "$ per million tokens", "${:,.3f}/M tok"))
+    ):  # fmt: skip
+        ax = fig.add_subplot(1, 2, k + 1)
+        x = np.arange(len(runs))
+        bars = ax.bar(x, vals, color=[colors[i % len(colors)] for i in x], width=0.55)
+        ax.set_xlim(-0.5 - 0.5 / len(runs), len(runs) - 0.5 + 0.5 / len(runs))
+        for b, v in zip(bars, vals, strict=True):
+            ax.text(b.get_x() + b.get_width() / 2, v, fmt.format(v), ha="center",
+                    va="bottom", fontsize=9)  # fmt: skip
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=0 if len(runs) <= 3 else 20, ha="center")
+        ax.set_ylabel(unit)
+        ax.set_ylim(0, max(vals) * 1.2 if max(vals) > 0 else 1.0)
+        ax.set_title(unit.split(" (")[0], fontsize=10)
+
+
+@figure(
+    "cost",
+    "Cost",
+    "The cluster's price per hour and what a million trained tokens cost at the simulated "
+    "throughput.",
+)
+def cost(data: RunData) -> Figure | None:
+    if "cost" not in data.summary:
+        return None
+    fig = new_figure(9.5, 3.4, margins=(0.85, 0.2, 0.65, 0.45))
+    fig.subplots_adjust(wspace=0.35)
+    cost_panels(fig, [data])
+    c, tps = data.summary["cost"], float(data.summary.get("tokens_per_s", 0.0))
+    suptitle(fig, data, f"cost ({c.get('pricing', '')} pricing, {tps:,.0f} tokens/s)")
+    return fig

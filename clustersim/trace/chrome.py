@@ -1,0 +1,534 @@
+"""The op-level trace as Chrome Trace Event JSON (``trace.json``), for Perfetto or chrome://tracing.
+
+Layout of the file:
+
+- a process per chip (``pid`` = chip index), with a thread per rank and engine
+  (``rank 3: tensor``: the ops that engine bounded) and per rank and
+  communication group (``rank 3: tp comm``, ``rank 3: p2p``, ``rank 3: waits``);
+  overlapping asynchronous collectives get extra lanes so slices stay nested;
+- ``X`` complete events with microsecond timestamps, one per executed op;
+- flow events (``s``/``t``/``f``) linking each p2p send to its receive, and the
+  members of each collective in order of arrival (the last one is the straggler);
+- counter events (``C``) per chip: modelled HBM use (static state plus the
+  activations of the microbatches in flight) and communication rate per group;
+- a ``steps`` process with one slice per training step.
+
+A trace of every rank of a large run would not open in a browser, so the file
+shows representative ranks (the first ranks of every pipeline stage, taken in
+turn) up to ``max_ranks``, and at most ``max_events`` events; ``otherData`` says
+what was left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import numpy as np
+import pandas as pd
+from pandas.api.types import CategoricalDtype
+
+from clustersim.trace.io import atomic_write
+
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "DEFAULT_MAX_RANKS",
+    "ChromeTraceInfo",
+    "RankLayout",
+    "collective_instances",
+    "labels",
+    "p2p_pairs",
+    "representative_ranks",
+    "write_chrome_trace",
+]
+
+# About 150 bytes per event: half a million events keep the file near 75 MB, which
+# Perfetto and chrome://tracing still open comfortably.
+DEFAULT_MAX_EVENTS = 500_000
+DEFAULT_MAX_RANKS = 8
+
+ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "hbm")
+COMM_GROUPS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+_SLOT = {name: i for i, name in enumerate(ENGINES)}
+_SLOT.update({g: 8 + i for i, g in enumerate(COMM_GROUPS)})
+_SLOT.update({"p2p": 8 + COMM_GROUPS.index("pp"), "wait": 14, "other": 15})
+_LANES = 8  # lanes per thread for overlapping (asynchronous) slices
+_TIDS_PER_RANK = 16 * _LANES
+# The fraction of the event budget kept for flows, counters and metadata.
+_OP_SHARE = 0.8
+# p2p op names end in what travels; activations go to the next stage, gradients back.
+_P2P_DIRECTION = {"act": +1, "grad": -1}
+
+
+class RankLayout(Protocol):
+    """What the writer needs to know about the parallel layout (``workload.Layout`` fits)."""
+
+    @property
+    def ranks(self) -> int: ...
+
+    def stage(self, rank: int) -> int: ...
+
+    def group(self, name: str, rank: int) -> tuple[int, ...]: ...
+
+
+@dataclass(frozen=True)
+class ChromeTraceInfo:
+    """What ``write_chrome_trace`` wrote, and what it left out."""
+
+    path: Path
+    events: int
+    ranks_shown: tuple[int, ...]
+    ranks_total: int
+    rows_total: int
+    rows_shown: int
+    capped: bool
+
+
+def representative_ranks(
+    layout: RankLayout, max_ranks: int, available: Iterable[int] | None = None
+) -> list[int]:
+    """Up to ``max_ranks`` ranks: the lowest ranks of every stage, the stages taken in turn.
+
+    Ranks are numbered with TP fastest, so a stage's first ranks are one TP group
+    (then the next DP replica): their collectives and sends link to each other.
+    ``available`` limits the choice (a folded run traces one rank per stage).
+    """
+    pool = sorted(set(available)) if available is not None else range(layout.ranks)
+    by_stage: dict[int, list[int]] = {}
+    for r in pool:
+        by_stage.setdefault(layout.stage(r), []).append(r)
+    stages = [by_stage[s] for s in sorted(by_stage)]
+    picked: list[int] = []
+    depth = 0
+    while len(picked) < max_ranks and any(depth < len(s) for s in stages):
+        for ranks in stages:
+            if depth < len(ranks) and len(picked) < max_ranks:
+                picked.append(ranks[depth])
+        depth += 1
+    return sorted(picked)
+
+
+def _group_of(resource: str) -> str:
+    if resource == "p2p":
+        return "pp"
+    return resource.split(":", 1)[0] if ":" in resource else ""
+
+
+def labels(col: pd.Series[Any]) -> np.ndarray:
+    """A string column as an object array of ``str``, fast for categoricals (the trace's)."""
+    if isinstance(col.dtype, CategoricalDtype):
+        names = np.array([str(c) for c in col.cat.categories] + [""], dtype=object)
+        return names[col.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing ""
+    return np.array([str(v) for v in col.tolist()], dtype=object)
+
+
+def _groups(frame: pd.DataFrame) -> np.ndarray:
+    """The communication group of each row (``tp``, ``dp``, ``pp`` for p2p...), or ``""``."""
+    res = frame["resource"].astype("category")
+    names = np.array([_group_of(str(c)) for c in res.cat.categories] + [""], dtype=object)
+    return names[res.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing ""
+
+
+def p2p_pairs(frame: pd.DataFrame, layout: RankLayout) -> pd.DataFrame:
+    """Match p2p sends to their receives: columns ``send`` and ``recv`` (row labels of ``frame``).
+
+    The k-th send of an op and microbatch from rank r pairs with the k-th receive
+    of the same microbatch on the peer stage, which shares r's other coordinates.
+    """
+    p2p = frame[frame["resource"] == "p2p"]
+    empty = pd.DataFrame({"send": pd.Series(dtype="int64"), "recv": pd.Series(dtype="int64")})
+    if p2p.empty:
+        return empty
+    parts = [op.split(".") for op in labels(p2p["op"]).tolist()]
+    kind = pd.Series([p[-2] if len(p) > 1 else "" for p in parts], index=p2p.index)
+    what = pd.Series([p[-1] for p in parts], index=p2p.index)
+    sends = p2p[kind == "send"].copy()
+    recvs = p2p[kind == "recv"].copy()
+    if sends.empty or recvs.empty:
+        return empty
+    sends["what"] = what[sends.index]
+    recvs["what"] = what[recvs.index]
+    peers = []
+    for rank, w in zip(sends["rank"].tolist(), sends["what"].tolist(), strict=True):
+        step = _P2P_DIRECTION.get(w, 0)
+        group = layout.group("pp", rank)
+        target = layout.stage(rank) + step
+        peers.append(group[target] if step and 0 <= target < len(group) else -1)
+    sends["peer"] = peers
+    sends["occ"] = sends.groupby(["rank", "what", "step", "microbatch"], observed=True).cumcount()
+    recvs["occ"] = recvs.groupby(["rank", "what", "step", "microbatch"], observed=True).cumcount()
+    left = sends.reset_index(names="send")[["send", "peer", "what", "step", "microbatch", "occ"]]
+    right = recvs.reset_index(names="recv")[["recv", "rank", "what", "step", "microbatch", "occ"]]
+    merged = left.merge(
+        right,
+        left_on=["peer", "what", "step", "microbatch", "occ"],
+        right_on=["rank", "what", "step", "microbatch", "occ"],
+    )
+    return merged[["send", "recv"]].reset_index(drop=True)
+
+
+def collective_instances(frame: pd.DataFrame, layout: RankLayout) -> pd.Series[int]:
+    """An instance id per collective row (rows of ``frame`` whose resource is ``group:op``).
+
+    Members of a group issue their collectives over that group in the same order,
+    so the k-th collective of group g in a step is the same instance on every member.
+    """
+    res = frame["resource"].astype("category")
+    is_coll_cat = np.array([":" in str(c) for c in res.cat.categories] + [False])
+    is_coll = is_coll_cat[res.cat.codes.to_numpy()]
+    coll = frame[is_coll]
+    if coll.empty:
+        return pd.Series(dtype="int64")
+    group = _groups(coll)
+    leaders: dict[tuple[str, int], int] = {}
+    leader = []
+    for g, r in zip(group.tolist(), coll["rank"].tolist(), strict=True):
+        lead = leaders.get((g, r))
+        if lead is None:
+            lead = leaders[(g, r)] = layout.group(g, r)[0]
+        leader.append(lead)
+    keys = pd.DataFrame(
+        {"group": group, "leader": leader, "step": coll["step"].to_numpy()},
+        index=coll.index,
+    )
+    keys["rank"] = coll["rank"].to_numpy()
+    keys["start"] = coll["start_s"].to_numpy()
+    keys = keys.sort_values(["rank", "start"], kind="stable")
+    keys["k"] = keys.groupby(["rank", "group", "step"]).cumcount()
+    ids = keys.groupby(["group", "leader", "step", "k"], sort=False).ngroup()
+    return ids.reindex(coll.index).astype("int64")
+
+
+# -- writing --------------------------------------------------------------------------
+
+
+def _threads(frame: pd.DataFrame) -> np.ndarray:
+    """Thread id per row: rank, slot (engine or group) and lane (for overlapping slices)."""
+    res = frame["resource"]
+    cats = [str(c) for c in res.cat.categories]
+    slot_of_cat = np.array(
+        [_SLOT.get(c, _SLOT.get(_group_of(c), _SLOT["other"])) for c in cats], dtype=np.int64
+    )
+    slot = slot_of_cat[res.cat.codes.to_numpy()]
+    rank = frame["rank"].to_numpy(dtype=np.int64)
+    base = rank * _TIDS_PER_RANK + slot * _LANES
+    lane = np.zeros(len(frame), dtype=np.int64)
+    start, end = frame["start_s"].to_numpy(), frame["end_s"].to_numpy()
+    # Only communication slices can overlap on one thread (asynchronous collectives).
+    for tid in np.unique(base[slot >= _SLOT["tp"]]):
+        idx = np.flatnonzero(base == tid)
+        idx = idx[np.argsort(start[idx], kind="stable")]
+        if not (start[idx[1:]] < end[idx[:-1]]).any():
+            continue
+        lane_end: list[float] = []
+        for i in idx.tolist():
+            for k, busy_until in enumerate(lane_end):
+                if start[i] >= busy_until:
+                    lane[i], lane_end[k] = k, end[i]
+                    break
+            else:
+                k = min(len(lane_end), _LANES - 1)
+                if k == len(lane_end):
+                    lane_end.append(end[i])
+                lane[i], lane_end[k] = k, max(lane_end[k], end[i])
+    return base + lane
+
+
+def _thread_name(tid: int) -> str:
+    rank, rest = divmod(tid, _TIDS_PER_RANK)
+    slot, lane = divmod(rest, _LANES)
+    names = {v: k for k, v in _SLOT.items() if k != "p2p"}
+    label = names.get(slot, "other")
+    if label == "pp":
+        label = "p2p"
+    elif label in COMM_GROUPS:
+        label = f"{label} comm"
+    elif label == "wait":
+        label = "waits"
+    return f"rank {rank}: {label}" + (f" ({lane + 1})" if lane else "")
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.3f}"
+
+
+def _x_events(frame: pd.DataFrame, tids: np.ndarray) -> list[str]:
+    # Ranks of a stage repeat the same instructions: format each distinct
+    # (op, phase, resource, layer, microbatch, flops, bytes) once, not once per row.
+    static = ["op", "phase", "resource", "layer", "microbatch", "flops", "bytes"]
+    key = frame.groupby(static, observed=True, sort=False).ngroup().to_numpy()
+    first = np.unique(key, return_index=True)[1]
+    uniq = frame.iloc[first]
+    heads, tails = [], []
+    for op, ph, res, layer, mb, fl, by in zip(
+        *(labels(uniq[c]).tolist() if c in static[:3] else uniq[c].tolist() for c in static),
+        strict=True,
+    ):
+        heads.append(f'{{"name":{json.dumps(op)},"cat":{json.dumps(ph)},"ph":"X"')
+        tails.append(
+            f'"layer":{layer},"microbatch":{mb},"resource":{json.dumps(res)},'
+            f'"flops":{fl:.10g},"bytes":{by:.10g}}}}}'
+        )
+    # Round both ends (not the duration) so slices that touch in the simulation touch
+    # in the file too, instead of overlapping by a rounding error and breaking nesting.
+    start = np.round(frame["start_s"].to_numpy() * 1e6, 3)
+    dur = np.maximum(np.round(frame["end_s"].to_numpy() * 1e6, 3) - start, 0.0)
+    return [
+        f'{heads[k]},"ts":{ts:.3f},"dur":{d:.3f},"pid":{chip},"tid":{tid},'
+        f'"args":{{"step":{step},{tails[k]}'
+        for k, ts, d, chip, tid, step in zip(
+            key.tolist(),
+            start.tolist(),
+            dur.tolist(),
+            frame["chip"].tolist(),
+            tids.tolist(),
+            frame["step"].tolist(),
+            strict=True,
+        )
+    ]
+
+
+def _flow(ph: str, fid: int, name: str, cat: str, *, ts_s: float, pid: int, tid: int) -> str:
+    return (
+        f'{{"name":{json.dumps(name)},"cat":"{cat}","ph":"{ph}","id":{fid},"ts":{_us(ts_s)},'
+        f'"pid":{pid},"tid":{tid},"bp":"e"}}'
+    )
+
+
+def _flow_events(
+    frame: pd.DataFrame, tids: np.ndarray, layout: RankLayout, budget: int
+) -> tuple[list[str], bool]:
+    """Flows between rows of ``frame``, which has a RangeIndex (labels are positions)."""
+    out: list[str] = []
+    start, end = frame["start_s"].to_numpy(), frame["end_s"].to_numpy()
+    chip, ops = frame["chip"].to_numpy(), labels(frame["op"])
+    fid = 0
+    pairs = p2p_pairs(frame, layout)
+    for s_label, r_label in zip(pairs["send"].tolist(), pairs["recv"].tolist(), strict=True):
+        if len(out) + 2 > budget:
+            return out, True
+        s, r = s_label, r_label
+        fid += 1
+        name = ops[s]
+        out.append(_flow("s", fid, name, "p2p", ts_s=start[s], pid=chip[s], tid=tids[s]))
+        ts = min(max(start[s], start[r]), end[r])
+        out.append(_flow("f", fid, name, "p2p", ts_s=ts, pid=chip[r], tid=tids[r]))
+    inst = collective_instances(frame, layout)
+    if inst.empty:
+        return out, False
+    members = inst.groupby(inst).groups
+    for member_rows in members.values():
+        if len(member_rows) < 2:
+            continue
+        if len(out) + len(member_rows) > budget:
+            return out, True
+        rows = sorted((int(i) for i in member_rows), key=lambda i: (start[i], i))
+        fid += 1
+        name = ops[rows[0]]
+        for j, i in enumerate(rows):
+            ph = "s" if j == 0 else ("f" if j == len(rows) - 1 else "t")
+            out.append(_flow(ph, fid, name, "collective", ts_s=start[i], pid=chip[i], tid=tids[i]))
+    return out, False
+
+
+def _sweep(times_s: np.ndarray, deltas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step function from +/- deltas at times: (change times, value after each change)."""
+    order = np.argsort(times_s, kind="stable")
+    t, v = times_s[order], np.cumsum(deltas[order])
+    keep = np.append(t[1:] != t[:-1], True)  # the last value at each time
+    return t[keep], v[keep]
+
+
+def _counter(name: str, pid: int, ts_s: float, args: Mapping[str, float]) -> str:
+    body = ",".join(f"{json.dumps(k)}:{v:.6g}" for k, v in args.items())
+    return f'{{"name":"{name}","ph":"C","ts":{_us(ts_s)},"pid":{pid},"tid":0,"args":{{{body}}}}}'
+
+
+def _counter_events(
+    frame: pd.DataFrame, memory_gib: Mapping[str, float] | None, budget: int
+) -> tuple[list[str], bool]:
+    out: list[str] = []
+    phase = labels(frame["phase"])
+    start, end = frame["start_s"].to_numpy(), frame["end_s"].to_numpy()
+    ranks, chips = frame["rank"].to_numpy(), frame["chip"].to_numpy()
+    # Microbatches in flight: from a microbatch's first forward op to its last backward op.
+    compute = np.isin(phase, ("fwd", "bwd", "recompute")) & (frame["microbatch"].to_numpy() >= 0)
+    span = (
+        frame[compute]
+        .groupby(["rank", "step", "microbatch"], observed=True)
+        .agg(t0=("start_s", "min"), t1=("end_s", "max"))
+        .reset_index()
+    )
+    peak = 1.0
+    flight: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    span_rank = span["rank"].to_numpy()
+    for rank in np.unique(span_rank).tolist():
+        sel = span_rank == rank
+        t = np.concatenate([span["t0"].to_numpy()[sel], span["t1"].to_numpy()[sel]])
+        d = np.concatenate([np.ones(int(sel.sum())), -np.ones(int(sel.sum()))])
+        flight[rank] = _sweep(t, d)
+        peak = max(peak, float(flight[rank][1].max()))
+    for chip in np.unique(chips).tolist():
+        chip_ranks = sorted(set(ranks[chips == chip].tolist()) & set(flight))
+        if not chip_ranks:
+            continue
+        t, v = flight[chip_ranks[0]]  # ranks of a chip run the same stage
+        t, v = np.concatenate([[0.0], t]), np.concatenate([[0.0], v])
+        if len(out) + len(t) > budget:
+            return out, True
+        if memory_gib is not None:
+            static = sum(memory_gib.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
+            act = memory_gib.get("activations", 0.0)
+            for ts, n in zip(t.tolist(), v.tolist(), strict=True):
+                args = {"static": static, "activations": act * n / peak}
+                out.append(_counter("HBM GiB (modelled)", chip, ts, args))
+        else:
+            for ts, n in zip(t.tolist(), v.tolist(), strict=True):
+                out.append(_counter("microbatches in flight", chip, ts, {"microbatches": n}))
+    # Communication rate: bytes over time spent in the op, summed per chip and group.
+    dur = end - start
+    cats = frame["resource"].cat.categories
+    groups = np.array([_group_of(str(c)) for c in cats] or [""])[
+        frame["resource"].cat.codes.to_numpy()
+    ]
+    comm = (groups != "") & (dur > 0)
+    for chip in np.unique(chips[comm]).tolist():
+        for group in np.unique(groups[comm & (chips == chip)]).tolist():
+            sel = comm & (chips == chip) & (groups == group)
+            rate = frame["bytes"].to_numpy()[sel] / dur[sel] / 1e9
+            t, v = _sweep(np.concatenate([start[sel], end[sel]]), np.concatenate([rate, -rate]))
+            if len(out) + len(t) > budget:
+                return out, True
+            name = f"{group} comm GB/s"
+            out.extend(
+                _counter(name, chip, ts, {"GB/s": max(x, 0.0)})
+                for ts, x in zip(t.tolist(), v.tolist(), strict=True)
+            )
+    return out, False
+
+
+def _meta(name: str, pid: int, tid: int, args: Mapping[str, Any]) -> str:
+    return json.dumps(
+        {"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": dict(args)},
+        separators=(",", ":"),
+    )
+
+
+def _metadata(
+    frame: pd.DataFrame, tids: np.ndarray, chip_name: str, steps_pid: int
+) -> Iterable[str]:
+    yield _meta("process_name", steps_pid, 0, {"name": "steps"})
+    yield _meta("process_sort_index", steps_pid, 0, {"sort_index": -1})
+    for chip in np.unique(frame["chip"].to_numpy()).tolist():
+        yield _meta("process_name", chip, 0, {"name": f"chip {chip} ({chip_name})"})
+        yield _meta("process_sort_index", chip, 0, {"sort_index": chip})
+    keys = np.unique(frame["chip"].to_numpy().astype(np.int64) << 32 | tids)
+    for key in keys.tolist():
+        chip, tid = key >> 32, key & 0xFFFFFFFF
+        yield _meta("thread_name", chip, tid, {"name": _thread_name(tid)})
+        yield _meta("thread_sort_index", chip, tid, {"sort_index": tid})
+
+
+def _step_events(frame: pd.DataFrame, pid: int) -> list[str]:
+    spans = frame.groupby("step").agg(t0=("start_s", "min"), t1=("end_s", "max"))
+    prev = 0.0
+    out = []
+    for step, t1 in zip(spans.index.tolist(), spans["t1"].tolist(), strict=True):
+        out.append(
+            f'{{"name":"step {step}","cat":"step","ph":"X","ts":{_us(prev)},'
+            f'"dur":{_us(t1 - prev)},"pid":{pid},"tid":0,"args":{{"step":{step}}}}}'
+        )
+        prev = t1
+    return out
+
+
+def write_chrome_trace(
+    path: Path,
+    frame: pd.DataFrame,
+    layout: RankLayout,
+    *,
+    memory_gib_per_chip: Mapping[str, float] | None = None,
+    chip_name: str = "chip",
+    max_events: int = DEFAULT_MAX_EVENTS,
+    max_ranks: int = DEFAULT_MAX_RANKS,
+    other: Mapping[str, Any] | None = None,
+) -> ChromeTraceInfo:
+    """Write ``frame`` (the op-level trace) as Chrome Trace Event JSON to ``path``, atomically."""
+    max_events = max(int(max_events), 100)
+    rows_total = len(frame)
+    per_rank = frame["rank"].value_counts()
+    traced = [int(r) for r in per_rank.index]
+    picked = representative_ranks(layout, max(1, max_ranks), traced)
+    op_budget = int(max_events * _OP_SHARE)
+    shown: list[int] = []
+    used = 0
+    for rank in picked:
+        n = int(per_rank.get(rank, 0))
+        if shown and used + n > op_budget:
+            break
+        shown.append(rank)
+        used += n
+    sub = frame[frame["rank"].isin(shown)].reset_index(drop=True)
+    capped = len(shown) < len(traced)
+    if len(sub) > op_budget:  # one rank alone is over budget: keep its earliest ops
+        sub = sub.nsmallest(op_budget, "start_s", keep="first").sort_index()
+        sub = sub.reset_index(drop=True)
+        capped = True
+    steps_pid = int(frame["chip"].max()) + 1 if len(frame) else 0
+    tids = _threads(sub) if len(sub) else np.zeros(0, dtype=np.int64)
+    events: list[str] = list(_metadata(sub, tids, chip_name, steps_pid)) if len(sub) else []
+    events += _step_events(sub, steps_pid) if len(sub) else []
+    events += _x_events(sub, tids) if len(sub) else []
+    left = max_events - len(events)
+    flows, cut_f = _flow_events(sub, tids, layout, left // 2) if len(sub) else ([], False)
+    events += flows
+    counters, cut_c = (
+        _counter_events(sub, memory_gib_per_chip, max_events - len(events))
+        if len(sub)
+        else ([], False)
+    )
+    events += counters
+    capped = capped or cut_f or cut_c
+    note = (
+        f"showing {len(shown)} of {len(traced)} traced ranks ({layout.ranks} in the run; "
+        f"{len(sub):,} of {rows_total:,} ops)"
+        + ("; flow or counter events were cut at the event cap" if cut_f or cut_c else "")
+    )
+    meta: dict[str, Any] = {
+        "generator": "clustersim",
+        "time_unit": "us",
+        "ranks_total": layout.ranks,
+        "ranks_traced": len(traced),
+        "ranks_shown": ",".join(map(str, shown)),
+        "ops_total": rows_total,
+        "ops_shown": len(sub),
+        "events": len(events),
+        "max_events": max_events,
+        "max_ranks": max_ranks,
+        "capped": capped,
+        "note": note,
+        **(other or {}),
+    }
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8") as fh:
+            _dump(fh, events, meta)
+
+    atomic_write(path, write)
+    return ChromeTraceInfo(
+        path, len(events), tuple(shown), layout.ranks, rows_total, len(sub), capped
+    )
+
+
+def _dump(fh: IO[str], events: Sequence[str], meta: Mapping[str, Any]) -> None:
+    fh.write('{"displayTimeUnit":"ms","otherData":')
+    fh.write(json.dumps(meta, separators=(",", ":")))
+    fh.write(',"traceEvents":[\n')
+    for i in range(0, len(events), 10_000):
+        chunk = events[i : i + 10_000]
+        fh.write(",\n".join(chunk))
+        fh.write(",\n" if i + 10_000 < len(events) else "\n")
+    fh.write("]}\n")
