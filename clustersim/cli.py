@@ -23,6 +23,7 @@ from rich.table import Table
 
 from clustersim import __version__, catalog
 from clustersim.errors import ClusterSimError, ScenarioError
+from clustersim.units import UnitError, parse_bytes
 
 __all__ = ["main"]
 
@@ -52,6 +53,27 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
     run.add_argument("--quiet", action="store_true", help="print nothing on success")
     run.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    run.add_argument(
+        "--no-report", action="store_true",
+        help="skip trace.json, the figures and report.html (rebuild later with `report`)",
+    )  # fmt: skip
+    run.add_argument(
+        "--fidelity", choices=("auto", "detailed", "folded"), default="auto",
+        help="simulate every rank, or one per pipeline stage with all ranks' traffic "
+        "(auto: folded above 256 ranks)",
+    )  # fmt: skip
+    run.add_argument(
+        "--max-events", type=float, default=60e6, metavar="N",
+        help="refuse runs estimated above N simulated events (default 6e7)",
+    )  # fmt: skip
+    run.add_argument(
+        "--max-memory", default="8GiB", metavar="SIZE",
+        help="refuse runs estimated to need more memory (default 8GiB)",
+    )  # fmt: skip
+    run.add_argument(
+        "--force", action="store_true",
+        help="write into an output directory that holds another scenario's results",
+    )  # fmt: skip
 
     check = sub.add_parser("check", help="validate a scenario; print layout, placement, memory")
     check.add_argument("scenario", type=Path)
@@ -62,7 +84,54 @@ def _parser() -> argparse.ArgumentParser:
     cat.add_argument("name", nargs="?")
 
     sub.add_parser("schema", help="print the JSON Schema of scenario files")
+
+    rep = sub.add_parser(
+        "report", help="rebuild report.html, figures and trace.json from saved results"
+    )
+    rep.add_argument(
+        "dirs", nargs="+", type=Path, metavar="DIR",
+        help="result directories of `clustersim run`; several make a comparison report",
+    )  # fmt: skip
+    rep.add_argument(
+        "--out", type=Path,
+        help="output directory (default: DIR itself; reports/comparison/ for several DIRs)",
+    )  # fmt: skip
+    rep.add_argument(
+        "--trace-ranks", type=_positive, default=None, metavar="N",
+        help="ranks shown in trace.json (default 8)",
+    )  # fmt: skip
+    rep.add_argument(
+        "--trace-events", type=_positive, default=None, metavar="N",
+        help="most events in trace.json (default 500000)",
+    )  # fmt: skip
+    rep.add_argument("--no-trace", action="store_true", help="do not rewrite trace.json")
+
+    coll = sub.add_parser("collective", help="microbenchmark one collective, like nccl-tests")
+    coll.add_argument("--instance", required=True, help="catalog instance, e.g. trn2.48xlarge")
+    coll.add_argument("--count", default="1", help="instances (default 1)")
+    coll.add_argument(
+        "--op", default="all_reduce",
+        help="all_reduce (default), reduce_scatter, all_gather, all_to_all, broadcast, reduce",
+    )  # fmt: skip
+    coll.add_argument(
+        "--size", dest="sizes", action="append", default=[], metavar="SIZE",
+        help="message size, e.g. 1MiB or 4GB (repeatable)",
+    )  # fmt: skip
+    coll.add_argument("--min", dest="min_size", metavar="SIZE", help="sweep from this size")
+    coll.add_argument("--max", dest="max_size", metavar="SIZE", help="sweep up to this size")
+    coll.add_argument("--factor", default="2", help="sweep step factor (default 2)")
+    coll.add_argument("--algorithm", default="auto", help="collective algorithm (default auto)")
+    coll.add_argument("--ranks", help="group size (default: every rank)")
+    coll.add_argument("--lnc", help="logical core grouping (default: one rank per chip)")
+    coll.add_argument("--json", action="store_true", help="print the rows as JSON")
     return p
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text})")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -124,18 +193,21 @@ class _LazyProgress:
 
 def _run(args: argparse.Namespace) -> int:
     from clustersim.scenario import load_scenario
-    from clustersim.sim import simulate
+    from clustersim.sim import Limits, simulate
     from clustersim.trace import atomic_write_text, write_parquet
 
     res = load_scenario(args.scenario, args.sets, args.seed)
     sc = res.scenario
     out = args.out or Path(sc.output.dir or Path("reports") / _slug(sc.name))
-    if out.exists() and not out.is_dir():
-        raise ScenarioError("--out", str(out), "output path exists and is not a directory")
+    _check_out(out, sc.name, force=args.force)
+    try:
+        limits = Limits(max_events=args.max_events, max_memory_bytes=parse_bytes(args.max_memory))
+    except UnitError as exc:
+        raise ScenarioError("--max-memory", args.max_memory, str(exc)) from None
     err = Console(stderr=True)
     progress = None if (args.quiet or args.json) else _LazyProgress(err, f"simulating {sc.name}")
     try:
-        result = simulate(res, progress=progress)
+        result = simulate(res, progress=progress, limits=limits, fidelity=args.fidelity)
     finally:
         if progress is not None:
             progress.close()
@@ -143,17 +215,51 @@ def _run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     # The summary is written last: its presence marks a complete result directory.
     (out / "summary.json").unlink(missing_ok=True)
-    atomic_write_text(
-        out / "resolved_scenario.yaml", yaml.safe_dump(res.as_dict(), sort_keys=False)
-    )
-    if sc.output.trace:
-        write_parquet(out / "trace.parquet", result.trace_frame())
+    resolved = res.as_dict()
+    resolved_yaml = yaml.safe_dump(resolved, sort_keys=False)
+    atomic_write_text(out / "resolved_scenario.yaml", resolved_yaml)
+    frame = result.trace_frame() if sc.output.trace else None
+    if frame is not None:
+        write_parquet(out / "trace.parquet", frame)
+    if not args.no_report:
+        from clustersim.report import RunData, write_report
+
+        data = RunData(summary, resolved, resolved_yaml, frame)
+        write_report(data, out, html=sc.output.html, chrome=frame is not None)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
     if args.json:
         print(json.dumps(summary, indent=2))
     elif not args.quiet:
         Console().print(_summary_table(summary, out))
     return 0
+
+
+def _check_out(out: Path, name: str, *, force: bool) -> None:
+    """Refuse to mix one scenario's results with another's in the same directory."""
+    if out.exists() and not out.is_dir():
+        raise ScenarioError("--out", str(out), "output path exists and is not a directory")
+    if force:
+        return
+    previous: Any = None
+    for marker in ("summary.json", "resolved_scenario.yaml"):
+        try:
+            text = (out / marker).read_text("utf-8")
+        except OSError:
+            continue
+        try:
+            data = json.loads(text) if marker.endswith(".json") else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError):
+            data = None
+        previous = data.get("scenario", data.get("name")) if isinstance(data, dict) else None
+        if previous is not None:
+            break
+    if previous is not None and previous != name:
+        raise ScenarioError(
+            "--out",
+            str(out),
+            f"holds the results of scenario {previous!r}, not {name!r}; "
+            "choose another --out or pass --force",
+        )
 
 
 def _summary_table(s: dict[str, Any], out: Path) -> Table:
@@ -237,6 +343,31 @@ def _span(values: Sequence[int]) -> str:
     return shown + (", ..." if len(vals) > 8 else "")
 
 
+# -- report ---------------------------------------------------------------------------
+
+
+def _report(args: argparse.Namespace) -> int:
+    from clustersim.report import load_run, write_comparison, write_report
+    from clustersim.trace.chrome import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RANKS
+
+    if len(args.dirs) == 1:
+        data = load_run(args.dirs[0])
+        out = args.out or args.dirs[0]
+        written = write_report(
+            data,
+            out,
+            chrome=not args.no_trace,
+            max_trace_ranks=args.trace_ranks or DEFAULT_MAX_RANKS,
+            max_trace_events=args.trace_events or DEFAULT_MAX_EVENTS,
+        )
+    else:
+        runs = [load_run(d, trace=False) for d in args.dirs]  # all checked before writing
+        out = args.out or Path("reports") / "comparison"
+        written = write_comparison(runs, out)
+    print(f"wrote {out / 'report.html'} and {len(written) - 1} more files")
+    return 0
+
+
 # -- catalog, schema ------------------------------------------------------------------
 
 
@@ -263,9 +394,66 @@ def _schema(_args: argparse.Namespace) -> int:
     return 0
 
 
+# -- collective -----------------------------------------------------------------------
+
+
+def _collective(args: argparse.Namespace) -> int:
+    from clustersim.errors import MISSING
+    from clustersim.network.microbench import run_collective, size_sweep
+    from clustersim.units import UnitError, format_bytes, parse_bytes
+
+    def parse(option: str, text: str, kind: Callable[[str], float]) -> float:
+        try:
+            return kind(text)
+        except ValueError as exc:  # UnitError is one
+            number = "an integer" if kind is int else "a number"
+            problem = str(exc) if isinstance(exc, UnitError) else f"expected {number}"
+            raise ScenarioError(option, text, problem) from None
+
+    def integer(option: str, text: str | None) -> int | None:
+        return None if text is None else int(parse(option, text, int))
+
+    try:
+        sizes = [parse("--size", s, parse_bytes) for s in args.sizes]
+        if args.min_size is not None or args.max_size is not None:
+            lo = parse("--min", args.min_size or args.max_size, parse_bytes)
+            hi = parse("--max", args.max_size or args.min_size, parse_bytes)
+            sizes += size_sweep(lo, hi, parse("--factor", args.factor, float))
+        if not sizes:
+            raise ScenarioError("--size", MISSING, "give at least one --size, or --min and --max")
+        rows = run_collective(
+            args.instance, integer("--count", args.count) or 0, args.op, sizes,
+            algorithm=args.algorithm, ranks=integer("--ranks", args.ranks),
+            lnc=integer("--lnc", args.lnc),
+        )  # fmt: skip
+    except ScenarioError as exc:
+        if exc.path.startswith("-"):
+            raise
+        option = "--size" if exc.path == "sizes" else f"--{exc.path.split('.')[0]}"
+        raise ScenarioError(option, exc.value, exc.problem) from None
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    first = rows[0]
+    title = f"{args.op} on {args.count} x {args.instance}, {first['ranks']} ranks"
+    t = Table(title=title, title_justify="left")
+    for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        t.add_column(col, justify="right")
+    t.add_column("algorithm", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            format_bytes(r["size_bytes"]), f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
+            f"{r['busbw_GBps']:.2f}", r["algorithm"],
+        )  # fmt: skip
+    Console().print(t)
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
     "check": _check,
     "catalog": _catalog,
     "schema": _schema,
+    "collective": _collective,
+    "report": _report,
 }

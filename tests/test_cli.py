@@ -128,3 +128,36 @@ def test_yaml_error_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     bad.write_text("name: [x\n")
     assert main(["run", str(bad)]) == 2
     assert "YAML error" in capsys.readouterr().err
+
+
+def test_out_refuses_other_scenario_unless_forced(
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "shared"
+    assert main(["run", str(tiny_yaml), "--out", str(out), "--quiet", "--no-report"]) == 0
+    other = [
+        "run",
+        str(tiny_yaml),
+        "--out",
+        str(out),
+        "--quiet",
+        "--no-report",
+        "--set",
+        "name=other",
+    ]
+    assert main(other) == 2
+    assert "holds the results of scenario 'tiny'" in capsys.readouterr().err
+    assert main([*other, "--force"]) == 0
+    assert json.loads((out / "summary.json").read_text())["scenario"] == "other"
+
+
+def test_fidelity_and_limits_flags(
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["run", str(tiny_yaml), "--out", str(tmp_path / "f"), "--json", "--no-report"]
+    assert main([*base, "--fidelity", "folded"]) == 0
+    assert json.loads(capsys.readouterr().out)["fidelity"] == "folded"
+    assert main([*base, "--max-events", "10"]) == 2
+    assert "over the limit" in capsys.readouterr().err
+    assert main([*base, "--max-memory", "lots"]) == 2
+    assert "--max-memory" in capsys.readouterr().err

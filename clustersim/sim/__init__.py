@@ -1,6 +1,16 @@
 """Simulation: plan a scenario (layout, programs, memory), run it, summarise it."""
 
 from clustersim.sim.guard import Estimate, Limits, estimate
-from clustersim.sim.run import Plan, Result, plan, simulate
+from clustersim.sim.run import FOLD_ABOVE_RANKS, Fidelity, Plan, Result, plan, simulate
 
-__all__ = ["Estimate", "Limits", "Plan", "Result", "estimate", "plan", "simulate"]
+__all__ = [
+    "FOLD_ABOVE_RANKS",
+    "Estimate",
+    "Fidelity",
+    "Limits",
+    "Plan",
+    "Result",
+    "estimate",
+    "plan",
+    "simulate",
+]

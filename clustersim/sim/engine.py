@@ -17,9 +17,11 @@ from typing import Any
 
 import numpy as np
 import simpy
+from numpy.typing import NDArray
 
 from clustersim.hardware.chip import RESOURCES, ChipModel
 from clustersim.network import Network
+from clustersim.sim.folding import replica_groups, replica_pairs, representatives
 from clustersim.workload import Layout
 from clustersim.workload.layout import GROUP_NAMES
 from clustersim.workload.program import Instr, Kind, Phase, Program
@@ -149,7 +151,12 @@ class _Slot:
 
 @dataclass
 class StepSim:
-    """One simulation: ranks, rendezvous, mailboxes and the network."""
+    """One simulation: ranks, rendezvous, mailboxes and the network.
+
+    ``folded`` simulates one representative per stage (see ``folding``) and has the
+    network carry the traffic of every rank; otherwise every rank is simulated.
+    Per-rank arrays (``seg_start``, ``times``...) are indexed by position in ``ranks``.
+    """
 
     env: simpy.Environment
     network: Network
@@ -158,6 +165,8 @@ class StepSim:
     steps: int
     record: bool = True
     progress: Progress | None = None
+    folded: bool = False
+    ranks: list[int] = field(default_factory=list)
     seg_start: list[np.ndarray] = field(default_factory=list)
     seg_end: list[np.ndarray] = field(default_factory=list)
     times: list[RankTimes] = field(default_factory=list)
@@ -165,13 +174,17 @@ class StepSim:
     ops: int = 0
 
     def __post_init__(self) -> None:
-        ranks = self.layout.ranks
-        lengths = [len(self.programs[self.layout.stage(r)].segments) for r in range(ranks)]
+        if not self.ranks:
+            self.ranks = (
+                representatives(self.layout) if self.folded else list(range(self.layout.ranks))
+            )
+        lengths = [len(self.programs[self.layout.stage(r)].segments) for r in self.ranks]
         size = self.steps if self.record else 1
         self.seg_start = [np.zeros(size * n) for n in lengths]
         self.seg_end = [np.zeros(size * n) for n in lengths]
-        self.times = [RankTimes() for _ in range(ranks)]
+        self.times = [RankTimes() for _ in self.ranks]
         self._groups: dict[str, list[tuple[int, ...]]] = {}
+        self._replicas: dict[tuple[str, int], NDArray[np.int64]] = {}
         self._pending: dict[tuple[tuple[int, ...], int], list[Any]] = {}
         self._mail: dict[tuple[int, int, int], _Slot] = {}
         self._barrier_count = 0
@@ -180,16 +193,33 @@ class StepSim:
     # -- communication -------------------------------------------------------------
 
     def _group(self, name: str, rank: int) -> tuple[int, ...]:
+        if self.folded:
+            return self.layout.group(name, rank)
         table = self._groups.get(name)
         if table is None:
             table = [self.layout.group(name, r) for r in range(self.layout.ranks)]
             self._groups[name] = table
         return table[rank]
 
+    def _replica_rows(self, name: str, stage: int, offset: int = 0) -> NDArray[np.int64]:
+        key = (name, stage * 4 + offset)
+        rows = self._replicas.get(key)
+        if rows is None:
+            if name == "pp":
+                rows = replica_pairs(self.layout, stage, offset)
+            else:
+                rows = replica_groups(self.layout, name, stage)
+            self._replicas[key] = rows
+        return rows
+
     def _collective(self, ranks: tuple[int, ...], seq: int, ins: Instr) -> simpy.Event:
         """Arrive at the ``seq``-th collective of group ``ranks``; the event fires when done."""
         if len(ranks) == 1:
             return self.env.timeout(0)
+        if self.folded:
+            # The representative stands for every group of its stage: start them all.
+            rows = self._replica_rows(ins.group, self.layout.stage(ranks[0]))
+            return self.network.collective(ins.collective, ranks, ins.nbytes, replicas=rows)
         key = (ranks, seq)
         slot = self._pending.get(key)
         if slot is None:
@@ -216,17 +246,22 @@ class StepSim:
     def _send(self, rank: int, dst: int, ins: Instr) -> None:
         slot = self._slot((rank, dst, ins.tag))
         slot.sent_at = self.env.now
-        done = self.network.send(rank, dst, ins.nbytes)
+        if self.folded:
+            rows = self._replica_rows("pp", self.layout.stage(rank), ins.peer)
+            done = self.network.send(rank, dst, ins.nbytes, replicas=rows)
+        else:
+            done = self.network.send(rank, dst, ins.nbytes)
         target = slot.event
         done.callbacks.append(lambda _ev: _succeed(target))
 
     # -- processes -----------------------------------------------------------------
 
-    def rank_process(self, rank: int) -> Generator[simpy.Event, Any, None]:
+    def rank_process(self, pos: int) -> Generator[simpy.Event, Any, None]:
         env = self.env
+        rank = self.ranks[pos]
         compiled = self.programs[self.layout.stage(rank)]
-        seg_start, seg_end, acc = self.seg_start[rank], self.seg_end[rank], self.times[rank]
-        report = self.progress if rank == 0 else None
+        seg_start, seg_end, acc = self.seg_start[pos], self.seg_end[pos], self.times[pos]
+        report = self.progress if pos == 0 else None
         segments = compiled.steps_view
         nseg = len(segments)
         groups = {name: self._group(name, rank) for name in GROUP_NAMES}
@@ -295,7 +330,7 @@ class StepSim:
     def _arrive_barrier(self) -> simpy.Event:
         event = self._barrier
         self._barrier_count += 1
-        if self._barrier_count == self.layout.ranks:
+        if self._barrier_count == len(self.ranks):
             self._barrier_count = 0
             self._barrier = self.env.event()
             self.step_ends.append(self.env.now)
@@ -305,8 +340,8 @@ class StepSim:
     def run(self) -> float:
         """Run every step; return the wall time in seconds."""
         t0 = time.perf_counter()
-        for rank in range(self.layout.ranks):
-            self.env.process(self.rank_process(rank))
+        for pos in range(len(self.ranks)):
+            self.env.process(self.rank_process(pos))
         self.env.run()
         if len(self.step_ends) != self.steps:
             stuck = [*self._pending, *self._mail]

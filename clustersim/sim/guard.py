@@ -42,25 +42,26 @@ class Estimate:
     ops_per_rank: float
 
 
-def estimate(res: Resolved, dp: int, *, trace: bool) -> Estimate:
+def estimate(res: Resolved, dp: int, *, trace: bool, folded: bool = False) -> Estimate:
     sc = res.scenario
     par, train = sc.parallelism, sc.training
     microbatches = max(train.global_batch_size // max(dp * par.microbatch_size, 1), 1)
     layers = -(-res.model.layers // par.pp)
     per_rank = microbatches * (layers * _OPS_PER_LAYER[par.recompute] + _OPS_PER_MICROBATCH)
-    events = per_rank * res.ranks * train.steps
+    events = per_rank * (par.pp if folded else res.ranks) * train.steps
     memory = per_rank * par.pp * _BYTES_PER_PROGRAM_OP + events * _BYTES_PER_OP
     if trace:
         memory += events * _BYTES_PER_TRACE_ROW
     return Estimate(float(events), float(memory), float(per_rank))
 
 
-def check_work(res: Resolved, dp: int, limits: Limits) -> Estimate:
+def check_work(res: Resolved, dp: int, limits: Limits, *, folded: bool = False) -> Estimate:
     """Refuse a run whose estimate exceeds ``limits``; return the estimate otherwise."""
     trace = res.scenario.output.trace
-    est = estimate(res, dp, trace=trace)
+    est = estimate(res, dp, trace=trace, folded=folded)
     remedy = (
-        "lower training.steps or training.global_batch_size, raise "
+        ("" if folded else "use --fidelity folded, ")
+        + "lower training.steps or training.global_batch_size, raise "
         "parallelism.microbatch_size, or raise the limit (--max-events, --max-memory)"
     )
     if est.events > limits.max_events:

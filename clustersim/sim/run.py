@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import simpy
 
 from clustersim import __version__, cost
+from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import ChipModel
 from clustersim.network import Network
 from clustersim.network.topology import build_topology
@@ -33,9 +34,12 @@ from clustersim.workload.program import Program
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Plan", "Result", "plan", "simulate"]
+__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "Plan", "Result", "plan", "simulate"]
 
 GIB = 2.0**30
+FOLD_ABOVE_RANKS = 256
+"""``fidelity: auto`` simulates every rank up to this many, and folds above."""
+Fidelity = Literal["auto", "detailed", "folded"]
 
 
 @dataclass
@@ -64,7 +68,9 @@ class Plan:
         }
 
 
-def plan(res: Resolved, *, check_memory: bool = True, limits: Limits | None = None) -> Plan:
+def plan(
+    res: Resolved, *, check_memory: bool = True, limits: Limits | None = None, folded: bool = False
+) -> Plan:
     """Validate the layout against the model and cluster, and build the programs.
 
     With ``limits``, a run whose estimated events or memory exceed them is refused
@@ -74,7 +80,7 @@ def plan(res: Resolved, *, check_memory: bool = True, limits: Limits | None = No
     layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
     validate(res.model, sc.parallelism, sc.training, layout)
     if limits is not None:
-        check_work(res, layout.dp, limits)
+        check_work(res, layout.dp, limits, folded=folded)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
         check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)
@@ -105,20 +111,29 @@ def simulate(
     progress: Callable[[float], None] | None = None,
     record: bool = True,
     limits: Limits | None = None,
+    fidelity: Fidelity = "auto",
 ) -> Result:
     """Simulate ``training.steps`` steps of the scenario and summarise them.
 
-    ``limits`` bounds the work (default ``Limits()``): bigger runs are refused.
+    ``fidelity``: ``detailed`` simulates every rank; ``folded`` one representative
+    per pipeline stage, with every rank's traffic on the network (``sim.folding``);
+    ``auto`` folds above ``FOLD_ABOVE_RANKS`` ranks. ``limits`` bounds the work
+    (default ``Limits()``): bigger runs are refused.
     """
     t_wall = time.perf_counter()
-    pl = plan(res, limits=limits or Limits())
+    if fidelity not in ("auto", "detailed", "folded"):
+        raise ScenarioError("--fidelity", fidelity, "expected auto, detailed or folded")
+    folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
+    pl = plan(res, limits=limits or Limits(), folded=folded)
     sc = res.scenario
     env = simpy.Environment()
     topology = build_topology(res.instance, res.chip, sc.cluster.count)
-    rank_chip = [pl.layout.chip_of(r) for r in range(res.ranks)]
+    rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
     network = Network(env, topology, rank_chip, sc.cluster.collectives)
     compiled = [compile_program(p, pl.chip) for p in pl.programs]
-    sim = StepSim(env, network, pl.layout, compiled, sc.training.steps, record, progress)
+    sim = StepSim(
+        env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded
+    )
     sim.run()
     wall = time.perf_counter() - t_wall
     return Result(pl, summarise(pl, sim, compiled, network, wall), sim, compiled)
@@ -143,7 +158,7 @@ def summarise(
     )
     # Average the per-rank accounting; "other" is what is left of the step (waiting at
     # the end-of-step barrier for slower ranks), so the parts add up to the step time.
-    n = layout.ranks * steps
+    n = len(sim.ranks) * steps
     parts = {
         "compute": sum(t.compute_s for t in sim.times) / n,
         "exposed_comm": sum(t.exposed_comm_s for t in sim.times) / n,
@@ -192,6 +207,7 @@ def summarise(
         "events": events,
         "events_per_s": events / wall_s if wall_s > 0 else 0.0,
         "wall_s": wall_s,
-        "fidelity": "detailed",
+        "fidelity": "folded" if sim.folded else "detailed",
+        "simulated_ranks": len(sim.ranks),
         "clustersim_version": __version__,
     }

@@ -41,16 +41,16 @@ def trace_frame(result: Result) -> pd.DataFrame:
                 ),
             )
         )
-    ranks = range(layout.ranks)
+    ranks = sim.ranks
     starts, ends = [], []
-    for r in ranks:
-        op_start, op_end = result.compiled[layout.stage(r)].op_times(
-            sim.seg_start[r], sim.seg_end[r]
-        )
+    for pos, r in enumerate(ranks):
+        compiled = result.compiled[layout.stage(r)]
+        op_start, op_end = compiled.op_times(sim.seg_start[pos], sim.seg_end[pos])
         starts.append(op_start)
         ends.append(op_end)
     return build_frame(
         stages=stages,
+        rank_ids=ranks,
         rank_stage=[layout.stage(r) for r in ranks],
         rank_chip=[layout.chip_of(r) for r in ranks],
         rank_core=[(r % result.plan.resolved.ranks_per_chip) * lnc for r in ranks],

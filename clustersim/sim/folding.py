@@ -1,0 +1,60 @@
+"""Symmetry folding: one representative rank per pipeline stage.
+
+Every rank of a stage runs the same program, and the fabric treats the DP
+replicas and TP/CP peers of a stage alike, so their timelines are the same.
+A folded run simulates one representative per stage (TP, CP and DP index 0)
+with a multiplicity of ``tp * cp * dp``. The network still carries every
+rank's traffic: when a representative starts a collective, the same collective
+of every other group of its stage is started with it, as one coflow, so links
+that the groups share (EFA tiers, a torus shared by two groups) are as loaded as
+in the detailed run.
+
+Replica groups are computed with numpy from the rank numbering (TP fastest,
+then CP, then DP, then PP), so nothing here grows with Python loops over ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from clustersim.workload import Layout
+
+__all__ = ["replica_groups", "replica_pairs", "representatives"]
+
+IntArray = NDArray[np.int64]
+
+
+def representatives(layout: Layout) -> list[int]:
+    """The simulated rank of each stage: TP, CP and DP index 0."""
+    return [stage * layout.ranks_per_stage for stage in range(layout.pp)]
+
+
+def _stage_grid(layout: Layout, stage: int) -> IntArray:
+    """Ranks of ``stage`` as an array indexed [dp_i, cp_i, tp_i]."""
+    base = stage * layout.ranks_per_stage
+    return np.arange(base, base + layout.ranks_per_stage, dtype=np.int64).reshape(
+        layout.dp, layout.cp, layout.tp
+    )
+
+
+def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
+    """Every ``name`` group of ``stage``, one per row, the representative's first.
+
+    Row ``i`` lists the group's ranks in order of their ``name`` index, so the
+    same algorithm step maps onto every row alike.
+    """
+    grid = _stage_grid(layout, stage)
+    if name == "tp":
+        return grid.reshape(-1, layout.tp)
+    if name == "cp":
+        return grid.transpose(0, 2, 1).reshape(-1, layout.cp)
+    if name == "dp":
+        return grid.reshape(layout.dp, -1).T.copy()
+    raise ValueError(f"no replica groups for {name!r} (tp, cp or dp)")
+
+
+def replica_pairs(layout: Layout, stage: int, offset: int) -> IntArray:
+    """(src, dst) of every rank of ``stage`` sending to its peer ``offset`` stages away."""
+    src = _stage_grid(layout, stage).reshape(-1)
+    return np.stack([src, src + offset * layout.ranks_per_stage], axis=1)
