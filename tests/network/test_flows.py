@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -34,8 +34,12 @@ def line(n: int = 3, lanes: int = 1) -> Topology:
 
 def finish_times(env: simpy.Environment, events: list[simpy.Event]) -> list[float]:
     times: list[float] = [float("nan")] * len(events)
+
+    def stamp(i: int) -> Callable[[simpy.Event], None]:
+        return lambda _ev: times.__setitem__(i, float(env.now))
+
     for i, ev in enumerate(events):
-        ev.callbacks.append(lambda _ev, i=i: times.__setitem__(i, env.now))
+        ev.callbacks.append(stamp(i))
     env.run()
     return times
 
@@ -119,9 +123,8 @@ def test_bytes_are_conserved_and_no_link_is_over_capacity(specs: Any) -> None:
     expected_total = 0.0
     events = []
     for _ in range(60):
-        pairs = [
-            tuple(int(c) for c in rng.integers(0, 32, 2)) for _ in range(int(rng.integers(1, 6)))
-        ]
+        chips = rng.integers(0, 32, (int(rng.integers(1, 6)), 2))
+        pairs = [(int(a), int(b)) for a, b in chips]
         nbytes = float(rng.uniform(1e3, 1e7))
         delay = float(rng.uniform(0, 2e-4))
         events.append(net.transfer(pairs, nbytes, delay))
@@ -293,9 +296,8 @@ def test_conservation_and_capacity_under_failures_on_a_fat_tree(specs: Any, seed
     expected = 0.0
     events = []
     for _ in range(80):
-        pairs = [
-            tuple(int(c) for c in rng.integers(0, 64, 2)) for _ in range(int(rng.integers(1, 5)))
-        ]
+        chips = rng.integers(0, 64, (int(rng.integers(1, 5)), 2))
+        pairs = [(int(a), int(b)) for a, b in chips]
         nbytes = float(rng.uniform(1e4, 1e6))
         events.append(net.transfer(pairs, nbytes, float(rng.uniform(0, 2e-4))))
         expected += nbytes * len(pairs)

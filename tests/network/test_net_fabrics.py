@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,8 +40,12 @@ def build(specs: Any, count: int, **efa: Any) -> Topology:
 
 def finish_times(env: simpy.Environment, events: list[simpy.Event]) -> list[float]:
     times = [float("nan")] * len(events)
+
+    def stamp(i: int) -> Callable[[simpy.Event], None]:
+        return lambda _ev: times.__setitem__(i, float(env.now))
+
     for i, ev in enumerate(events):
-        ev.callbacks.append(lambda _ev, i=i: times.__setitem__(i, env.now))
+        ev.callbacks.append(stamp(i))
     env.run()
     return times
 

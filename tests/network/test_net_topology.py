@@ -91,7 +91,7 @@ def test_route_to_self_is_the_local_link(specs: Any) -> None:
 def test_routes_follow_torus_placement_and_are_cached(specs: Any) -> None:
     topo = build_topology(specs.instance(), specs.chip(), 1)
     coords = snake_coords((4, 4))
-    local_of = {c: i for i, c in enumerate(coords)}
+    local_of: dict[tuple[int, ...], int] = {c: i for i, c in enumerate(coords)}
     for src, dst in itertools.product(range(16), repeat=2):
         if src == dst:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -23,8 +24,12 @@ def build(name: str, count: int) -> tuple[InstanceSpec, float, Topology]:
 
 def finish_times(env: simpy.Environment, events: list[simpy.Event]) -> list[float]:
     times = [float("nan")] * len(events)
+
+    def stamp(i: int) -> Callable[[simpy.Event], None]:
+        return lambda _ev: times.__setitem__(i, float(env.now))
+
     for i, ev in enumerate(events):
-        ev.callbacks.append(lambda _ev, i=i: times.__setitem__(i, env.now))
+        ev.callbacks.append(stamp(i))
     env.run()
     return times
 
