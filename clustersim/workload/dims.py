@@ -32,6 +32,7 @@ __all__ = [
     "make_dims",
     "norm_params",
     "padded_vocab",
+    "stage_layer_counts",
     "stage_layers",
     "stage_pieces",
 ]
@@ -100,12 +101,29 @@ def embed_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
     return tuple(pieces)
 
 
+def stage_layer_counts(layers: int, pp: int) -> list[int]:
+    """Layers per stage: equal shares, or as even as possible when pp does not divide them.
+
+    The extra layers of an uneven split go to the middle stages first, then the
+    last, then the first: the outer stages also hold the embedding and the LM
+    head, so they get the lighter share (as Llama 3 405B did, 126 layers on 16
+    stages: 7 on the first and last, 8 on the others).
+    """
+    base, extra = divmod(layers, pp)
+    counts = [base] * pp
+    order = [*range(1, pp - 1), pp - 1, 0] if pp > 1 else [0]
+    for stage in order[:extra]:
+        counts[stage] += 1
+    return counts
+
+
 def stage_layers(model: ModelSpec, layout: Layout, stage: int) -> range:
-    """Global indices of the layers that ``stage`` owns (an equal, contiguous share)."""
+    """Global indices of the layers that ``stage`` owns (a contiguous share)."""
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} out of range 0..{layout.pp - 1}")
-    per = model.layers // layout.pp
-    return range(stage * per, (stage + 1) * per)
+    counts = stage_layer_counts(model.layers, layout.pp)
+    start = sum(counts[:stage])
+    return range(start, start + counts[stage])
 
 
 def stage_pieces(model: ModelSpec, layout: Layout, stage: int) -> list[tuple[int, str, int]]:

@@ -215,12 +215,12 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
             tp,
             f"{model.name}'s MLP width {model.ffn_hidden} is not divisible by tp",
         )
-    if model.layers % pp:
+    if model.layers < pp or (model.layers % pp and not par.uneven_stages):
         raise ScenarioError(
             "parallelism.pp",
             pp,
             f"{model.name} has {model.layers} layers, not divisible by pp; "
-            f"valid pp: {_divisors(model.layers)}",
+            f"valid pp: {_divisors(model.layers)}, or set parallelism.uneven_stages: true",
         )
     per_step = layout.dp * par.microbatch_size
     if train.global_batch_size % per_step:

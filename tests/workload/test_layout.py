@@ -178,3 +178,13 @@ def test_moe_model_rejected() -> None:
 
 def test_ep_on_dense_model_rejected() -> None:
     _expect("parallelism.ep", "needs a MoE model", tiny(), tp=4, ep=2)
+
+
+def test_uneven_stages_split() -> None:
+    from clustersim.workload.dims import stage_layer_counts
+
+    assert stage_layer_counts(126, 16) == [7] + [8] * 14 + [7]
+    assert stage_layer_counts(32, 4) == [8, 8, 8, 8]
+    assert stage_layer_counts(10, 4) == [2, 3, 3, 2]
+    assert stage_layer_counts(11, 4) == [2, 3, 3, 3]
+    assert sum(stage_layer_counts(127, 16)) == 127
