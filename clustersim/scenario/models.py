@@ -56,6 +56,7 @@ class ParallelismCfg(Strict):
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     recompute: Literal["none", "selective", "full"] = "selective"
     sequence_parallel: bool = True
+    uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)
