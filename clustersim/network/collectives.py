@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TypeAlias, TypeVar
 
 from clustersim.errors import ScenarioError
-from clustersim.network.groups import GroupInfo
+from clustersim.network.groups import GroupInfo, torus_grid
 
 __all__ = [
     "HALVING_DOUBLING_MAX_BYTES",
@@ -174,7 +174,8 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
       spans several scale-up domains with the same number (> 1) of ranks in
       each; otherwise ``mesh`` below :data:`MESH_MAX_BYTES` (and p(p-1) <=
       :data:`MESH_MAX_FLOWS`), ``halving_doubling`` up to
-      :data:`HALVING_DOUBLING_MAX_BYTES` when p is a power of two, ``ring`` above.
+      :data:`HALVING_DOUBLING_MAX_BYTES` when p is a power of two; above, ``torus``
+      when the group is a grid of two or more axes on a torus, else ``ring``.
     """
     mesh_ok = p * (p - 1) <= MESH_MAX_FLOWS
     if op == "all_to_all":
@@ -187,6 +188,12 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
         return "mesh"
     if nbytes <= HALVING_DOUBLING_MAX_BYTES and _applies("halving_doubling", p, info):
         return "halving_doubling"
+    # Large messages on a torus: rings along each axis move the same bytes as one
+    # ring but keep every hop on a physical neighbour link (a flat ring over a 3D
+    # UltraServer is held to its slowest, cross-instance links).
+    grid = torus_grid(info)
+    if grid is not None and len(grid[0]) >= 2 and _applies("torus", p, info):
+        return "torus"
     return "ring"
 
 

@@ -22,7 +22,7 @@ def test_busbw_factors_follow_nccl_tests() -> None:
 
 def test_rows_on_one_trn2_instance() -> None:
     rows = run_collective("trn2.48xlarge", 1, "all_reduce", [64e3, 4 * MIB, GIB])
-    assert [r["algorithm"] for r in rows] == ["mesh", "halving_doubling", "ring"]
+    assert [r["algorithm"] for r in rows] == ["mesh", "halving_doubling", "torus"]
     for r in rows:
         assert set(r) == {
             "op", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm", "ranks"
@@ -30,7 +30,7 @@ def test_rows_on_one_trn2_instance() -> None:
         assert r["ranks"] == 16
         assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 30 / 16)
-    # a large ring all-reduce on the 4x4 snake: both directions of 128 GB/s links
+    # a large all-reduce on the 4x4 torus: rings along x then y, both directions of each link
     link_GBps = 128 * 0.85  # catalog link bandwidth x the trn2 calibration's efficiency
     assert rows[-1]["busbw_GBps"] == pytest.approx(2 * link_GBps, rel=0.05)
 

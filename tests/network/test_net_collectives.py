@@ -366,7 +366,7 @@ def test_catalog_trn2_all_reduce_runs() -> None:
     inst, chip = catalog.instance("trn2.48xlarge"), catalog.chip("trn2")
     topo = build_topology(inst, chip, 1)
     net = Network(simpy.Environment(), topo, [r // 4 for r in range(64)])
-    assert net.algorithm_for("all_reduce", range(0, 64, 4), 256e6) == "ring"
+    assert net.algorithm_for("all_reduce", range(0, 64, 4), 256e6) == "torus"
     t = run(net, "all_reduce", range(0, 64, 4), 256e6)
     busbw = 256e6 / t * 2 * 15 / 16
     link = inst.fabric.link_bw_Bps  # the bidirectional ring uses both directions of each link
