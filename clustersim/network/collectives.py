@@ -192,9 +192,8 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
     # ring but keep every hop on a physical neighbour link (a flat ring over a 3D
     # UltraServer is held to its slowest, cross-instance links).
     grid = torus_grid(info)
-    if grid is not None and len(grid[0]) >= 2 and _applies("torus", p, info):
-        return "torus"
-    return "ring"
+    on_torus = grid is not None and len(grid[0]) >= 2 and _applies("torus", p, info)
+    return "torus" if on_torus else "ring"
 
 
 def resolve_algorithm(
