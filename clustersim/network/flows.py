@@ -40,13 +40,12 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.linkstats import LinkStats, LinkUtilisation
-from clustersim.network.maxmin import maxmin_rates
+from clustersim.network.maxmin import maxmin_rates_csc
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation"]
@@ -310,11 +309,12 @@ class FlowNetwork:
             self._set_loads(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
             return
         loaded, rows = np.unique(self._links, return_inverse=True)
+        rows = rows.ravel()
         indptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(self._nnz, out=indptr[1:])
-        incidence = sp.csc_matrix((self._counts, rows.ravel(), indptr), shape=(loaded.size, n))
         capacity = self.topology.capacity_Bps[loaded]
-        rate = maxmin_rates(incidence, capacity)
+        counts = np.asarray(self._counts, dtype=np.float64)
+        rate = maxmin_rates_csc(indptr, rows, counts, capacity)
         self.solves += 1
         if not (rate.min() > 0 and np.isfinite(rate).all()):
             bad = int(np.argmin(rate)) if rate.min() <= 0 else int(np.argmax(~np.isfinite(rate)))
@@ -323,7 +323,11 @@ class FlowNetwork:
                 "a link on its route has no capacity"
             )
         self._rate = rate
-        self._set_loads(loaded, np.asarray(incidence @ rate, dtype=np.float64), capacity)
+        ent_of_nz = np.repeat(np.arange(n, dtype=np.int64), self._nnz)
+        load: NDArray[np.float64] = np.bincount(
+            rows, weights=counts * rate[ent_of_nz], minlength=loaded.size
+        ).astype(np.float64, copy=False)
+        self._set_loads(loaded, load, capacity)
         delay = max(float((self._remaining / rate).min()), 0.0)
         self.env.timeout(delay).callbacks.append(partial(self._on_wake, self._generation))
 
