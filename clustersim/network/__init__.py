@@ -265,11 +265,35 @@ class Network:
         for step, pairs in self._steps_of(op, ranks, nbytes):
             src, dst = rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()
             group = self.flows.group(tuple(zip(src.tolist(), dst.tolist(), strict=True)))
+            if len(rows) > 1:
+                group = self._on_representative_links(group, rows[0], pairs)
             k = step.repeats
             out.append((group, k * step.bytes_per_flow, k * group.latency_s))
         plan = tuple(out)
         self._plans[key] = (replicas, plan)
         return plan
+
+    def _on_representative_links(
+        self, group: FlowGroup, rep_chips: _IntArray, pairs: _IntArray
+    ) -> FlowGroup:
+        """``group`` restricted to the links its first replica's flows cross.
+
+        The replicas of a folded collective are images of one another under the
+        fabric's symmetry, and so are the loads they put on links: every link a
+        replica crosses has an image, just as loaded, among the first replica's
+        links. Keeping only those rows (with the counts of every replica on them)
+        leaves each max-min constraint in place while the solver sees one
+        group's links instead of every group's.
+        """
+        rep = self.flows.group(
+            tuple(
+                zip(rep_chips[pairs[:, 0]].tolist(), rep_chips[pairs[:, 1]].tolist(), strict=True)
+            )
+        )
+        keep = np.isin(group.links, rep.links, assume_unique=True)
+        return FlowGroup(
+            group.links[keep], group.counts[keep], group.n_flows, group.latency_s, group.pairs
+        )
 
     def _steps_of(
         self, op: str, ranks: tuple[int, ...], nbytes: float
