@@ -156,9 +156,13 @@ def _is_union(annotation: Any) -> bool:
 
 
 def _part(key: Any) -> str:
-    """A key as printed in a dotted path: itself if printable, else its repr."""
+    """A key as printed in a dotted path: itself, or its repr if that could mislead
+    (control or invisible characters, surrounding blanks, the empty string)."""
     text = key if isinstance(key, str) else str(key)
-    return text if text.isprintable() else repr(text)
+    if len(text) > 60:
+        return repr(text[:57] + "...")
+    plain = text.isprintable() and text == text.strip() and text != ""
+    return text if plain else repr(text)
 
 
 _MODELS: dict[str, type[BaseModel]] = {}

@@ -1,72 +1,267 @@
 """Loading a scenario: YAML text -> validated ``Scenario`` -> ``Resolved`` specs.
 
-YAML is read with a safe loader that also rejects duplicate keys. ``--set``
-overrides are applied to the raw mapping before validation, so they are
+YAML is read with a safe loader that also rejects duplicate keys, merge keys and
+the non-plain tags (``!!binary``, ``!!set``, ``!!python/...``). Hostile documents
+are refused before they are built: at most ``MAX_YAML_BYTES`` of text,
+``MAX_YAML_NODES`` values as written, ``MAX_YAML_EXPANDED`` values once aliases
+are expanded (a "billion laughs" document is tiny as text and astronomically
+large expanded) and ``MAX_YAML_DEPTH`` levels of nesting.
+
+Before validation every value is checked for what pydantic cannot see inside
+free-form mappings (``cluster.chip: {...}`` and the other overrides): keys that
+are not strings, NaN and infinity, magnitudes beyond ``MAX_MAGNITUDE``, and
+control characters that would break the one-line error messages.
+
+``--set`` overrides are applied to the raw mapping before validation, so they are
 checked exactly like keys written in the file.
 """
 
 from __future__ import annotations
 
 import difflib
+import math
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import ValidationError
+from yaml.composer import Composer, ComposerError
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.parser import Parser
+from yaml.reader import Reader, ReaderError
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from clustersim import catalog
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.scenario.models import Scenario
+from clustersim.units import MAX_MAGNITUDE, MIN_MAGNITUDE
 
 __all__ = ["Resolved", "apply_set", "load_scenario", "parse_yaml", "resolve"]
 
 MAX_YAML_BYTES = 4 * 2**20
+MAX_YAML_NODES = 20_000
+"""Values (scalars, sequences, mappings) in the document as written. A real scenario
+has a few hundred; the limit keeps parsing well under a second."""
+MAX_YAML_EXPANDED = 100_000
+"""Values once every alias is expanded."""
+MAX_YAML_DEPTH = 32
+"""Nesting levels; a scenario needs six (``cluster.chip.core.tensor_tflops.bf16``)."""
+MAX_INT_BITS = 1024
+"""Integer literals beyond 2**1024 (the float range) are refused as they are read:
+Python will not print ints of more than 4300 digits, which error messages must do."""
+MAX_INT_DIGITS = 308
+MAX_KEY_CHARS = 200
+MAX_TEXT_CHARS = 4096
+"""Longest string value outside ``description``, which may be any length."""
+MAX_TOTAL_TEXT_CHARS = 2**20
+"""All keys and strings outside ``description``, aliases expanded: this bounds the
+cost of printing any value of the document in an error message."""
+_FREE_TEXT = frozenset({"description"})
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one."""
+class _PyParser(Reader, Scanner, Parser):
+    """The pure-Python parser, for a PyYAML built without libyaml."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+try:  # libyaml's parser is much faster on large inputs; the composer stays ours
+    from yaml._yaml import CParser as _Parser
+except ImportError:  # pragma: no cover
+    _Parser = _PyParser  # type: ignore[assignment,misc]
+
+
+class _Loader(Composer, _Parser, SafeConstructor, Resolver):
+    """Safe loader: limits on size and nesting, no duplicate or merge keys, plain tags only.
+
+    The composer (ours, in Python) comes before the parser in the method order, so
+    that libyaml only parses and every node is counted here.
+    """
+
+    yaml_constructors: ClassVar[dict[str | None, Any]] = dict(SafeConstructor.yaml_constructors)
+
+    def __init__(self, stream: str) -> None:
+        _Parser.__init__(self, stream)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self._nodes = 0
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self._nodes += 1
+        self._depth += 1
+        try:
+            if self._nodes > MAX_YAML_NODES:
+                self._refuse(f"more than {MAX_YAML_NODES:,} values")
+            if self._depth > MAX_YAML_DEPTH:
+                self._refuse(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def _refuse(self, problem: str) -> None:
+        event: Any = self.peek_event()  # a yaml.events.Event, from libyaml or not
+        raise ComposerError(None, None, problem, event.start_mark if event else None)
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return self.construct_document(node)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: Node) -> None:
+    """Refuse documents whose aliases expand too far, nest too deep or refer to themselves.
+
+    Iterative post-order walk with sizes memoised per node, so a "billion laughs"
+    document costs time linear in its text, not in its expansion.
+    """
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            open_nodes.discard(key)
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            if size[key] > MAX_YAML_EXPANDED:
+                problem = (
+                    f"aliases expand to more than {MAX_YAML_EXPANDED:,} values "
+                    "(write the values out instead)"
+                )
+                raise ComposerError(None, None, problem, node.start_mark)
+            if depth[key] > MAX_YAML_DEPTH:
+                problem = f"aliases nest deeper than {MAX_YAML_DEPTH} levels"
+                raise ComposerError(None, None, problem, node.start_mark)
+            continue
+        if key in size:
+            continue
+        if key in open_nodes:
+            raise ComposerError(None, None, "an alias refers to its own anchor", node.start_mark)
+        open_nodes.add(key)
+        stack.append((node, True))
+        stack.extend((kid, False) for kid in _children(node) if id(kid) not in size)
+
+
+def _construct_mapping(loader: _Loader, node: MappingNode, deep: bool = False) -> Any:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if isinstance(key, list | dict):
-            raise yaml.constructor.ConstructorError(
-                None, None, "mapping keys must be scalars", key_node.start_mark
+        mark = key_node.start_mark
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise ConstructorError(
+                None, None, "merge keys (<<) are not supported; write the keys out", mark
             )
+        if not isinstance(key_node, ScalarNode):
+            raise ConstructorError(None, None, "mapping keys must be scalars", mark)
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
+            raise ConstructorError(
                 None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
             )
         seen.add(key)
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _construct_mapping,
+def _construct_int(loader: _Loader, node: ScalarNode) -> int:
+    value: int | None
+    try:
+        value = loader.construct_yaml_int(node)
+    except ValueError:  # more decimal digits than Python converts (4300)
+        value = None
+    if value is None or value.bit_length() > MAX_INT_BITS:
+        raise ConstructorError(
+            None, None, f"integer too large (more than {MAX_INT_DIGITS} digits)", node.start_mark
+        )
+    return value
+
+
+def _construct_timestamp(loader: _Loader, node: ScalarNode) -> str:
+    # A date is just text in a scenario (``name: 2024-06-01``), not a datetime.
+    text: str = loader.construct_scalar(node)
+    return text
+
+
+def _refuse_tag(loader: _Loader, node: Node) -> Any:
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+    raise ConstructorError(
+        None, None, f"the tag {tag} is not allowed in a scenario", node.start_mark
+    )
+
+
+_Loader.yaml_constructors.update(
+    {
+        Resolver.DEFAULT_MAPPING_TAG: _construct_mapping,
+        "tag:yaml.org,2002:int": _construct_int,
+        "tag:yaml.org,2002:timestamp": _construct_timestamp,
+        "tag:yaml.org,2002:binary": _refuse_tag,
+        "tag:yaml.org,2002:set": _refuse_tag,
+        "tag:yaml.org,2002:omap": _refuse_tag,
+        "tag:yaml.org,2002:pairs": _refuse_tag,
+        None: _refuse_tag,  # any other tag: !!python/object, !custom, ...
+    }
 )
 
 
 def parse_yaml(text: str, source: str = "<scenario>") -> Any:
-    """Parse YAML safely; syntax errors become a one-line ``ScenarioError``."""
+    """Parse YAML safely; every failure becomes a one-line ``ScenarioError``."""
     if len(text) > MAX_YAML_BYTES:
         raise ScenarioError(source, MISSING, f"larger than {MAX_YAML_BYTES // 2**20} MiB")
     try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)
+        loader = _Loader(text)
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        problem = (exc.problem or exc.context or "invalid YAML").strip()
+        problem = _one_line(exc.problem or exc.context or "invalid YAML")
         raise ScenarioError(source, MISSING, f"YAML error at {where}: {problem}") from None
+    except ReaderError as exc:
+        where = _position(text, exc.position)
+        char = chr(exc.character) if isinstance(exc.character, int) else exc.character
+        problem = f"YAML error at {where}: character {char!r} is not allowed"
+        raise ScenarioError(source, MISSING, problem) from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(source, MISSING, f"YAML error: {exc}") from None
+        raise ScenarioError(source, MISSING, f"YAML error: {_one_line(str(exc))}") from None
+    except UnicodeEncodeError as exc:  # lone surrogates in text given as a str
+        where = _position(text, exc.start)
+        raise ScenarioError(source, MISSING, f"YAML error at {where}: invalid text") from None
     except RecursionError:
         raise ScenarioError(source, MISSING, "YAML nested too deeply") from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _position(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset)
+    column = offset - (text.rfind("\n", 0, offset) + 1)
+    return f"line {line + 1}, column {column + 1}"
 
 
 def apply_set(data: dict[str, Any], assignment: str) -> None:
@@ -75,7 +270,9 @@ def apply_set(data: dict[str, Any], assignment: str) -> None:
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise ScenarioError("--set", assignment, "expected dotted.key=value")
-    value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
+    if key.count(".") >= MAX_YAML_DEPTH or len(key) > MAX_KEY_CHARS:
+        raise ScenarioError("--set", key, "key too long or nested too deeply")
+    value = parse_yaml(raw, f"--set {_part(key)}") if raw.strip() else ""
     parts = key.split(".")
     node: Any = data
     for i, part in enumerate(parts[:-1]):
@@ -87,8 +284,8 @@ def apply_set(data: dict[str, Any], assignment: str) -> None:
             child = {}
             node[part] = child
         if not isinstance(child, dict):
-            path = ".".join(parts[: i + 1])
-            raise ScenarioError(path, child, f"cannot set {key}: {path} is not a mapping")
+            path = _path(parts[: i + 1])
+            raise ScenarioError(path, child, f"cannot set {_part(key)}: {path} is not a mapping")
         node = child
     node[parts[-1]] = value
 
@@ -136,13 +333,8 @@ def load_scenario(
     """Read a scenario file (or YAML text given as ``str`` with a newline) and resolve it."""
     if isinstance(source, Path) or "\n" not in source:
         path = Path(source)
-        try:
-            text = path.read_text("utf-8")
-        except FileNotFoundError:
-            raise ScenarioError("", str(path), "scenario file not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError("", str(path), f"cannot read scenario: {exc}") from None
-        label = path.name
+        text = _read(path)
+        label = _part(path.name)
     else:
         text, label = source, "<scenario>"
     data = parse_yaml(text, label)
@@ -157,17 +349,37 @@ def load_scenario(
     return resolve(data)
 
 
+def _read(path: Path) -> str:
+    """The file's text; at most ``MAX_YAML_BYTES`` are read, so ``/dev/zero`` is refused too."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_YAML_BYTES + 1)
+    except FileNotFoundError:
+        raise ScenarioError("", str(path), "scenario file not found") from None
+    except OSError as exc:
+        raise ScenarioError("", str(path), f"cannot read scenario: {exc.strerror}") from None
+    if len(raw) > MAX_YAML_BYTES:
+        raise ScenarioError(_part(path.name), MISSING, f"larger than {MAX_YAML_BYTES // 2**20} MiB")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"byte {exc.start}"
+        problem = f"not UTF-8 text (invalid byte {raw[exc.start]:#04x} at {where})"
+        raise ScenarioError(_part(path.name), MISSING, problem) from None
+
+
 _TOP_KEYS = tuple(Scenario.model_fields)
 
 
 def resolve(data: dict[str, Any]) -> Resolved:
     """Validate a raw scenario mapping and resolve its catalog references."""
+    check_values(data)  # first: it also bounds what printing a value in a message costs
     for key, value in data.items():
         if not isinstance(key, str) or key not in _TOP_KEYS:
-            close = difflib.get_close_matches(str(key), _TOP_KEYS, n=1)
+            close = difflib.get_close_matches(_part(key), _TOP_KEYS, n=1)
             valid = ", ".join(_TOP_KEYS)
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {valid}"
-            raise ScenarioError(str(key), value, f"unknown key{hint}")
+            raise ScenarioError(_part(key), value, f"unknown key{hint}")
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
@@ -183,7 +395,14 @@ def resolve(data: dict[str, Any]) -> Resolved:
         inst_over["ultraserver"] = cl.ultraserver
     if cl.prices_usd_per_hour:
         inst_over["prices_usd_per_hour"] = cl.prices_usd_per_hour
-    inst = catalog.instance(cl.instance, inst_over or None, "cluster")
+    try:
+        inst = catalog.instance(cl.instance, inst_over or None, "cluster")
+    except ScenarioError as exc:
+        # The instance's scale-up fabric is written cluster.neuronlink in a scenario.
+        if exc.path == "cluster.fabric" or exc.path.startswith("cluster.fabric."):
+            path = "cluster.neuronlink" + exc.path[len("cluster.fabric") :]
+            raise ScenarioError(path, exc.value, exc.problem) from None
+        raise
     chip = catalog.chip(inst.chip, cl.chip or None, "cluster.chip")
 
     if isinstance(scenario.model, str):
@@ -205,3 +424,111 @@ def resolve(data: dict[str, Any]) -> Resolved:
             "cluster.lnc", lnc, f"{chip.name} supports lnc {', '.join(map(str, chip.lnc_options))}"
         )
     return Resolved(scenario, chip, inst, model, lnc, data)
+
+
+# -- checks on raw values ---------------------------------------------------------------
+
+
+def check_values(data: Any, prefix: str = "") -> None:
+    """Refuse what typed validation cannot see inside free-form mappings.
+
+    Keys must be strings; numbers must be finite and within ``MAX_MAGNITUDE`` (and
+    not closer to zero than ``MIN_MAGNITUDE``, which overflows once divided by);
+    text must not hold control characters or line breaks, except in
+    ``description``, so that every error message stays on one line.
+    """
+    stack: list[tuple[tuple[Any, ...], Any]] = [((prefix,) if prefix else (), data)]
+    text = 0  # characters of keys and values, every alias counted again
+    while stack:
+        loc, value = stack.pop()
+        if isinstance(value, str) and not (loc and loc[0] in _FREE_TEXT):
+            text += len(value)
+        elif isinstance(value, dict):
+            text += sum(len(k) for k in value if isinstance(k, str))
+        if text > MAX_TOTAL_TEXT_CHARS:
+            raise ScenarioError(
+                _path(loc),
+                MISSING,
+                f"the scenario's text adds up to more than {MAX_TOTAL_TEXT_CHARS:,} characters "
+                "once aliases are expanded",
+            )
+        if len(loc) > MAX_YAML_DEPTH:
+            raise ScenarioError(
+                _path(loc[:MAX_YAML_DEPTH]), MISSING, f"nested deeper than {MAX_YAML_DEPTH} levels"
+            )
+        if isinstance(value, dict):
+            items: list[tuple[tuple[Any, ...], Any]] = []
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ScenarioError(_path([*loc, key]), key, "keys must be strings")
+                if len(key) > MAX_KEY_CHARS or _bad_chars(key):
+                    why = "too long" if len(key) > MAX_KEY_CHARS else "control characters"
+                    raise ScenarioError(_path(loc), key, f"invalid key ({why})")
+                items.append(((*loc, key), item))
+            stack.extend(reversed(items))  # so that the first bad value is reported
+        elif isinstance(value, list | tuple):
+            stack.extend(reversed([((*loc, i), item) for i, item in enumerate(value)]))
+        elif isinstance(value, bool) or value is None:
+            continue
+        elif isinstance(value, int | float):
+            _check_number(loc, value)
+        elif isinstance(value, str) and not (loc and loc[0] in _FREE_TEXT):
+            number = _as_number(value)
+            if number is not None:  # "1e308" is a string in YAML 1.1, a float to pydantic
+                _check_number(loc, number, value)
+            if len(value) > MAX_TEXT_CHARS:
+                raise ScenarioError(_path(loc), value, f"longer than {MAX_TEXT_CHARS} characters")
+            if _bad_chars(value):
+                raise ScenarioError(
+                    _path(loc), value, "control characters and line breaks are not allowed"
+                )
+
+
+def _check_number(loc: tuple[Any, ...], number: float, shown: object = MISSING) -> None:
+    shown = number if shown is MISSING else shown
+    if isinstance(number, float) and not math.isfinite(number):
+        raise ScenarioError(_path(loc), shown, "must be a finite number")
+    magnitude = abs(number)
+    if magnitude > MAX_MAGNITUDE:
+        raise ScenarioError(_path(loc), shown, f"out of range: at most {MAX_MAGNITUDE:g}")
+    if 0 < magnitude < MIN_MAGNITUDE:
+        raise ScenarioError(
+            _path(loc), shown, f"too close to zero: use 0 or at least {MIN_MAGNITUDE:g}"
+        )
+
+
+def _as_number(text: str) -> float | None:
+    """The value of ``text`` if it is a decimal number (not "nan" or "inf": pydantic
+    refuses those itself), else None."""
+    if len(text) > 64 or not _DECIMAL.fullmatch(text.strip()):
+        return None
+    return float(text)
+
+
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _bad_chars(text: str) -> bool:
+    """True if ``text`` holds a control character (tab aside) or a line separator."""
+    return any(
+        unicodedata.category(c) in ("Cc", "Zl", "Zp", "Cs") and c != "\t"
+        for c in text
+        if not c.isprintable()
+    )
+
+
+def _part(key: Any) -> str:
+    """A key as printed in a dotted path: itself, or its repr if that could mislead
+    (control or invisible characters, surrounding blanks, the empty string)."""
+    text = key if isinstance(key, str) else repr(key)
+    if len(text) > _MAX_PART_CHARS:
+        return repr(text[: _MAX_PART_CHARS - 3] + "...")
+    plain = text.isprintable() and text == text.strip() and text != ""
+    return text if plain else repr(text)
+
+
+_MAX_PART_CHARS = 60
+
+
+def _path(loc: list[Any] | tuple[Any, ...]) -> str:
+    return ".".join(_part(p) for p in loc)
