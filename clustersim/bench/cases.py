@@ -1,0 +1,242 @@
+"""The benchmark cases: what each one runs, inside its own child process.
+
+Each case is a function ``(phase) -> figures``: it does the work it measures and
+returns a mapping of its figures; ``phase(text)`` tells the parent how far it
+got, so a case stopped at its timeout can say where it was. The runner
+(``bench.runner``) times the whole case and reads its peak memory.
+
+Event counts. clustersim's ``events`` (in ``summary.json``) counts executed ops
+and network transfers: a run of consecutive compute ops is one SimPy timeout but
+several ops, and a collective is one fluid transfer per phase however many
+rounds it stands for. The SimPy-level count is the number of events the kernel
+scheduled (timeouts, process starts and ends, the events of rendezvous and
+mailboxes): SimPy numbers every scheduled event from one counter to break ties,
+so reading that counter after the run costs nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CASES",
+    "FOLD_CHIPS",
+    "Case",
+    "Phase",
+    "fold_scenario",
+    "run_simpy",
+    "ultraserver_scenario",
+]
+
+Phase = Callable[[str], None]
+"""Reports the phase a case has reached (one short line of text)."""
+
+SIMPY_PROCESSES = 100
+SIMPY_TIMEOUTS = 10_000
+"""The bare SimPy loop: this many processes, each yielding this many ``timeout(1)``."""
+
+ULTRASERVER_SCENARIO = "trn2-ultraserver-llama3-70b.yaml"
+CHIPS_PER_INSTANCE = 16  # trn2.48xlarge
+FOLD_MICROBATCHES = 4
+"""Microbatches per data-parallel replica in the folded cases: the global batch
+grows with dp, so every point of the scaling table does the same work per rank."""
+
+FOLD_TEMPLATE = """\
+name: bench-trn2-llama3-405b-{chips}
+description: Llama-3-405B on {chips:,} Trainium2 chips ({count:,} x trn2.48xlarge), benchmark.
+seed: 0
+cluster:
+  instance: trn2.48xlarge
+  count: {count}
+model: llama3-405b
+parallelism:
+  tp: 8              # two chips at LNC=2
+  pp: 16             # 126 layers: uneven, the outer stages get fewer
+  uneven_stages: true
+  zero: 1
+  microbatch_size: 1
+  schedule: 1f1b
+  recompute: full
+training:
+  seq_len: 8192
+  global_batch_size: {batch}   # dp x {microbatches} microbatches
+  precision: bf16
+  steps: 1
+output:
+  trace: false
+"""
+
+FOLD_CHIPS: dict[str, int] = {
+    "fold-1k": 1024,
+    "fold-4k": 4096,
+    "fold-16k": 16_384,
+    "fold-64k": 65_536,
+    "fold-256k": 262_144,
+    "fold-1m": 1_048_576,
+}
+"""The folded cases by chip count: c is ``fold-16k``, d is ``fold-1m``."""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    title: str
+    run: Callable[[Phase], dict[str, Any]]
+
+
+def fold_scenario(chips: int) -> str:
+    """The YAML of the Llama-3-405B layout of cases c, d and f on ``chips`` Trn2 chips."""
+    count = chips // CHIPS_PER_INSTANCE
+    # 4 ranks per chip at LNC=2, tp 8 x pp 16 = 128 ranks per replica.
+    dp = chips * 4 // (8 * 16)
+    batch = dp * FOLD_MICROBATCHES
+    return FOLD_TEMPLATE.format(
+        chips=chips, count=count, batch=batch, microbatches=FOLD_MICROBATCHES
+    )
+
+
+def ultraserver_scenario() -> Path:
+    """``scenarios/trn2-ultraserver-llama3-70b.yaml`` of the source tree (or the cwd)."""
+    root = Path(__file__).resolve().parents[2]
+    for base in (root, Path.cwd()):
+        path = base / "scenarios" / ULTRASERVER_SCENARIO
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"scenarios/{ULTRASERVER_SCENARIO} not found under {root} or the current directory"
+    )
+
+
+def _scheduled(env: Any) -> int | None:
+    """Events the SimPy environment has scheduled so far (its tie-break counter)."""
+    counter = getattr(env, "_eid", None)
+    try:
+        return int(next(counter)) if counter is not None else None
+    except (TypeError, StopIteration):  # a SimPy that numbers events another way
+        return None
+
+
+def run_simpy(
+    phase: Phase, processes: int = SIMPY_PROCESSES, timeouts: int = SIMPY_TIMEOUTS
+) -> dict[str, Any]:
+    """Bare SimPy: ``processes`` processes, each yielding ``timeouts`` x ``timeout(1)``."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def loop() -> Generator[simpy.Event, Any, None]:
+        for _ in range(timeouts):
+            yield env.timeout(1)
+
+    for _ in range(processes):
+        env.process(loop())
+    phase("running the SimPy loop")
+    t0 = time.perf_counter()
+    env.run()
+    wall = time.perf_counter() - t0
+    events = processes * timeouts
+    return {
+        "processes": processes,
+        "timeouts_per_process": timeouts,
+        "events": events,
+        "simpy_events": _scheduled(env),
+        "loop_wall_s": wall,
+        "events_per_s": events / wall if wall > 0 else 0.0,
+    }
+
+
+def _simulate(phase: Phase, source: str | Path, fidelity: str) -> dict[str, Any]:
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+
+    phase("loading the scenario")
+    res = load_scenario(source)
+    phase("planning, building the topology")
+    last = [0.0]
+
+    def progress(fraction: float) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= 1.0:  # one line a second at most
+            last[0] = now
+            phase(f"simulating, {fraction:.0%} of the step")
+
+    result = simulate(
+        res,
+        fidelity="detailed" if fidelity == "detailed" else "folded",
+        record=False,
+        progress=progress,
+    )
+    s = result.summary
+    simpy_events = _scheduled(result.sim.env)
+    lay = s["layout"]
+    return {
+        "scenario": s["scenario"],
+        "fidelity": s["fidelity"],
+        "chips": s["chips"],
+        "instances": s["instances"],
+        "ranks": s["ranks"],
+        "simulated_ranks": s["simulated_ranks"],
+        "layout": f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']}, {lay['microbatches']} mb",
+        "global_batch_size": res.scenario.training.global_batch_size,
+        "step_time_s": s["step_time_s"],
+        "events": s["events"],
+        "sim_wall_s": s["wall_s"],
+        "events_per_s": s["events_per_s"],
+        "simpy_events": simpy_events,
+        "simpy_events_per_s": (
+            simpy_events / s["wall_s"] if simpy_events is not None and s["wall_s"] > 0 else None
+        ),
+    }
+
+
+def _ultraserver(phase: Phase) -> dict[str, Any]:
+    return _simulate(phase, ultraserver_scenario(), "detailed")
+
+
+def _fold(chips: int) -> Callable[[Phase], dict[str, Any]]:
+    def run(phase: Phase) -> dict[str, Any]:
+        return _simulate(phase, fold_scenario(chips), "folded")
+
+    return run
+
+
+def _collective(phase: Phase) -> dict[str, Any]:
+    from clustersim.network.microbench import run_collective
+
+    phase("building the topology, running the collective")
+    (row,) = run_collective("trn2.48xlarge", 64, "all_reduce", [2.0**30], algorithm="ring")
+    return {
+        "instances": 64,
+        "ranks": row["ranks"],
+        "op": row["op"],
+        "algorithm": row["algorithm"],
+        "size_bytes": row["size_bytes"],
+        "collective_time_s": row["time_s"],
+        "busbw_GBps": row["busbw_GBps"],
+    }
+
+
+def _chips_label(chips: int) -> str:
+    return f"{chips:,} Trn2 chips ({chips // CHIPS_PER_INSTANCE:,} x trn2.48xlarge)"
+
+
+CASES: dict[str, Case] = {
+    "simpy": Case(
+        "simpy",
+        f"bare SimPy: {SIMPY_PROCESSES} processes x {SIMPY_TIMEOUTS:,} timeouts",
+        run_simpy,
+    ),
+    "ultraserver": Case("ultraserver", "Trn2 UltraServer Llama-3-70B step, detailed", _ultraserver),
+    "collective": Case(
+        "collective", "ring all-reduce of 1 GiB over 1,024 ranks (64 x trn2.48xlarge)", _collective
+    ),
+    **{
+        name: Case(name, f"Llama-3-405B step on {_chips_label(chips)}, folded", _fold(chips))
+        for name, chips in FOLD_CHIPS.items()
+    },
+}
+"""Every case, in the order a full bench runs them (quick ones first)."""
