@@ -26,10 +26,20 @@ __all__ = [
     "write_report",
 ]
 
-_LINKED_FILES = ("summary.json", "trace.json", "trace.parquet", "resolved_scenario.yaml")
+_LINKED_FILES = (
+    "summary.json",
+    "trace.json",
+    "trace.parquet",
+    "links.parquet",
+    "resolved_scenario.yaml",
+)
 # Modules whose ``@figure``/``@comparison_figure`` functions make up the reports, in
 # order. A new family of figures (topology links, failures) is a module added here.
-FIGURE_MODULES: tuple[str, ...] = ("clustersim.report.figures", "clustersim.report.compare")
+FIGURE_MODULES: tuple[str, ...] = (
+    "clustersim.report.figures",
+    "clustersim.report.topology",
+    "clustersim.report.compare",
+)
 
 
 def _load_figures() -> None:

@@ -1,7 +1,7 @@
 """A run's saved results, loaded back, and the tables the report derives from its trace.
 
 The report reads what ``clustersim run`` wrote (``summary.json``,
-``resolved_scenario.yaml``, ``trace.parquet``), never the simulator's objects,
+``resolved_scenario.yaml``, ``trace.parquet``, ``links.parquet``), never the simulator's objects,
 so ``clustersim report DIR`` rebuilds everything from a result directory.
 """
 
@@ -18,6 +18,7 @@ import yaml
 
 from clustersim.errors import ScenarioError
 from clustersim.trace.chrome import labels, p2p_pairs
+from clustersim.trace.links import LINK_TABLE
 from clustersim.workload.layout import Layout
 
 __all__ = [
@@ -35,7 +36,9 @@ _GROUP_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 
 @dataclass
 class RunData:
-    """One run's results: the summary, the resolved scenario and (optionally) the trace."""
+    """One run's results: the summary, the resolved scenario and (optionally) the trace and
+    the link table (``clustersim.trace.links``; absent from result directories of older
+    versions)."""
 
     summary: dict[str, Any]
     resolved: dict[str, Any] = field(default_factory=dict)
@@ -43,6 +46,7 @@ class RunData:
     frame: pd.DataFrame | None = None
     source: Path | None = None  # the directory it was loaded from, if any
     custom_label: str = ""  # how comparison reports name this run (default: its name)
+    links: pd.DataFrame | None = None
     _exposure: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
@@ -122,7 +126,18 @@ def load_run(directory: Path, *, trace: bool = True) -> RunData:
         frame = pd.read_parquet(tpath)
         for col in ("resource", "op", "phase"):
             frame[col] = frame[col].astype("category")
-    return RunData(summary, resolved, resolved_yaml, frame, directory)
+    return RunData(summary, resolved, resolved_yaml, frame, directory, links=_load_links(directory))
+
+
+def _load_links(directory: Path) -> pd.DataFrame | None:
+    """The link table, or None when the directory has none (written before it existed)."""
+    path = directory / LINK_TABLE
+    if not path.is_file():
+        return None
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(str(path), type(exc).__name__, f"unreadable link table: {exc}") from exc
 
 
 # -- derived tables -------------------------------------------------------------------
