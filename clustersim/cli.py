@@ -124,6 +124,28 @@ def _parser() -> argparse.ArgumentParser:
     coll.add_argument("--ranks", help="group size (default: every rank)")
     coll.add_argument("--lnc", help="logical core grouping (default: one rank per chip)")
     coll.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+    bench = sub.add_parser(
+        "bench", help="measure event rate, big-cluster steps, a 1,024-rank all-reduce, scaling"
+    )
+    bench.add_argument("--json", action="store_true", help="print every figure as one JSON object")
+    bench.add_argument(
+        "--quick", action="store_true",
+        help="leave out the folded runs of 16K chips and more (scaling: 1K and 4K only)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--timeout", type=float, default=120.0, metavar="S",
+        help="seconds each case may run before it is stopped and reported (default 120)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--only", nargs="+", metavar="NAME",
+        help="cases to run: simpy, ultraserver, collective, fold-1k ... fold-1m, "
+        "or the groups event-rate, scaling, all",
+    )  # fmt: skip
+    bench.add_argument(
+        "--max-rss", default="8GiB", metavar="SIZE",
+        help="stop a case whose resident memory passes SIZE (default 8GiB)",
+    )  # fmt: skip
     return p
 
 
@@ -194,7 +216,7 @@ class _LazyProgress:
 def _run(args: argparse.Namespace) -> int:
     from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, simulate
-    from clustersim.trace import atomic_write_text, write_parquet
+    from clustersim.trace import LINK_TABLE, atomic_write_text, write_link_table, write_parquet
 
     res = load_scenario(args.scenario, args.sets, args.seed)
     sc = res.scenario
@@ -221,10 +243,12 @@ def _run(args: argparse.Namespace) -> int:
     frame = result.trace_frame() if sc.output.trace else None
     if frame is not None:
         write_parquet(out / "trace.parquet", frame)
+    links = result.link_table()
+    write_link_table(out / LINK_TABLE, links)
     if not args.no_report:
         from clustersim.report import RunData, write_report
 
-        data = RunData(summary, resolved, resolved_yaml, frame)
+        data = RunData(summary, resolved, resolved_yaml, frame, links=links)
         write_report(data, out, html=sc.output.html, chrome=frame is not None)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
     if args.json:
@@ -296,10 +320,11 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
 
 def _check(args: argparse.Namespace) -> int:
     from clustersim.scenario import load_scenario
-    from clustersim.sim import plan
+    from clustersim.sim import Limits, plan
 
     res = load_scenario(args.scenario, args.sets)
-    pl = plan(res, check_memory=False)
+    # Programs are built per stage, as a folded run would: bound that work too.
+    pl = plan(res, check_memory=False, limits=Limits(), folded=True)
     lay = pl.layout
     con = Console()
     cluster = (
@@ -314,12 +339,17 @@ def _check(args: argparse.Namespace) -> int:
     for col in ("group", "ranks", "chips"):
         place.add_column(col)
     for name in ("tp", "cp", "dp", "pp"):
-        groups = lay.groups(name)
-        if len(groups[0]) == 1:
+        size = len(lay.group(name, 0))
+        if size == 1:
             continue
-        for g in groups[:2]:
+        count = lay.ranks // size
+        # The first two groups: rank 0's, and the next one along the rank order.
+        first = lay.group(name, 0)
+        second = next((r for r in range(lay.ranks) if r not in first), None)
+        shown = [first] if second is None else [first, lay.group(name, second)]
+        for g in shown:
             chips = sorted({lay.chip_of(r) for r in g})
-            place.add_row(f"{name} ({len(groups)} groups)", _span(g), _span(chips))
+            place.add_row(f"{name} ({count} groups)", _span(g), _span(chips))
     con.print(place)
     mem = Table(title="memory per chip (GiB), worst stage", title_justify="left")
     gib = pl.memory_gib_per_chip()
@@ -449,6 +479,39 @@ def _collective(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- bench ----------------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from clustersim.bench import bench_tables, run_bench, select_cases
+
+    names = select_cases(args.only, quick=args.quick)
+    if not 0 < args.timeout < float("inf"):
+        raise ScenarioError("--timeout", args.timeout, "must be a positive number of seconds")
+    try:
+        max_rss = parse_bytes(args.max_rss)
+    except UnitError as exc:
+        raise ScenarioError("--max-rss", args.max_rss, str(exc)) from None
+    err = Console(stderr=True)
+    err.print(
+        f"bench: {len(names)} cases, each in a fresh process, at most {args.timeout:g} s each: "
+        + ", ".join(names)
+    )
+
+    def done(i: int, n: int, case: dict[str, Any]) -> None:
+        wall = f"{case['wall_s']:.1f} s" if case["wall_s"] is not None else "-"
+        err.print(f"  [{i}/{n}] {case['name']}: {case['status']}, {wall}", markup=False)
+
+    result = run_bench(names, timeout_s=args.timeout, max_rss_bytes=max_rss, on_case=done)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    con = Console()
+    for table in bench_tables(result):
+        con.print(table)
+    return 0
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
     "check": _check,
@@ -456,4 +519,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "schema": _schema,
     "collective": _collective,
     "report": _report,
+    "bench": _bench,
 }

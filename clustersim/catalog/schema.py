@@ -49,6 +49,9 @@ def _unit(parser: units.Parser) -> BeforeValidator:
 
 Bytes = Annotated[float, _unit(units.parse_bytes)]
 Bandwidth = Annotated[float, _unit(units.parse_bandwidth)]
+LinkRate = Annotated[float, _unit(units.parse_bandwidth), Field(gt=0)]
+"""A bandwidth that carries traffic: zero would stall every transfer on it."""
+PositiveInt = Annotated[int, Field(ge=1, le=1_000_000)]
 Duration = Annotated[float, _unit(units.parse_duration)]
 Power = Annotated[float, _unit(units.parse_power)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -107,7 +110,7 @@ class Calibration(Strict):
     """
 
     tensor_efficiency: Fraction
-    tile: tuple[int, int] = (128, 128)
+    tile: tuple[PositiveInt, PositiveInt] = (128, 128)
     matmul_latency_s: Duration = 0.0
     hbm_efficiency: Fraction
     op_overhead_s: Duration = 0.0
@@ -124,9 +127,9 @@ class ChipSpec(Strict):
     core: CoreSpec
     chip_tflops: TensorPeaks
     hbm_bytes: Bytes
-    hbm_bw_Bps: Bandwidth
-    dma_bw_Bps: Bandwidth
-    chip_to_chip_bw_Bps: Bandwidth
+    hbm_bw_Bps: LinkRate
+    dma_bw_Bps: LinkRate
+    chip_to_chip_bw_Bps: LinkRate
     power_w: Power
     calibration: Calibration
     sources: dict[str, str]
@@ -151,8 +154,8 @@ class FabricSpec(Strict):
     """
 
     topology: str
-    dims: tuple[int, ...] = ()
-    link_bw_Bps: Bandwidth
+    dims: tuple[PositiveInt, ...] = ()
+    link_bw_Bps: LinkRate
     link_latency_s: Duration
     lanes: int = Field(default=1, ge=1, le=64)
 
@@ -162,7 +165,7 @@ class UltraServerSpec(Strict):
 
     instances: int = Field(ge=1)
     topology: str
-    link_bw_Bps: Bandwidth
+    link_bw_Bps: LinkRate
     link_latency_s: Duration
 
 
@@ -178,7 +181,7 @@ class EfaSpec(Strict):
     published AWS figures.
     """
 
-    bandwidth_Bps: Bandwidth
+    bandwidth_Bps: LinkRate
     latency_s: Duration
     nics: int = Field(default=1, ge=1)
     fabric: str = "nonblocking"

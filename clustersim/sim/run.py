@@ -13,7 +13,7 @@ import simpy
 from clustersim import __version__, cost
 from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import ChipModel
-from clustersim.network import Network
+from clustersim.network import Network, algorithm
 from clustersim.network.topology import build_topology
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
@@ -81,6 +81,8 @@ def plan(
     validate(res.model, sc.parallelism, sc.training, layout)
     if limits is not None:
         check_work(res, layout.dp, limits, folded=folded)
+    for op, name in sc.cluster.collectives.items():
+        algorithm(name, op)  # a ScenarioError naming cluster.collectives.<op> if unknown
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
         check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)
@@ -103,6 +105,19 @@ class Result:
         from clustersim.sim.tracing import trace_frame
 
         return trace_frame(self)
+
+    @property
+    def network(self) -> Network:
+        """The simulated network: its topology and per-link statistics over the run."""
+        return self.sim.network
+
+    def link_table(self) -> pd.DataFrame:
+        """One row per link: utilisation over the run and where the link sits in the
+        topology (columns in :data:`clustersim.trace.links.LINK_COLUMNS`)."""
+        from clustersim.trace.links import link_frame
+
+        net = self.sim.network
+        return link_frame(net.topology, net.flows.link_utilisation())
 
 
 def simulate(

@@ -287,44 +287,36 @@ def test_directory_is_refused(tmp_path: Path) -> None:
     assert assert_contract(outcome) is not None
 
 
-# -- bugs outside the scenario loader, pinned until fixed ----------------------------------
-# Each is a one-line reproducer; strict, so the fix shows up as XPASS to remove the mark.
+# -- bugs found outside the scenario loader, fixed: each a one-line reproducer ---------------
 
-OPEN_BUGS = [
-    pytest.param(
-        "chip: {calibration: {tile: [0, 0]}}",
-        id="tile-0-ZeroDivisionError",
-        marks=pytest.mark.xfail(strict=True, reason="catalog/schema.py: tile unbounded"),
-    ),
-    pytest.param(
-        "neuronlink: {dims: [-4, -4]}",
-        id="negative-torus-dims-ZeroDivisionError",
-        marks=pytest.mark.xfail(strict=True, reason="network builders accept dims < 1"),
-    ),
-    pytest.param(
-        "neuronlink: {link_bw_Bps: 0}",
-        id="zero-link-bandwidth-exit-1",
-        marks=pytest.mark.xfail(strict=True, reason="Bandwidth 0 passes the schema; exit 1"),
-    ),
-    pytest.param(
-        "chip: {dma_bw_Bps: 0}",
-        id="zero-dma-bandwidth-exit-1",
-        marks=pytest.mark.xfail(strict=True, reason="Bandwidth 0 passes the schema; exit 1"),
-    ),
-    pytest.param(
-        "chip: {hbm_bw_Bps: 0}",
-        id="zero-hbm-bandwidth-ZeroDivisionError",
-        marks=pytest.mark.xfail(strict=True, reason="Bandwidth 0 passes the schema"),
-    ),
+FIXED_ELSEWHERE = [
+    pytest.param("chip: {calibration: {tile: [0, 0]}}", id="tile-0"),
+    pytest.param("neuronlink: {dims: [-4, -4]}", id="negative-torus-dims"),
+    pytest.param("neuronlink: {link_bw_Bps: 0}", id="zero-link-bandwidth"),
+    pytest.param("chip: {dma_bw_Bps: 0}", id="zero-dma-bandwidth"),
+    pytest.param("chip: {hbm_bw_Bps: 0}", id="zero-hbm-bandwidth"),
+    pytest.param("collectives: {all_reduce: bogus}", id="unknown-algorithm"),
 ]
 
 
-@pytest.mark.parametrize("cluster_extra", OPEN_BUGS)
-def test_open_bugs(cluster_extra: str) -> None:
+@pytest.mark.parametrize("cluster_extra", FIXED_ELSEWHERE)
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_fixed_elsewhere(cluster_extra: str, command: str) -> None:
     with case_dir() as d:
         scenario = write(d, SMALL_FLOW.replace("CHIP", cluster_extra))
-        outcome = run_cli(["run", str(scenario), "--out", str(d / "out"), "--quiet"])
+        args = [command, str(scenario)]
+        if command == "run":
+            args += ["--out", str(d / "out"), "--quiet"]
+        outcome = run_cli(args)
     assert assert_contract(outcome) is not None
+
+
+def test_check_applies_the_work_guard() -> None:
+    with case_dir() as d:
+        scenario = write(d, SMALL_FLOW.replace("CHIP", "chip: {}"))
+        outcome = run_cli(["check", str(scenario), "--set", "training.global_batch_size=80000000"])
+    assert assert_contract(outcome) == "training"
+    assert "over the limit" in outcome.err
 
 
 def test_bases_are_valid() -> None:
