@@ -184,7 +184,7 @@ class StepSim:
         self.seg_end = [np.zeros(size * n) for n in lengths]
         self.times = [RankTimes() for _ in self.ranks]
         self._groups: dict[str, list[tuple[int, ...]]] = {}
-        self._replicas: dict[tuple[str, int], NDArray[np.int64]] = {}
+        self._replicas: dict[tuple[str, int, int], NDArray[np.int64]] = {}
         self._pending: dict[tuple[tuple[int, ...], int], list[Any]] = {}
         self._mail: dict[tuple[int, int, int], _Slot] = {}
         self._barrier_count = 0
@@ -202,7 +202,7 @@ class StepSim:
         return table[rank]
 
     def _replica_rows(self, name: str, stage: int, offset: int = 0) -> NDArray[np.int64]:
-        key = (name, stage * 4 + offset)
+        key = (name, stage, offset)
         rows = self._replicas.get(key)
         if rows is None:
             if name == "pp":
