@@ -1,6 +1,6 @@
 """Shared Hypothesis strategies: valid scenarios and hostile mutations of them.
 
-The bases are the TINY scenario of ``tests/conftest.py`` and the shipped files in
+The bases are the TINY scenario of ``tests/scenario_texts.py`` and the shipped files in
 ``scenarios/``. Mutations work on two levels:
 
 - the parsed tree (``tree_mutations``): delete, rename, retype or replace any key
@@ -14,7 +14,6 @@ The bases are the TINY scenario of ``tests/conftest.py`` and the shipped files i
 
 from __future__ import annotations
 
-import ast
 import copy
 import math
 from collections.abc import Callable
@@ -26,21 +25,8 @@ from typing import Any
 
 import yaml
 from hypothesis import strategies as st
+from scenario_texts import TINY
 
-
-def _conftest_constant(name: str) -> Any:
-    """A literal from ``tests/conftest.py``, read without importing it: several
-    directories have a ``conftest`` module, so ``import conftest`` is ambiguous."""
-    tree = ast.parse(Path(__file__).with_name("conftest.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == name for t in node.targets
-        ):
-            return ast.literal_eval(node.value)
-    raise LookupError(name)
-
-
-TINY: str = _conftest_constant("TINY")
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_FILES = sorted((ROOT / "scenarios").glob("*.yaml"))
 

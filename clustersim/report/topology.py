@@ -318,15 +318,7 @@ def _plane_panel(
             arrows.add((dx - ux * stub, dy - uy * stub), (dx - ux * half, dy - uy * half), u,
                        color, width, dotted=dotted)  # fmt: skip
     arrows.draw(ax)
-    ax.set_xlim(-0.5, nx_ - 0.5)
-    ax.set_ylim(ny - 0.5, -0.5)
-    ax.set_aspect("equal")
-    ax.set_xticks(range(nx_))
-    ax.set_yticks(range(ny))
-    ax.set_xlabel("x", labelpad=1)
-    ax.set_ylabel("y", labelpad=1)
-    ax.tick_params(length=0, labelsize=8)
-    ax.spines[:].set_visible(False)
+    _grid_axes(ax, nx_, ny)
 
 
 def _z_panel(ax: Axes, zlinks: pd.DataFrame, dims: tuple[int, int, int], scale: _Scale,
@@ -358,15 +350,7 @@ def _z_panel(ax: Axes, zlinks: pd.DataFrame, dims: tuple[int, int, int], scale: 
                 dark = float(v) / scale.top > 0.55
             ax.text(x, y, text, ha="center", va="center", fontsize=6.5,
                     color="white" if dark else "black")  # fmt: skip
-    ax.set_xlim(-0.5, nx_ - 0.5)
-    ax.set_ylim(ny - 0.5, -0.5)
-    ax.set_aspect("equal")
-    ax.set_xticks(range(nx_))
-    ax.set_yticks(range(ny))
-    ax.set_xlabel("x", labelpad=1)
-    ax.set_ylabel("y", labelpad=1)
-    ax.tick_params(length=0, labelsize=8)
-    ax.spines[:].set_visible(False)
+    _grid_axes(ax, nx_, ny)
     ax.set_title(f"Z rings ({2 * nz if nz > 2 else nz} links each):\nmean and busiest link",
                  fontsize=9, fontweight="normal")  # fmt: skip
 
@@ -525,6 +509,19 @@ def _switch_figure(links: pd.DataFrame, domain: int, tiers: pd.DataFrame, which:
     _tier_panel(bars, tiers, folded=folded)
     _bar_legend(fig, bars, folded=folded)
     return fig
+
+
+def _grid_axes(ax: Axes, nx_: int, ny: int) -> None:
+    """Axes for a torus plane: chips at integer (x, y), y growing downwards."""
+    ax.set_xlim(-0.5, nx_ - 0.5)
+    ax.set_ylim(ny - 0.5, -0.5)
+    ax.set_aspect("equal")
+    ax.set_xticks(range(nx_))
+    ax.set_yticks(range(ny))
+    ax.set_xlabel("x", labelpad=1)
+    ax.set_ylabel("y", labelpad=1)
+    ax.tick_params(length=0, labelsize=8)
+    ax.spines[:].set_visible(False)
 
 
 def _torus_figure(

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
+from scenario_texts import TINY
 
 from clustersim.cli import main
 
 
 def _tiny_yaml() -> str:
-    """The tiny scenario of ``tests/conftest.py`` (one source of truth for it)."""
-    spec = importlib.util.spec_from_file_location(
-        "_tests_conftest", Path(__file__).resolve().parents[1] / "conftest.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.TINY)
+    return TINY
 
 
 def simulate_into(root: Path, name: str, *sets: str, extra: Sequence[str] = ()) -> Path:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
+from scenario_texts import TINY
 
 from clustersim.scenario import load_scenario
 from clustersim.sim import simulate
@@ -16,14 +15,7 @@ from clustersim.workload import Layout
 
 
 def tiny_yaml() -> str:
-    """The tiny scenario of ``tests/conftest.py`` (one source of truth for it)."""
-    spec = importlib.util.spec_from_file_location(
-        "_tests_conftest", Path(__file__).resolve().parents[1] / "conftest.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return str(module.TINY)
+    return TINY
 
 
 @dataclass
