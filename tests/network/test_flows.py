@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 import pytest
 import simpy
+from simpy_helpers import finish_times
 
 from clustersim.errors import PartitionError
 from clustersim.network.flows import FlowNetwork
@@ -30,18 +31,6 @@ def line(n: int = 3, lanes: int = 1) -> Topology:
             kind="neuronlink",
         )
     return topo
-
-
-def finish_times(env: simpy.Environment, events: list[simpy.Event]) -> list[float]:
-    times: list[float] = [float("nan")] * len(events)
-
-    def stamp(i: int) -> Callable[[simpy.Event], None]:
-        return lambda _ev: times.__setitem__(i, float(env.now))
-
-    for i, ev in enumerate(events):
-        ev.callbacks.append(stamp(i))
-    env.run()
-    return times
 
 
 def test_one_transfer_costs_latency_plus_bytes_over_capacity() -> None:

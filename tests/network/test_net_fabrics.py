@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import simpy
+from simpy_helpers import finish_times
 
 from clustersim import catalog
 from clustersim.catalog.schema import EfaSpec, InstanceSpec
@@ -36,18 +36,6 @@ def with_efa(specs: Any, **efa: Any) -> InstanceSpec:
 
 def build(specs: Any, count: int, **efa: Any) -> Topology:
     return build_topology(with_efa(specs, **efa), specs.chip(), count)
-
-
-def finish_times(env: simpy.Environment, events: list[simpy.Event]) -> list[float]:
-    times = [float("nan")] * len(events)
-
-    def stamp(i: int) -> Callable[[simpy.Event], None]:
-        return lambda _ev: times.__setitem__(i, float(env.now))
-
-    for i, ev in enumerate(events):
-        ev.callbacks.append(stamp(i))
-    env.run()
-    return times
 
 
 def nodes_of(topo: Topology, route: tuple[int, ...]) -> list[Any]:

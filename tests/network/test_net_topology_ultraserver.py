@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 
 import numpy as np
 import pytest
 import simpy
+from simpy_helpers import finish_times
 
 from clustersim import catalog
 from clustersim.catalog.schema import InstanceSpec
@@ -20,18 +20,6 @@ def build(name: str, count: int) -> tuple[InstanceSpec, float, Topology]:
     inst = catalog.instance(name)
     chip = catalog.chip(inst.chip)
     return inst, chip.calibration.link_efficiency, build_topology(inst, chip, count)
-
-
-def finish_times(env: simpy.Environment, events: list[simpy.Event]) -> list[float]:
-    times = [float("nan")] * len(events)
-
-    def stamp(i: int) -> Callable[[simpy.Event], None]:
-        return lambda _ev: times.__setitem__(i, float(env.now))
-
-    for i, ev in enumerate(events):
-        ev.callbacks.append(stamp(i))
-    env.run()
-    return times
 
 
 def torus_distance(a: tuple[int, ...], b: tuple[int, ...], dims: tuple[int, ...]) -> int:
