@@ -8,10 +8,12 @@ from pydantic import Field, field_validator
 
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Bytes, Strict
+from clustersim.scenario.failures import FailuresCfg
 
 __all__ = [
     "ClusterCfg",
     "CostCfg",
+    "FailuresCfg",
     "OutputCfg",
     "ParallelismCfg",
     "Scenario",
@@ -92,6 +94,7 @@ class Scenario(Strict):
     model: str | dict[str, Any]
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
     training: TrainingCfg
+    failures: FailuresCfg = Field(default_factory=FailuresCfg)
     cost: CostCfg = Field(default_factory=CostCfg)
     output: OutputCfg = Field(default_factory=OutputCfg)
 
