@@ -1,0 +1,137 @@
+"""Expanding a study's axes into points.
+
+Each axis yields a list of assignments (dotted key -> value); the points are the
+cartesian product of the axes, the first axis varying slowest. A point is the
+study's ``set`` overrides followed by its axis assignments, each written as the
+text ``--set`` takes (``parallelism.tp=8``), so a point is exactly
+``clustersim run BASE --set ...``. Its id is a hash of the base scenario, those
+overrides and the run settings: stable across runs and worker counts, so a
+rerun finds the points already done.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import yaml
+
+from clustersim.errors import ScenarioError
+from clustersim.scenario.load import parse_yaml
+from clustersim.sweep.spec import AxisSpec, Distribution, SeedsAxis, Study
+
+__all__ = ["ID_CHARS", "Point", "axis_assignments", "expand", "point_id", "yaml_value"]
+
+ID_CHARS = 16
+"""Hex digits of a point id (64 bits: collisions are out of reach for any study)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One scenario of a study."""
+
+    index: int  # position in the study's expansion order
+    id: str
+    overrides: tuple[str, ...]  # as --set takes them: the study's set, then the axes
+    values: dict[str, Any] = field(default_factory=dict)  # axis key -> value
+
+
+def yaml_value(value: Any, where: str) -> str:
+    """``value`` as the YAML text of a ``--set`` override, checked to read back unchanged."""
+    text = yaml.safe_dump(
+        value, default_flow_style=True, width=2**31 - 1, sort_keys=False, allow_unicode=True
+    ).strip()
+    if text.endswith("\n..."):  # a plain scalar is closed with a document end marker
+        text = text[: -len("\n...")].strip()
+    if "\n" in text or parse_yaml(text, where) != value:
+        raise ScenarioError(where, value, "cannot be written as a --set value")
+    return text
+
+
+def _draw(dist: Distribution, rng: np.random.Generator) -> Any:
+    kind = dist.kind
+    value: Any
+    if kind == "uniform":
+        lo, hi = dist.uniform  # type: ignore[misc]
+        value = float(rng.uniform(lo, hi))
+    elif kind == "loguniform":
+        lo, hi = dist.loguniform  # type: ignore[misc]
+        value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    elif kind == "normal":
+        mean, std = dist.normal  # type: ignore[misc]
+        value = float(rng.normal(mean, std))
+    elif kind == "integers":
+        lo_i, hi_i = dist.integers  # type: ignore[misc]
+        return int(rng.integers(lo_i, hi_i, endpoint=True))
+    else:
+        choices = dist.choice or []
+        return choices[int(rng.integers(len(choices)))]
+    return round(value, dist.round) if dist.round is not None else value
+
+
+def axis_assignments(axis: AxisSpec) -> list[dict[str, Any]]:
+    """The assignments (key -> value) along one axis, in order."""
+    if axis.grid is not None:
+        keys = list(axis.grid)
+        return [
+            dict(zip(keys, combo, strict=True)) for combo in itertools.product(*axis.grid.values())
+        ]
+    if axis.zip is not None:
+        keys = list(axis.zip)
+        return [
+            dict(zip(keys, combo, strict=True)) for combo in zip(*axis.zip.values(), strict=True)
+        ]
+    if axis.random is not None:
+        spec = axis.random
+        rng = np.random.default_rng(spec.seed)
+        # One draw per key per sample, in the order written: deterministic for a seed.
+        return [{k: _draw(d, rng) for k, d in spec.keys.items()} for _ in range(spec.n)]
+    seeds = axis.seeds if isinstance(axis.seeds, SeedsAxis) else SeedsAxis(n=axis.seeds or 1)
+    return [{"seed": seeds.start + i} for i in range(seeds.n)]
+
+
+def point_id(base: dict[str, Any], overrides: tuple[str, ...], fidelity: str) -> str:
+    """A stable id: a hash of what determines the point's result."""
+    blob = json.dumps(
+        {"base": base, "overrides": list(overrides), "fidelity": fidelity},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        default=str,
+    )
+    return hashlib.sha256(blob.encode("ascii")).hexdigest()[:ID_CHARS]
+
+
+def expand(study: Study) -> list[Point]:
+    """Every point of the study, in order."""
+    spec = study.spec
+    fixed = tuple(f"{k}={yaml_value(v, f'set.{k}')}" for k, v in spec.set.items())
+    per_axis: list[list[tuple[dict[str, Any], tuple[str, ...]]]] = []
+    for i, axis in enumerate(spec.axes):
+        entries = []
+        for assignment in axis_assignments(axis):
+            texts = tuple(
+                f"{k}={yaml_value(v, f'axes.{i}.{axis.kind}.{k}')}" for k, v in assignment.items()
+            )
+            entries.append((assignment, texts))
+        per_axis.append(entries)
+    points: list[Point] = []
+    seen: dict[str, int] = {}
+    for index, combo in enumerate(itertools.product(*per_axis)):
+        values: dict[str, Any] = {}
+        overrides = list(fixed)
+        for assignment, texts in combo:
+            values.update(assignment)
+            overrides.extend(texts)
+        ov = tuple(overrides)
+        pid = point_id(study.base, ov, spec.run.fidelity)
+        if pid in seen:  # e.g. a zip or a random axis that repeats a value
+            pid = f"{pid}-{index}"
+        seen[pid] = index
+        points.append(Point(index, pid, ov, values))
+    return points
