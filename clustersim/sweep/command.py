@@ -1,0 +1,159 @@
+"""``clustersim sweep``: the command's logic and printing (``cli.py`` only parses).
+
+Exit codes: 0 when the study ran (failed points are recorded in the results,
+and listed), 2 on a bad study file or when every point failed on bad input (a
+typo in the base scenario), with the first error on one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from clustersim.errors import ScenarioError
+from clustersim.sweep.run import StudyOutcome, StudyProgress, make_executor, run_study
+from clustersim.sweep.spec import load_study
+
+__all__ = ["RichProgress", "sweep_command"]
+
+
+def _slug(name: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return slug[:80] or "study"
+
+
+class RichProgress(StudyProgress):
+    """A rich bar: points done, failed and remaining, with an ETA."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._bar: Any = None
+        self._task: Any = None
+        self.failed = 0
+        self.done = 0
+        self.total = 0
+
+    def start(self, total: int, done: int, failed: int, executor: str) -> None:
+        self.total, self.done, self.failed = total, done, failed
+        if done:
+            self.console.print(f"resuming: {done} of {total} points already done", markup=False)
+        self.console.print(f"running {total - done} points on {executor}", markup=False)
+        self._bar = Progress(
+            TextColumn("points"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[failed]} failed, {task.fields[left]} left"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task(
+            "points", total=total, completed=done, failed=failed, left=total - done
+        )
+
+    def advance(self, ok: bool) -> None:
+        self.done += 1
+        self.failed += not ok
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, failed=self.failed, left=self.total - self.done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def sweep_command(args: argparse.Namespace) -> int:
+    study = load_study(args.study)
+    out: Path = args.out or Path("reports") / _slug(study.name)
+    if args.scheduler is not None and args.dask_local is not None:
+        raise ScenarioError(
+            "--scheduler", args.scheduler, "give --scheduler or --dask-local, not both"
+        )
+    if args.workers is not None and (args.scheduler is not None or args.dask_local is not None):
+        raise ScenarioError("--workers", args.workers, "is for the local pool; Dask sizes itself")
+
+    def factory() -> Any:
+        return make_executor(args.workers, args.scheduler, args.dask_local)
+
+    err = Console(stderr=True)
+    progress = None if (args.quiet or args.json) else RichProgress(err)
+    t0 = time.perf_counter()
+    outcome = run_study(
+        study,
+        out,
+        factory,
+        force=args.force,
+        keep_runs=args.keep_runs,
+        retry_failed=args.retry_failed,
+        progress=progress,
+    )
+    if outcome.all_bad_input and outcome.failures:
+        first = outcome.failures[0]
+        raise ScenarioError(
+            f"point {first['index']}", " ".join(first.get("overrides", [])) or "(base)",
+            f"every point is invalid, e.g. {first['error']}",
+        )  # fmt: skip
+    if args.json:
+        print(json.dumps(_outcome_json(outcome, time.perf_counter() - t0), indent=2))
+    elif not args.quiet:
+        Console().print(_outcome_table(outcome))
+    return 0
+
+
+def _outcome_json(o: StudyOutcome, wall_s: float) -> dict[str, Any]:
+    return {
+        "study": o.study.name,
+        "out": str(o.out),
+        "points": o.points,
+        "skipped": o.skipped,
+        "ran": o.ran,
+        "ok": o.ok,
+        "failed": o.failed,
+        "executor": o.executor,
+        "wall_s": wall_s,
+        "failures": [
+            {"point": f["id"], "index": f.get("index"), "error": f.get("error")} for f in o.failures
+        ],
+    }
+
+
+def _outcome_table(o: StudyOutcome) -> Table:
+    t = Table(title=f"study {o.study.name}", show_header=False, title_justify="left")
+    t.add_column("what", style="bold")
+    t.add_column("value", justify="right")
+    t.add_column("note")
+    t.add_row("points", f"{o.points:,}", f"{o.skipped:,} done before, {o.ran:,} run now")
+    t.add_row("ok", f"{o.ok:,}", "")
+    t.add_row("failed", f"{o.failed:,}", "recorded with their error" if o.failed else "")
+    t.add_row("wall time", f"{o.wall_s:.1f} s", o.executor)
+    ok = o.frame[o.frame["status"] == "ok"] if len(o.frame) else o.frame
+    if len(ok) and "cost.usd_per_million_tokens" in ok.columns:
+        rows = ok.to_dict("records")
+        best = min(rows, key=lambda r: float(r["step_time_s"]))
+        cheap = min(rows, key=lambda r: float(r["cost.usd_per_million_tokens"]))
+        t.add_row("fastest", f"{best['step_time_s']:.4g} s", f"point {best['point']}")
+        cheapest = f"${cheap['cost.usd_per_million_tokens']:.4g} /M tok"
+        t.add_row("cheapest", cheapest, f"point {cheap['point']}")
+    for f in o.failures[:5]:
+        t.add_row("  failed", f"point {f.get('index')}", str(f.get("error", "")), style="red")
+    t.add_row("written to", str(o.out / "results.parquet"), "")
+    return t

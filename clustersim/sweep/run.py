@@ -1,0 +1,160 @@
+"""Running a study: expand, validate every point, skip those done, run the rest.
+
+Every point is validated up front (its scenario resolved), so a typo along one
+axis value becomes a failed point at once instead of a crash half-way; the
+valid points then go to the executor, and each record is persisted the moment
+it comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clustersim.errors import ScenarioError
+from clustersim.sweep.axes import Point, expand
+from clustersim.sweep.execute import (
+    DaskExecutor,
+    Executor,
+    LocalExecutor,
+    PointTask,
+    failed_record,
+    resolve_point,
+)
+from clustersim.sweep.spec import Study
+from clustersim.sweep.store import StudyStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["StudyOutcome", "StudyProgress", "make_executor", "run_study"]
+
+
+class StudyProgress:
+    """Callbacks of a running study (the CLI draws a progress bar from them)."""
+
+    def start(self, total: int, done: int, failed: int, executor: str) -> None:
+        """``total`` points, ``done`` of them (``failed`` among them) already finished."""
+
+    def advance(self, ok: bool) -> None:
+        """One more point finished."""
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class StudyOutcome:
+    study: Study
+    out: Path
+    points: int
+    skipped: int  # finished by an earlier run
+    ran: int
+    ok: int
+    failed: int
+    wall_s: float
+    executor: str
+    frame: pd.DataFrame
+    failures: list[dict[str, Any]] = field(default_factory=list)  # the first few
+    all_bad_input: bool = False  # every point failed on bad input (a typo in the base, say)
+
+
+def make_executor(
+    workers: int | None = None,
+    scheduler: str | None = None,
+    dask_local: int | None = None,
+    *,
+    dask_processes: bool = True,
+) -> Executor:
+    """The local pool, or Dask when ``scheduler`` or ``dask_local`` is given."""
+    if scheduler is not None and dask_local is not None:
+        raise ScenarioError("--scheduler", scheduler, "give --scheduler or --dask-local, not both")
+    if scheduler is not None or dask_local is not None:
+        return DaskExecutor(scheduler, dask_local, processes=dask_processes)
+    return LocalExecutor(workers)
+
+
+def run_study(
+    study: Study,
+    out: Path,
+    executor_factory: Callable[[], Executor],
+    *,
+    force: bool = False,
+    keep_runs: bool = False,
+    retry_failed: bool = False,
+    progress: StudyProgress | None = None,
+) -> StudyOutcome:
+    """Run every point of ``study`` not yet in ``out``; write ``results.parquet``."""
+    t0 = time.perf_counter()
+    progress = progress or StudyProgress()
+    points = expand(study)
+    by_id = {p.id: p for p in points}
+    store = StudyStore(out)
+    store.open(study, points, force=force)
+    try:
+        records = {
+            pid: rec
+            for pid, rec in store.finished(retry_failed=retry_failed).items()
+            if pid in by_id
+        }
+        skipped = len(records)
+        run_cfg = study.spec.run
+        todo: list[PointTask] = []
+        invalid: list[tuple[Point, dict[str, Any]]] = []
+        for p in points:
+            if p.id in records:
+                continue
+            task = PointTask(
+                p.id,
+                study.base,
+                p.overrides,
+                run_cfg.fidelity,
+                run_cfg.max_events,
+                run_cfg.max_memory,
+                str(out / "runs" / p.id) if keep_runs else None,
+            )
+            try:
+                resolve_point(task)
+            except ScenarioError as exc:
+                invalid.append((p, failed_record(p.id, str(exc), "input")))
+                continue
+            todo.append(task)
+        already_failed = sum(r.get("status") != "ok" for r in records.values())
+        executor = executor_factory() if todo else None
+        description = executor.description if executor is not None else "nothing to run"
+        progress.start(len(points), skipped, already_failed, description)
+        try:
+            for p, rec in invalid:
+                records[p.id] = store.save(p, rec, study)
+                progress.advance(False)
+            if executor is not None:
+                for rec in executor.run(todo):
+                    p = by_id[rec["id"]]
+                    records[p.id] = store.save(p, rec, study)
+                    progress.advance(rec["status"] == "ok")
+        finally:
+            progress.close()
+            if executor is not None:
+                executor.close()
+        frame = store.write_results(points, records, study)
+    finally:
+        store.close()
+    ordered = [records[p.id] for p in points if p.id in records]
+    failures = [r for r in ordered if r.get("status") != "ok"]
+    ok = len(ordered) - len(failures)
+    return StudyOutcome(
+        study=study,
+        out=out,
+        points=len(points),
+        skipped=skipped,
+        ran=len(ordered) - skipped,
+        ok=ok,
+        failed=len(failures),
+        wall_s=time.perf_counter() - t0,
+        executor=description,
+        frame=frame,
+        failures=failures[:20],
+        all_bad_input=bool(ordered) and all(r.get("error_kind") == "input" for r in ordered),
+    )
