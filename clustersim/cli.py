@@ -146,6 +146,40 @@ def _parser() -> argparse.ArgumentParser:
         "--max-rss", default="8GiB", metavar="SIZE",
         help="stop a case whose resident memory passes SIZE (default 8GiB)",
     )  # fmt: skip
+
+    val = sub.add_parser(
+        "validate", help="check the simulator against published measurements and closed forms"
+    )
+    val.add_argument("--json", action="store_true", help="print the rows as JSON")
+    val.add_argument("--only", nargs="+", metavar="NAME", help="references to check (default all)")
+    val.add_argument(
+        "--quick", action="store_true", help="leave out the slow end-to-end rows (large clusters)"
+    )
+
+    sweep = sub.add_parser("sweep", help="run a study: many points of one base scenario")
+    sweep.add_argument("study", type=Path, help="study YAML file")
+    sweep.add_argument("--out", type=Path, help="output directory (default reports/<study>/)")
+    sweep.add_argument(
+        "--workers", type=_positive, metavar="N", help="local worker processes (default: all cores)"
+    )
+    sweep.add_argument(
+        "--scheduler", metavar="ADDRESS",
+        help="run on an existing Dask cluster, e.g. tcp://host:8786 (needs clustersim[dask])",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--dask-local", type=_positive, metavar="N",
+        help="start a Dask LocalCluster of N worker processes on loopback",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--keep-runs", action="store_true", help="also write each point's run outputs to runs/<id>/"
+    )
+    sweep.add_argument("--retry-failed", action="store_true", help="rerun failed points")
+    sweep.add_argument(
+        "--force", action="store_true",
+        help="write into an output directory that holds another study's results",
+    )  # fmt: skip
+    sweep.add_argument("--quiet", action="store_true", help="print nothing on success")
+    sweep.add_argument("--json", action="store_true", help="print the outcome as JSON")
     return p
 
 
@@ -512,6 +546,18 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _validate(args: argparse.Namespace) -> int:
+    from clustersim.validation.command import validate_command
+
+    return validate_command(args)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from clustersim.sweep.command import sweep_command
+
+    return sweep_command(args)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
     "check": _check,
@@ -520,4 +566,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "collective": _collective,
     "report": _report,
     "bench": _bench,
+    "sweep": _sweep,
+    "validate": _validate,
 }
