@@ -18,8 +18,15 @@ def test_usd_per_hour_modes() -> None:
     assert usd_per_hour(trn1, 16, CostCfg()) == pytest.approx(16 * 21.50)
     assert usd_per_hour(trn1, 2, CostCfg(pricing="reserved")) == pytest.approx(2 * 8.197)
     assert usd_per_hour(trn1, 3, CostCfg(usd_per_instance_hour=10.0)) == 30.0
+    no_block = trn1.model_copy(
+        update={
+            "prices_usd_per_hour": trn1.prices_usd_per_hour.model_copy(
+                update={"capacity_block": None}
+            )
+        }
+    )
     with pytest.raises(ScenarioError, match=r"cost\.pricing"):
-        usd_per_hour(trn1, 1, CostCfg(pricing="capacity_block"))
+        usd_per_hour(no_block, 1, CostCfg(pricing="capacity_block"))
 
 
 def test_usd_per_million_tokens() -> None:

@@ -27,6 +27,7 @@ __all__ = [
     "InstanceSpec",
     "MoESpec",
     "ModelSpec",
+    "OwnedCost",
     "Power",
     "Prices",
     "Strict",
@@ -198,6 +199,22 @@ class Prices(Strict):
     capacity_block: Positive | None = None
 
 
+class OwnedCost(Strict):
+    """Owning the instance instead of renting it (``cost.pricing: owned``, TCO).
+
+    ``capex_usd`` buys one instance; it is written off straight-line over
+    ``amortization_years`` of round-the-clock use. Power is the instance's chips
+    plus its host, times ``pue``, at ``usd_per_kwh``. ``opex_fraction_per_year``
+    adds maintenance, space and staff as a yearly fraction of the capex.
+    """
+
+    capex_usd: Positive
+    amortization_years: Positive
+    pue: float = Field(ge=1, le=5, allow_inf_nan=False)
+    usd_per_kwh: float = Field(ge=0, le=10, allow_inf_nan=False)
+    opex_fraction_per_year: float = Field(default=0.0, ge=0, le=10, allow_inf_nan=False)
+
+
 class InstanceSpec(Strict):
     name: str
     chip: str
@@ -207,6 +224,7 @@ class InstanceSpec(Strict):
     efa: EfaSpec
     prices_usd_per_hour: Prices
     host_power_w: Power = 0.0
+    owned: OwnedCost | None = None
     sources: dict[str, str]
 
 

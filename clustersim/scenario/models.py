@@ -58,6 +58,10 @@ class ParallelismCfg(Strict):
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     recompute: Literal["none", "selective", "full"] = "selective"
     sequence_parallel: bool = True
+    # flash: the attention core keeps scores on chip; unfused: scores and probabilities
+    # go through HBM and the causal square is computed whole (Megatron-LM before flash
+    # attention; see clustersim.workload.ops)
+    attention: Literal["flash", "unfused"] = "flash"
     uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
@@ -74,8 +78,23 @@ class TrainingCfg(Strict):
 
 @register_model
 class CostCfg(Strict):
-    pricing: Literal["on_demand", "reserved", "capacity_block"] = "on_demand"
+    """How the cluster is paid for.
+
+    ``on_demand``, ``reserved`` and ``capacity_block`` rent at the instance's
+    catalog price (``usd_per_instance_hour`` overrides it). ``owned`` is a TCO:
+    capex per instance written off straight-line over ``amortization_years``,
+    plus power x ``pue`` x ``usd_per_kwh``, plus ``opex_fraction_per_year`` x capex;
+    each key left out takes the instance's catalog ``owned`` default. ``pue`` and
+    ``usd_per_kwh`` also set the energy figures of every mode.
+    """
+
+    pricing: Literal["on_demand", "reserved", "capacity_block", "owned"] = "on_demand"
     usd_per_instance_hour: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+    capex_usd_per_instance: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    amortization_years: float | None = Field(default=None, gt=0, le=50, allow_inf_nan=False)
+    pue: float | None = Field(default=None, ge=1, le=5, allow_inf_nan=False)
+    usd_per_kwh: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
+    opex_fraction_per_year: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
 
 
 @register_model

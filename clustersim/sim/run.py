@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -12,12 +12,16 @@ import simpy
 
 from clustersim import __version__, cost
 from clustersim.errors import ScenarioError
+from clustersim.failures.injection import StepFailure, fold_with
+from clustersim.failures.jobs import validate as validate_reliability
+from clustersim.failures.studies import add_reliability
 from clustersim.hardware.chip import ChipModel
 from clustersim.network import Network, algorithm
 from clustersim.network.topology import build_topology
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.guard import Limits, check_work
+from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.workload import (
     Layout,
     MemoryBreakdown,
@@ -33,6 +37,8 @@ from clustersim.workload.program import Program
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from clustersim.failures.reliability import Outcome
 
 __all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "Plan", "Result", "plan", "simulate"]
 
@@ -90,6 +96,8 @@ def plan(
         memory_per_rank(res.model, sc.parallelism, sc.training, layout, stage)
         for stage in range(layout.pp)
     ]
+    if sc.failures.reliability:
+        validate_reliability(res)
     programs = build_programs(res.model, sc.parallelism, sc.training, layout)
     return Plan(res, layout, chip, programs, memory)
 
@@ -100,6 +108,8 @@ class Result:
     summary: dict[str, Any]
     sim: StepSim
     compiled: list[CompiledProgram]
+    reliability: list[Outcome] = field(default_factory=list)
+    """Replications of the long-horizon model, when ``failures`` configures it."""
 
     def trace_frame(self) -> pd.DataFrame:
         from clustersim.sim.tracing import trace_frame
@@ -132,26 +142,41 @@ def simulate(
 
     ``fidelity``: ``detailed`` simulates every rank; ``folded`` one representative
     per pipeline stage, with every rank's traffic on the network (``sim.folding``);
-    ``auto`` folds above ``FOLD_ABOVE_RANKS`` ranks. ``limits`` bounds the work
-    (default ``Limits()``): bigger runs are refused.
+    ``auto`` folds above ``FOLD_ABOVE_RANKS`` ranks, unless ``failures.inject`` breaks
+    the symmetry folding needs (``failures.injection.fold_with``). ``limits`` bounds
+    the work (default ``Limits()``): bigger runs are refused. A chip or instance
+    injected down fails the step: the summary says so (``sim.injected``).
     """
     t_wall = time.perf_counter()
     if fidelity not in ("auto", "detailed", "folded"):
         raise ScenarioError("--fidelity", fidelity, "expected auto, detailed or folded")
     folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
+    folded = fold_with(res.scenario.failures.inject, folded, fidelity)
     pl = plan(res, limits=limits or Limits(), folded=folded)
     sc = res.scenario
     env = simpy.Environment()
     topology = build_topology(res.instance, res.chip, sc.cluster.count)
     rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
     network = Network(env, topology, rank_chip, sc.cluster.collectives)
+    injector = build_injector(env, topology, sc.failures)
     compiled = [compile_program(p, pl.chip) for p in pl.programs]
     sim = StepSim(
-        env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded
-    )
-    sim.run()
+        env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded,
+        slowdown=injector.slowdown if injector is not None else None,
+    )  # fmt: skip
+    try:
+        sim.run()
+    except StepFailure as failure:
+        wall = time.perf_counter() - t_wall
+        summary = failed_summary(pl, sim, network, injector, failure=failure, wall_s=wall)
+        return Result(pl, summary, sim, compiled)
     wall = time.perf_counter() - t_wall
-    return Result(pl, summarise(pl, sim, compiled, network, wall), sim, compiled)
+    summary = summarise(pl, sim, compiled, network, wall)
+    if injector is not None:
+        summary["step_times_s"] = [float(t) for t in sim.step_times_s]
+        summary["injections"] = injector.records
+    outcomes = add_reliability(res, summary)
+    return Result(pl, summary, sim, compiled, outcomes)
 
 
 def summarise(
@@ -181,7 +206,7 @@ def summarise(
         "optimizer": sum(t.optimizer_s for t in sim.times) / n,
     }
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
-    usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost)
+    usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens_per_s = tokens / step_s
     events = sim.ops + network.transfers_done
     return {
@@ -219,6 +244,14 @@ def summarise(
             "usd_per_hour": usd_hour,
             "usd_per_million_tokens": cost.usd_per_million_tokens(usd_hour, tokens_per_s),
         },
+        "energy": cost.energy(
+            res.instance,
+            res.chip,
+            sc.cluster.count,
+            sc.cost,
+            step_time_s=step_s,
+            tokens_per_step=tokens,
+        ),
         "events": events,
         "events_per_s": events / wall_s if wall_s > 0 else 0.0,
         "wall_s": wall_s,
