@@ -215,12 +215,14 @@ class DaskExecutor:
         local_workers: int | None = None,
         *,
         processes: bool = True,
+        connect_timeout_s: float = 20.0,
     ) -> None:
         distributed = _import_distributed()
         self._cluster: Any = None
+        self.client: Any = None
         if scheduler is not None:
             try:
-                self.client = distributed.Client(scheduler, timeout="20s")
+                self.client = distributed.Client(scheduler, timeout=connect_timeout_s)
             except (OSError, TimeoutError, ValueError) as exc:
                 raise ScenarioError(
                     "--scheduler", scheduler, f"cannot reach the Dask scheduler: {exc}"
@@ -233,6 +235,7 @@ class DaskExecutor:
                 threads_per_worker=1,
                 processes=processes,
                 host="127.0.0.1",
+                protocol="tcp",  # loopback TCP, also with threads (not in-process comms)
                 dashboard_address=None,
                 silence_logs=40,  # logging.ERROR
             )

@@ -4,7 +4,7 @@ Every file is written atomically (a temporary file renamed into place), so a
 study killed at any moment leaves whole point files or none: a rerun trusts
 every ``points/<id>.json`` it finds and runs the rest. ``results.parquet`` is
 removed when a study starts and rebuilt from the point files when it ends, so
-its presence says the study finished. A lock (``flock`` on ``.lock``, released by
+its presence says the study finished. A lock (``lockf`` on ``.lock``, released by
 the kernel even on SIGKILL) keeps two sweeps out of one directory.
 """
 
@@ -120,7 +120,9 @@ class StudyStore:
             return
         fh = (self.out / ".lock").open("a")
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # A POSIX record lock belongs to this process: forked pool workers do not
+            # inherit it, so a worker outliving a killed sweep cannot keep the study locked.
+            fcntl.lockf(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             fh.close()
             raise ScenarioError(
