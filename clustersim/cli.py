@@ -250,6 +250,7 @@ class _LazyProgress:
 def _run(args: argparse.Namespace) -> int:
     from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, simulate
+    from clustersim.sim.injected import injection_frame
     from clustersim.trace import LINK_TABLE, atomic_write_text, write_link_table, write_parquet
 
     res = load_scenario(args.scenario, args.sets, args.seed)
@@ -277,9 +278,13 @@ def _run(args: argparse.Namespace) -> int:
     frame = result.trace_frame() if sc.output.trace else None
     if frame is not None:
         write_parquet(out / "trace.parquet", frame)
+    injections = injection_frame(summary)
+    if injections is not None:
+        write_parquet(out / "injections.parquet", injections)
     links = result.link_table()
     write_link_table(out / LINK_TABLE, links)
-    if not args.no_report:
+    failed = summary.get("step_failed")
+    if not args.no_report and not failed:  # a report needs a finished step
         from clustersim.report import RunData, write_report
 
         data = RunData(summary, resolved, resolved_yaml, frame, links=links)
@@ -288,8 +293,28 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     elif not args.quiet:
-        Console().print(_summary_table(summary, out))
+        con = Console()
+        if failed:
+            con.print(
+                f"{sc.name}: step {failed['step']} failed at {failed['at_s'] * 1e3:.3f} ms "
+                f"({failed['cause']}); {summary['steps_completed']} steps completed; "
+                f"summary, trace and injections written to {out}"
+            )
+        else:
+            con.print(_summary_table(summary, out))
+        for line in _injection_notes(summary):
+            con.print(line)
     return 0
+
+
+def _injection_notes(s: dict[str, Any]) -> list[str]:
+    out = []
+    for r in s.get("injections", []):
+        factor = f" {r['factor']:g}" if r["factor"] is not None else ""
+        when = "not reached" if r["applied_s"] is None else f"at {r['applied_s'] * 1e3:.3f} ms"
+        effect = f": {r['effect']}" if r["effect"] else ""
+        out.append(f"injected {r['kind']}{factor} on {r['target']} {r['name']} {when}{effect}")
+    return out
 
 
 def _check_out(out: Path, name: str, *, force: bool) -> None:

@@ -316,8 +316,10 @@ class FlowNetwork:
         counts = np.asarray(self._counts, dtype=np.float64)
         rate = maxmin_rates_csc(indptr, rows, counts, capacity)
         self.solves += 1
-        if not (rate.min() > 0 and np.isfinite(rate).all()):
-            bad = int(np.argmin(rate)) if rate.min() <= 0 else int(np.argmax(~np.isfinite(rate)))
+        # Rate 0 is a stall: a link on the route has failed and routing has not
+        # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
+        if not (rate.min() >= 0 and np.isfinite(rate).all()):
+            bad = int(np.argmin(rate)) if rate.min() < 0 else int(np.argmax(~np.isfinite(rate)))
             raise SimulationError(
                 f"transfer over links {self._links_of(bad)} got rate {rate[bad]}: "
                 "a link on its route has no capacity"
@@ -328,6 +330,11 @@ class FlowNetwork:
             rows, weights=counts * rate[ent_of_nz], minlength=loaded.size
         ).astype(np.float64, copy=False)
         self._set_loads(loaded, load, capacity)
+        moving = rate > 0
+        if not moving.all():
+            if not moving.any():
+                return  # all stalled: the next change of capacities re-solves
+            rate = np.where(moving, rate, np.inf)  # for the wake-up time only
         delay = max(float((self._remaining / rate).min()), 0.0)
         self.env.timeout(delay).callbacks.append(partial(self._on_wake, self._generation))
 
@@ -344,7 +351,7 @@ class FlowNetwork:
             return  # superseded by a later solve
         self._advance()
         remaining, rate = self._remaining, self._rate
-        time_left = remaining / rate
+        time_left = np.divide(remaining, rate, out=np.full_like(remaining, np.inf), where=rate > 0)
         # Completions predicted for now may be a few ulps of `now` away.
         tol_s = 64 * float(np.spacing(max(float(self.env.now), 1e-300)))
         done = (remaining <= self.rel_eps * self._total) | (time_left <= tol_s)

@@ -88,6 +88,7 @@ class LinkTable:
         self._keys = _Column(np.int64)
         self._sorted: tuple[Int64s, Int64s] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._n_down = 0
+        self._factors: dict[int, float] = {}
         self._names: NDArray[np.str_] | None = None
         self._listeners: list[weakref.WeakMethod[Callable[[], None]]] = []
         self.add_nodes(nodes)
@@ -372,8 +373,35 @@ class LinkTable:
         before = int(self._lanes_up.view[link])
         self._n_down += (lanes_up == 0) - (before == 0)
         self._lanes_up.view[link] = lanes_up
-        self._capacity.view[link] = float(self._nominal.view[link]) * lanes_up / lanes
+        factor = self._factors.get(link, 1.0)
+        self._capacity.view[link] = float(self._nominal.view[link]) * lanes_up / lanes * factor
         self._state_changed(link)
+        self._changed()
+
+    def capacity_factor(self, link: int) -> float:
+        """The factor set by :meth:`set_capacity_factor` (1 by default)."""
+        return self._factors.get(int(link), 1.0)
+
+    def set_capacity_factor(self, links: ArrayLike, factor: float) -> None:
+        """Scale the capacity of ``links`` by ``factor`` (0 <= factor <= 1), on top of their lanes.
+
+        Below 1 the link is degraded; at 0 it has failed but routing has not noticed
+        yet (routes still cross it and the flows on it stall). The factor survives
+        lane changes; 1 restores the lanes' capacity. Listeners are told once.
+        """
+        ids = np.atleast_1d(np.asarray(links, dtype=np.int64))
+        if ids.size and (ids.min() < 0 or ids.max() >= self.n_links):
+            raise SimulationError(f"topology {self.name!r} has links 0..{self.n_links - 1}")
+        if not 0.0 <= factor <= 1.0:
+            raise SimulationError(f"a capacity factor is within 0..1 (got {factor})")
+        for link in ids.tolist():
+            if factor == 1.0:
+                self._factors.pop(link, None)
+            else:
+                self._factors[link] = float(factor)
+            up, lanes = int(self._lanes_up.view[link]), int(self._lanes.view[link])
+            self._capacity.view[link] = float(self._nominal.view[link]) * up / lanes * factor
+            self._state_changed(link)
         self._changed()
 
     def set_link_state(self, link: int, state: Literal["up", "down"]) -> None:

@@ -10,10 +10,12 @@ long-horizon reliability model (failure processes, checkpoints, recovery).
         - {at: 5ms, target: {link: [0, 1]}, kind: {degrade: 0.5}}
 
 A target names exactly one component: ``link`` or ``lane`` (a pair of chip
-indices, or of topology node names such as ``"sw0.1"``), ``chip``, ``instance``,
+indices, or of topology node names such as ``"switch0"``), ``chip``, ``instance``,
 ``switch`` (a node name) or ``nic`` (the EFA NIC of an instance, by instance
 index). A kind is ``down``, ``up``, ``{degrade: f}`` (bandwidth times f, 0 < f <= 1)
-or ``{straggle: f}`` (compute time times f, f >= 1).
+or ``{straggle: f}`` (compute time times f, f >= 1). ``link_detect_delay`` (default
+10 ms) is how long routing takes to notice a failed link: until then flows on it stall
+(``clustersim.failures.injection`` says what each kind does to each target).
 
 The other keys configure the long-horizon reliability model
 (``clustersim.failures``), which runs when ``preset`` or ``rates`` is given::
@@ -159,6 +161,7 @@ class FailuresCfg(Strict):
     """Injections inside the simulated step(s), and the long-horizon model."""
 
     inject: list[Injection] = Field(default_factory=list, max_length=100_000)
+    link_detect_delay: Duration = Field(default=10e-3, ge=0, le=3600)
     preset: str | None = Field(default=None, max_length=200)
     rates: dict[str, FailureClassCfg] = Field(default_factory=dict, max_length=1000)
     rate_scale: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)

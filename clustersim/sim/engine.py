@@ -11,7 +11,7 @@ collective on the network, and every member resumes when it completes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,8 +73,12 @@ class CompiledProgram:
                 t0 = seg_start[step * nseg + j]
                 a, b = step * n + seg.i0, step * n + seg.i1
                 if seg.offsets is not None:
-                    starts[a:b] = t0 + seg.offsets[:-1]
-                    ends[a:b] = t0 + seg.offsets[1:]
+                    offsets = seg.offsets
+                    t1 = seg_end[step * nseg + j]  # recorded only for a straggling chip
+                    if t1 > t0 + seg.total_s > t0:
+                        offsets = offsets * ((t1 - t0) / seg.total_s)
+                    starts[a:b] = t0 + offsets[:-1]
+                    ends[a:b] = t0 + offsets[1:]
                 else:
                     starts[a], ends[a] = t0, seg_end[step * nseg + j]
         return starts, ends
@@ -155,6 +159,8 @@ class StepSim:
 
     ``folded`` simulates one representative per stage (see ``folding``) and has the
     network carry the traffic of every rank; otherwise every rank is simulated.
+    ``slowdown`` maps a straggling chip to ``(t0, work_s) -> duration`` of its compute
+    (``clustersim.failures.injection.Slowdown``). Segments that never ran keep NaN times.
     Per-rank arrays (``seg_start``, ``times``...) are indexed by position in ``ranks``.
     """
 
@@ -166,6 +172,7 @@ class StepSim:
     record: bool = True
     progress: Progress | None = None
     folded: bool = False
+    slowdown: Mapping[int, Callable[[float, float], float]] | None = None
     ranks: list[int] = field(default_factory=list)
     seg_start: list[np.ndarray] = field(default_factory=list)
     seg_end: list[np.ndarray] = field(default_factory=list)
@@ -180,8 +187,8 @@ class StepSim:
             )
         lengths = [len(self.programs[self.layout.stage(r)].segments) for r in self.ranks]
         size = self.steps if self.record else 1
-        self.seg_start = [np.zeros(size * n) for n in lengths]
-        self.seg_end = [np.zeros(size * n) for n in lengths]
+        self.seg_start = [np.full(size * n, np.nan) for n in lengths]
+        self.seg_end = [np.full(size * n, np.nan) for n in lengths]
         self.times = [RankTimes() for _ in self.ranks]
         self._groups: dict[str, list[tuple[int, ...]]] = {}
         self._replicas: dict[tuple[str, int, int], NDArray[np.int64]] = {}
@@ -268,6 +275,8 @@ class StepSim:
         stage, last = self.layout.stage(rank), self.layout.pp - 1
         peer = {d: self._peer(rank, d) for d in (-1, 1) if 0 <= stage + d <= last}
         seq = dict.fromkeys(groups, 0)
+        slow = self.slowdown.get(self.layout.chip_of(rank)) if self.slowdown else None
+        stretch = 0.0
         COMPUTE, COLLECTIVE, ASYNC, WAIT, SEND, RECV = (
             Kind.COMPUTE, Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC, Kind.SEND,
             Kind.RECV,
@@ -280,7 +289,13 @@ class StepSim:
                 t0 = env.now
                 seg_start[base + j] = t0
                 if kind == COMPUTE:
-                    yield env.timeout(total_s)
+                    if slow is None:
+                        yield env.timeout(total_s)
+                        continue
+                    took = slow(t0, total_s)
+                    yield env.timeout(took)
+                    seg_end[base + j] = env.now
+                    stretch += took - total_s
                     continue
                 assert ins is not None
                 if kind in (COLLECTIVE, ASYNC):
@@ -316,6 +331,11 @@ class StepSim:
                 yield simpy.AllOf(env, pending)
             acc.compute_s += compiled.compute_s
             acc.optimizer_s += compiled.optimizer_s
+            work = compiled.compute_s + compiled.optimizer_s
+            if stretch and work > 0:  # a straggler's extra time, shared as its work is
+                acc.compute_s += stretch * compiled.compute_s / work
+                acc.optimizer_s += stretch * compiled.optimizer_s / work
+                stretch = 0.0
             self.ops += len(compiled.program.instrs)
             t_done = env.now
             yield self._arrive_barrier()
@@ -340,9 +360,15 @@ class StepSim:
     def run(self) -> float:
         """Run every step; return the wall time in seconds."""
         t0 = time.perf_counter()
-        for pos in range(len(self.ranks)):
-            self.env.process(self.rank_process(pos))
-        self.env.run()
+        ranks = [self.env.process(self.rank_process(pos)) for pos in range(len(self.ranks))]
+        # Stop when the ranks are done: events left (a later injection, a superseded
+        # wake-up) must not move the clock past the end of the run.
+        finished = simpy.AllOf(self.env, ranks)
+        try:
+            self.env.run(until=finished)
+        except RuntimeError as exc:  # SimPy's: nothing left to run, ranks not done
+            if finished.triggered or not str(exc).startswith("No scheduled events left"):
+                raise
         if len(self.step_ends) != self.steps:
             stuck = [*self._pending, *self._mail]
             raise RuntimeError(f"simulation deadlocked; waiting on {stuck[:3]}")

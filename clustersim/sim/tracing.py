@@ -48,7 +48,7 @@ def trace_frame(result: Result) -> pd.DataFrame:
         op_start, op_end = compiled.op_times(sim.seg_start[pos], sim.seg_end[pos])
         starts.append(op_start)
         ends.append(op_end)
-    return build_frame(
+    frame = build_frame(
         stages=stages,
         rank_ids=ranks,
         rank_stage=[layout.stage(r) for r in ranks],
@@ -58,3 +58,7 @@ def trace_frame(result: Result) -> pd.DataFrame:
         ends=ends,
         steps=result.plan.resolved.scenario.training.steps,
     )
+    failed = result.summary.get("step_failed")
+    if failed:  # keep the ops that finished before the step failed
+        frame = frame[frame["end_s"].le(failed["at_s"])].reset_index(drop=True)
+    return frame

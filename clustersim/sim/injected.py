@@ -1,0 +1,124 @@
+"""Failure injection in a run: building the injector, and the summary of a failed step.
+
+The injection engine is :mod:`clustersim.failures.injection`; this module wires it
+into :func:`~clustersim.sim.simulate`. A run with ``failures.inject`` gets
+``injections`` in ``summary.json`` (one record per injection: when it applied, the
+target's resolved name, what it did) and ``injections.parquet`` beside the trace.
+
+A chip or instance going down fails the step. The run still ends normally, with a
+summary that says so: ``step_failed: {at_s, step, cause, injection}``, the steps
+that completed before (``steps_completed``, ``step_times_s``), and ``null`` for the
+figures that need a finished step (``step_time_s``, ``tokens_per_s``,
+``sequences_per_s``, ``mfu``, ``hfu``, ``breakdown_s``, ``cost``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from clustersim import __version__
+from clustersim.failures.injection import Injector, StepFailure, resolve
+from clustersim.network import Network
+from clustersim.network.topology import Topology
+from clustersim.scenario.failures import FailuresCfg
+from clustersim.workload import microbatches, model_flops_per_step
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from clustersim.sim.engine import StepSim
+    from clustersim.sim.run import Plan
+
+__all__ = ["INJECTION_COLUMNS", "build_injector", "failed_summary", "injection_frame"]
+
+INJECTION_COLUMNS = (
+    "index", "at_s", "target", "name", "kind", "factor", "applied_s", "detected_s", "effect",
+)  # fmt: skip
+
+
+def build_injector(env: simpy.Environment, topology: Topology, cfg: FailuresCfg) -> Injector | None:
+    """An :class:`Injector` for ``cfg.inject`` on ``topology``, started; None without injections.
+
+    Targets are checked here: a bad one is a ScenarioError naming ``failures.inject.N``.
+    """
+    if not cfg.inject:
+        return None
+    actions = resolve(cfg.inject, topology)
+    injector = Injector(env, topology, actions, detect_delay_s=cfg.link_detect_delay)
+    injector.start()
+    return injector
+
+
+def failed_summary(
+    pl: Plan,
+    sim: StepSim,
+    network: Network,
+    injector: Injector | None,
+    *,
+    failure: StepFailure,
+    wall_s: float,
+) -> dict[str, Any]:
+    """The summary of a run whose step failed: what is known without a finished step."""
+    res, sc, layout = pl.resolved, pl.resolved.scenario, pl.layout
+    events = sim.ops + network.transfers_done
+    return {
+        "scenario": sc.name,
+        "seed": sc.seed,
+        "instance": res.instance.name,
+        "instances": sc.cluster.count,
+        "chip": res.chip.name,
+        "model": res.model.name,
+        "chips": res.chips,
+        "ranks": res.ranks,
+        "layout": {
+            "tp": layout.tp,
+            "pp": layout.pp,
+            "dp": layout.dp,
+            "cp": layout.cp,
+            "microbatches": microbatches(sc.parallelism, sc.training, layout),
+            "schedule": sc.parallelism.schedule,
+            "recompute": sc.parallelism.recompute,
+            "zero": sc.parallelism.zero,
+            "lnc": res.lnc,
+        },
+        "step_failed": {
+            "at_s": failure.at_s,
+            "step": len(sim.step_ends),
+            "cause": failure.cause,
+            "injection": failure.index,
+        },
+        "steps_completed": len(sim.step_ends),
+        "step_times_s": [float(t) for t in sim.step_times_s],
+        "step_time_s": None,
+        "tokens_per_step": sc.training.global_batch_size * sc.training.seq_len,
+        "tokens_per_s": None,
+        "sequences_per_s": None,
+        "model_flops_per_step": model_flops_per_step(res.model, sc.training),
+        "mfu": None,
+        "hfu": None,
+        "breakdown_s": None,
+        "memory_gib_per_chip": pl.memory_gib_per_chip(),
+        "cost": None,
+        "events": events,
+        "events_per_s": events / wall_s if wall_s > 0 else 0.0,
+        "wall_s": wall_s,
+        "fidelity": "folded" if sim.folded else "detailed",
+        "simulated_ranks": len(sim.ranks),
+        "clustersim_version": __version__,
+        "injections": injector.records if injector is not None else [],
+    }
+
+
+def injection_frame(summary: dict[str, Any]) -> pd.DataFrame | None:
+    """``summary["injections"]`` as a table (``INJECTION_COLUMNS``); None when there are none."""
+    records = summary.get("injections")
+    if not records:
+        return None
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(records, columns=list(INJECTION_COLUMNS))
+    for col in ("at_s", "factor", "applied_s", "detected_s"):
+        frame[col] = frame[col].astype("float64")
+    return frame
