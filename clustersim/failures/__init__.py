@@ -20,6 +20,7 @@ from clustersim.failures.processes import FailureClass, resolve_classes, sample_
 from clustersim.failures.reliability import JobModel, Outcome, simulate_job
 from clustersim.failures.studies import (
     TIMELINE_FILE,
+    add_reliability,
     checkpoint_study,
     evaluate,
     run_seeds,
@@ -33,6 +34,7 @@ __all__ = [
     "JobModel",
     "JobSetup",
     "Outcome",
+    "add_reliability",
     "build_job",
     "checkpoint_study",
     "component_counts",

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TIMELINE_FILE",
+    "add_reliability",
     "checkpoint_study",
     "default_workers",
     "evaluate",
@@ -305,3 +306,19 @@ def evaluate(
         wall_s=time.perf_counter() - t0,
     )
     return summary, outcomes
+
+
+def add_reliability(res: Resolved, summary: dict[str, Any]) -> list[Outcome]:
+    """Add ``reliability`` to a run's summary when the scenario configures it.
+
+    Uses the step time and the hourly price the step simulation measured; returns
+    the replications (for the timeline), or an empty list.
+    """
+    cfg = res.scenario.failures
+    if not cfg.reliability:
+        return []
+    workers = 1 if cfg.seeds <= 2 else min(cfg.seeds, default_workers())
+    summary["reliability"], outcomes = evaluate(
+        res, summary["step_time_s"], summary["cost"]["usd_per_hour"], workers=workers
+    )
+    return outcomes

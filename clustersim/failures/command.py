@@ -1,0 +1,285 @@
+"""``clustersim reliability``: the command's logic and printing (``cli.py`` only parses).
+
+The step time comes from ``--step-time`` or from a quick step simulation (the
+caller passes the function that runs one, so that this package does not import
+the simulator above it). Then the long-horizon model runs over ``--seeds`` seeds
+on ``--workers`` processes, and with ``--checkpoint-study`` over a grid of
+checkpoint intervals too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from clustersim import cost
+from clustersim.errors import ScenarioError
+from clustersim.failures.jobs import build_job
+from clustersim.failures.studies import (
+    TIMELINE_FILE,
+    checkpoint_study,
+    default_workers,
+    run_seeds,
+    summarise,
+    timeline_frame,
+)
+from clustersim.units import UnitError, format_seconds, parse_duration
+
+if TYPE_CHECKING:
+    from clustersim.scenario import Resolved
+
+__all__ = ["RESULT_FILE", "add_arguments", "reliability_command"]
+
+RESULT_FILE = "reliability.json"
+MeasureStep = Callable[["Resolved"], dict[str, Any]]
+"""Simulates one step of a scenario and returns its summary."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The command's options (called by ``cli.py``)."""
+    p.add_argument("scenario", type=Path, help="scenario YAML file with a failures section")
+    p.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set failures.spares=8 (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, help="base random seed (overrides the scenario's)")
+    p.add_argument(
+        "--seeds", type=int, metavar="N", help="Monte Carlo seeds (default failures.seeds)"
+    )
+    p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
+    p.add_argument(
+        "--step-time", metavar="T",
+        help="healthy step time, e.g. 6.6s (default: simulate one step first)",
+    )  # fmt: skip
+    p.add_argument("--degraded-step-time", metavar="T", help="step time with a link or lane down")
+    p.add_argument(
+        "--checkpoint-study", action="store_true",
+        help="also sweep the checkpoint interval around Daly's and find the simulated optimum",
+    )  # fmt: skip
+    p.add_argument("--points", type=int, default=17, metavar="N", help="study intervals (17)")
+    p.add_argument("--out", type=Path, help=f"write {RESULT_FILE} and {TIMELINE_FILE} here")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+
+
+def _duration(option: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = parse_duration(text)
+    except UnitError as exc:
+        raise ScenarioError(option, text, str(exc)) from None
+    if not 0 < value < float("inf"):
+        raise ScenarioError(option, text, "must be a positive duration")
+    return value
+
+
+def _count(option: str, value: int | None, most: int) -> None:
+    if value is not None and not 1 <= value <= most:
+        raise ScenarioError(option, value, f"must be between 1 and {most:,}")
+
+
+def _usd_per_hour(res: Resolved) -> float:
+    sc = res.scenario
+    try:  # pricing modes that need the chip (owned) take it as a fourth argument
+        return cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)  # type: ignore[call-arg,unused-ignore]
+    except TypeError:
+        return cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost)
+
+
+class _Bar:
+    """A rich progress bar over replications, shown once a study has run a second."""
+
+    def __init__(self, console: Console, label: str) -> None:
+        self.console, self.label, self.t0 = console, label, time.perf_counter()
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if time.perf_counter() - self.t0 < 1.0:
+                return
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=self.console, transient=True,
+            )  # fmt: skip
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=total)
+        self._bar.update(self._task, completed=done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> int:
+    from clustersim.scenario import load_scenario
+
+    t0 = time.perf_counter()
+    res = load_scenario(args.scenario, args.sets, args.seed)
+    cfg = res.scenario.failures
+    if not cfg.reliability:
+        raise ScenarioError(
+            "failures.preset", None, "no failure rates: set failures.preset or failures.rates"
+        )
+    _count("--seeds", args.seeds, 100_000)
+    _count("--workers", args.workers, 1024)
+    _count("--points", args.points, 1000)
+    step = _duration("--step-time", args.step_time)
+    degraded = _duration("--degraded-step-time", args.degraded_step_time)
+    err = Console(stderr=True)
+    quiet = args.quiet or args.json
+    step_source = "given"
+    if step is None:
+        if not quiet:
+            err.print(f"simulating one step of {res.scenario.name} for its step time ...")
+        measured = measure_step(res)
+        step, usd_h, step_source = (
+            measured["step_time_s"],
+            measured["cost"]["usd_per_hour"],
+            "simulated",
+        )
+    else:
+        usd_h = _usd_per_hour(res)
+    setup = build_job(res, step, degraded)
+    seeds = args.seeds or cfg.seeds
+    workers = args.workers or default_workers()
+    bar = None if quiet else _Bar(err, f"{seeds} seeds")
+    t_mc = time.perf_counter()
+    try:
+        outcomes = run_seeds(setup.model, seeds, res.scenario.seed, workers=workers, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    result = summarise(
+        setup, outcomes, usd_h, preset=cfg.preset, instances=res.scenario.cluster.count,
+        wall_s=time.perf_counter() - t_mc,
+    )  # fmt: skip
+    result = {
+        "scenario": res.scenario.name,
+        "chips": res.chips,
+        "step_time_source": step_source,
+        **result,
+    }
+    if args.checkpoint_study:
+        bar = (
+            None
+            if quiet
+            else _Bar(err, f"checkpoint study: {args.points} intervals x {seeds} seeds")
+        )
+        try:
+            result["checkpoint_study"] = checkpoint_study(
+                setup, seeds, res.scenario.seed, points=args.points, workers=workers, progress=bar
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+    result["command_wall_s"] = time.perf_counter() - t0
+    if args.out is not None:
+        from clustersim.trace.io import atomic_write_text, write_parquet
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_parquet(args.out / TIMELINE_FILE, timeline_frame(outcomes))
+        atomic_write_text(args.out / RESULT_FILE, json.dumps(result, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif not args.quiet:
+        con = Console()
+        for table in tables(result):
+            con.print(table)
+        if args.out is not None:
+            con.print(f"wrote {args.out / RESULT_FILE} and {args.out / TIMELINE_FILE}")
+    return 0
+
+
+def _ci(ci: list[float] | None, fmt: str) -> str:
+    return "" if ci is None else f"95% CI {format(ci[0], fmt)} .. {format(ci[1], fmt)}"
+
+
+def tables(r: dict[str, Any]) -> list[Table]:
+    """The result as rich tables: the job, interruptions by cause, the interval study."""
+    ci, ck = r["ci95"], r["checkpoint"]
+    horizon = (
+        f"{format_seconds(r['horizon_s'])}" if r["horizon_s"] is not None
+        else f"to {r['target_tokens']:.3g} tokens"
+    )  # fmt: skip
+    t = Table(
+        title=f"{r['scenario']}: {r['chips']:,} chips, {horizon}, {r['seeds']} seeds, "
+        f"recovery {r['recovery']}",
+        show_header=False, title_justify="left",
+    )  # fmt: skip
+    for col in ("metric", "value", "note"):
+        t.add_column(col, justify="right" if col == "value" else "left")
+    t.add_row("step time", f"{r['step_time_s']:.3f} s", f"{r['step_time_source']}; "
+              f"{r['tokens_per_step']:,.0f} tokens per step")  # fmt: skip
+    t.add_row("failures", f"{r['failures_per_day']:.2f} /day",
+              f"job MTBF {format_seconds(r['mtbf_s'])}")  # fmt: skip
+    t.add_row(
+        "checkpoint", f"every {format_seconds(ck['interval_s'])}",
+        f"{ck['mode']}, {ck['size_bytes'] / 1e12:.2f} TB in {format_seconds(ck['write_s'])}; "
+        f"Young {format_seconds(ck['young_s'])}, Daly {format_seconds(ck['daly_s'])}",
+    )  # fmt: skip
+    t.add_row("interruptions", f"{r['interruptions']:.1f}", _ci(ci["interruptions"], ".1f"))
+    t.add_row("goodput", f"{r['goodput']:.2%}", _ci(ci["goodput"], ".2%"))
+    t.add_row("ETTR", f"{r['ettr']:.2%}", _ci(ci["ettr"], ".2%"))
+    lost = r["lost"]
+    t.add_row("work lost", f"{lost['tokens']:.3g} tok",
+              f"{format_seconds(lost['training_s'])} of training redone, "
+              f"{format_seconds(lost['downtime_s'])} down")  # fmt: skip
+    if r["target_tokens"] is not None:
+        ttt, tci = r["time_to_target_s"], ci["time_to_target_s"]
+        shown = format_seconds(ttt) if ttt is not None else "not reached"
+        note = f"95% CI {format_seconds(tci[0])} .. {format_seconds(tci[1])}" if tci else ""
+        t.add_row("time to target", shown, note)
+    c = r["cost"]
+    spent = f"${c['usd_total']:,.0f} in all at ${c['usd_per_hour']:,.0f}/h (spares included)"
+    t.add_row("cost", f"${c['usd_per_million_useful_tokens']:.3f} /M useful tok", spent)
+    t.add_row("simulated in", f"{r['wall_s']:.2f} s", f"{r['seeds']} seeds")
+    out = [t]
+    by = Table(title="interruptions by cause (mean per run)", title_justify="left")
+    for col in ("cause", "per", "components", "MTBF each", "count", "lost tokens", "down"):
+        by.add_column(col, justify="left" if col in ("cause", "per") else "right")
+    per_cause: dict[str, dict[str, Any]] = {}
+    for cls in r["classes"]:
+        per_cause.setdefault(cls["cause"], cls)
+    for cause, n in sorted(r["interruptions_by_cause"].items(), key=lambda kv: -kv[1]):
+        cls = per_cause[cause]
+        lb = lost["by_cause"][cause]
+        by.add_row(
+            cause, cls["per"], f"{cls['components']:,}", format_seconds(cls["mtbf_s"]),
+            f"{n:.1f}", f"{lb['tokens']:.3g}", format_seconds(lb["downtime_s"]),
+        )  # fmt: skip
+    out.append(by)
+    study = r.get("checkpoint_study")
+    if study is not None:
+        st = Table(
+            title=f"checkpoint interval study ({study['seeds']} seeds per interval, "
+            f"{study['wall_s']:.1f} s): simulated optimum {format_seconds(study['best_s'])}, "
+            f"Young {format_seconds(study['young_s'])}, Daly {format_seconds(study['daly_s'])}",
+            title_justify="left",
+        )
+        for col in ("interval", "ETTR", "95% CI", "goodput", ""):
+            st.add_column(col, justify="right")
+        for row in study["rows"]:
+            mark = "best" if row["interval_s"] == study["best_grid_s"] else ""
+            st.add_row(
+                format_seconds(row["interval_s"]), f"{row['ettr']:.3%}",
+                _ci(row["ettr_ci95"], ".3%").removeprefix("95% CI "), f"{row['goodput']:.3%}", mark,
+            )  # fmt: skip
+        out.append(st)
+    return out

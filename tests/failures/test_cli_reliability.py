@@ -1,0 +1,119 @@
+"""``clustersim reliability`` and ``run`` with a failures section; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scenario_texts import TINY
+
+from clustersim.cli import main
+
+LLAMA3 = Path(__file__).parents[2] / "scenarios" / "llama3-16k-54days.yaml"
+FAILURES = "failures: {preset: rsc1, horizon: 7d, spares: 1, seeds: 2}\n"
+
+
+@pytest.fixture
+def tiny_failures(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny-failures.yaml"
+    path.write_text(TINY + FAILURES)
+    return path
+
+
+def test_llama3_54_days_reproduces_419_interruptions(capsys: pytest.CaptureFixture[str]) -> None:
+    """The Llama 3 job with its fleet's rates: 419 unexpected interruptions within 15%."""
+    t0 = time.perf_counter()
+    args = ["reliability", str(LLAMA3), "--step-time", "6.6s", "--seeds", "4", "--json"]
+    assert main([*args, "--workers", "1"]) == 0
+    wall = time.perf_counter() - t0
+    r = json.loads(capsys.readouterr().out)
+    assert r["interruptions"] == pytest.approx(419, rel=0.15)
+    assert sum(r["interruptions_by_cause"].values()) == pytest.approx(r["interruptions"])
+    assert r["interruptions_by_cause"]["Faulty GPU"] == pytest.approx(148, rel=0.3)
+    assert 0.85 < r["ettr"] < r["goodput"] < 1
+    assert r["cost"]["usd_per_million_useful_tokens"] > 0
+    assert r["ci95"]["goodput"][0] <= r["goodput"] <= r["ci95"]["goodput"][1]
+    assert wall < 60  # seconds, not minutes: a few events per failure and checkpoint
+
+
+def test_reliability_command_with_step_simulation_and_study(
+    tiny_failures: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "rel"
+    args = ["reliability", str(tiny_failures), "--seeds", "2", "--workers", "1"]
+    assert main([*args, "--checkpoint-study", "--points", "5", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "goodput" in printed and "checkpoint interval study" in printed
+    r = json.loads((out / "reliability.json").read_text())
+    assert r["step_time_source"] == "simulated" and r["step_time_s"] > 0
+    assert len(r["checkpoint_study"]["rows"]) == 5
+    timeline = pd.read_parquet(out / "reliability_timeline.parquet")
+    assert list(timeline.columns)[:3] == ["seed", "time_s", "class"]
+
+
+def test_run_adds_reliability_to_the_summary(tiny_failures: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(["run", str(tiny_failures), "--out", str(out), "--quiet", "--no-report"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    rel = summary["reliability"]
+    assert rel["step_time_s"] == summary["step_time_s"]
+    assert rel["seeds"] == 2 and rel["preset"] == "rsc1"
+    assert set(rel) >= {
+        "goodput", "ettr", "interruptions", "interruptions_by_cause", "lost",
+        "time_to_target_s", "cost", "ci95", "checkpoint",
+    }  # fmt: skip
+    assert (out / "reliability_timeline.parquet").exists()
+
+
+def test_run_without_failures_has_no_reliability(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny.yaml"
+    scenario.write_text(TINY)
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--no-report"]) == 0
+    assert "reliability" not in json.loads((out / "summary.json").read_text())
+    assert not (out / "reliability_timeline.parquet").exists()
+
+
+RATES = "failures: {rates: {gpu: %s}}"
+BAD = [
+    ("failures: {preset: llama4}", [], "failures.preset", "unknown preset"),
+    (RATES % "{mtbf: 10d, effect: node}", [], "failures.rates.gpu.per", ""),
+    (RATES % "{per: chip, effect: node}", [], "failures.rates.gpu.mtbf", ""),
+    (RATES % "{per: gpu, mtbf: 1d, effect: node}", [], "failures.rates.gpu.per", ""),
+    (RATES % "{per: chip, mtbf: 1d}", [], "failures.rates.gpu.effect", ""),
+    ("failures: {preset: rsc1, spares: -1}", [], "failures.spares", ""),
+    ("failures: {preset: rsc1, checkpoint: {interval: often}}", [],
+     "failures.checkpoint.interval", ""),
+    ("failures: {preset: rsc1, checkpoint: {storage_bandwidth: 0}}", [],
+     "failures.checkpoint.storage_bandwidth", ""),
+    ("failures: {preset: rsc1, recovery: continue_degraded}", [],
+     "failures.degraded_step_time", ""),
+    ("failures: {preset: rsc1, chekpoint: {}}", [], "failures.chekpoint", "did you mean"),
+    ("failures: {preset: rsc1, rates: {x: {mtbf: 1s, per: chip, effect: job}}, horizon: 1000d}",
+     [], "failures.horizon", "failures expected"),
+    ("failures: {preset: rsc1}", ["--step-time", "fast"], "--step-time", ""),
+    ("failures: {preset: rsc1}", ["--step-time", "0s"], "--step-time", ""),
+    ("failures: {preset: rsc1}", ["--seeds", "0"], "--seeds", ""),
+    ("", [], "failures.preset", "no failure rates"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_names_its_key(
+    case: tuple[str, list[str], str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    section, extra, where, phrase = case
+    scenario = tmp_path / "bad.yaml"
+    scenario.write_text(TINY + section + "\n")
+    rc = main(["reliability", str(scenario), "--step-time", "1s", *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1
+    assert err.startswith(f"clustersim: error: {where}"), err
+    assert phrase in err
+    if section and not extra:  # check refuses what reliability refuses
+        assert main(["check", str(scenario)]) == 2
+        assert capsys.readouterr().err.startswith(f"clustersim: error: {where}")
