@@ -180,6 +180,14 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sweep.add_argument("--quiet", action="store_true", help="print nothing on success")
     sweep.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    rel = sub.add_parser(
+        "reliability",
+        help="days to months of a job under failures: goodput, ETTR, interruptions, "
+        "$ per useful token; Monte Carlo and checkpoint-interval studies",
+    )
+    from clustersim.failures.command import add_arguments as reliability_arguments
+
+    reliability_arguments(rel)
     return p
 
 
@@ -281,6 +289,10 @@ def _run(args: argparse.Namespace) -> int:
     injections = injection_frame(summary)
     if injections is not None:
         write_parquet(out / "injections.parquet", injections)
+    if result.reliability:
+        from clustersim.failures import TIMELINE_FILE, timeline_frame
+
+        write_parquet(out / TIMELINE_FILE, timeline_frame(result.reliability))
     links = result.link_table()
     write_link_table(out / LINK_TABLE, links)
     failed = summary.get("step_failed")
@@ -368,6 +380,12 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
     )
     per_m = f"${cost['usd_per_million_tokens']:.3f} /M tok"
     t.add_row("cost", per_m, f"${cost['usd_per_hour']:,.2f}/h {cost['pricing']}")
+    if "reliability" in s:
+        rel = s["reliability"]
+        lost = f"{rel['interruptions']:.0f} interruptions, ETTR {rel['ettr']:.1%}"
+        t.add_row("goodput", f"{rel['goodput']:.2%}", lost)
+        useful = rel["cost"]["usd_per_million_useful_tokens"]
+        t.add_row("useful cost", f"${useful:.3f} /M tok", "after failures and checkpoints")
     events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
     t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
     t.add_row("written to", str(out), "")
@@ -583,6 +601,13 @@ def _sweep(args: argparse.Namespace) -> int:
     return sweep_command(args)
 
 
+def _reliability(args: argparse.Namespace) -> int:
+    from clustersim.failures.command import reliability_command
+    from clustersim.sim import simulate
+
+    return reliability_command(args, lambda res: simulate(res, record=False).summary)
+
+
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
     "check": _check,
@@ -591,6 +616,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "collective": _collective,
     "report": _report,
     "bench": _bench,
+    "reliability": _reliability,
     "sweep": _sweep,
     "validate": _validate,
 }
