@@ -20,6 +20,15 @@ per rank, V vocabulary per rank):
   sum (vector engine) per score. Flash attention's backward recomputes the
   scores, so it runs five matmuls of the forward's size: S = QK^T and
   dP = dO V^T, then dQ, then dK and dV.
+- Unfused attention (``parallelism.attention: unfused``, Megatron-LM before flash
+  attention): QK^T and PV run over the whole s x s square (the causal mask is
+  applied to the scores, not skipped), and the bf16 scores and probabilities go
+  through HBM: QK^T writes the scores, a fused scale-mask-softmax reads them and
+  writes the probabilities, attention dropout reads those and writes them with a
+  one-byte mask, and PV reads them (11 bytes per score). The backward reads the
+  saved probabilities: dP = dO V^T (written), dV = P^T dO, the softmax and
+  dropout backward (reads dP, the mask and the probabilities, writes dS), then
+  dQ = dS K and dK = dS^T Q.
 - Norms: 3 vector ops per element for RMSNorm (square-sum, scale, weight), 5
   for LayerNorm, one scalar rsqrt per row; HBM reads and writes the activation.
 - Elementwise backward costs twice its forward (engine ops and HBM bytes): it
@@ -164,7 +173,7 @@ class _TP:
         return [_coll("tp", kind, Phase.BACKWARD, self.nbytes)]
 
 
-def layer_block(dm: Dims, precision: str, recompute: str) -> Block:
+def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flash") -> Block:
     """Templates of one transformer layer (identical for every layer)."""
     T, Ts, h, d = dm.tokens, dm.sp_tokens, dm.hidden, dm.head_dim
     a, g, b = dm.heads_local, dm.kv_heads_local, dm.micro
@@ -203,6 +212,8 @@ def layer_block(dm: Dims, precision: str, recompute: str) -> Block:
     softmax_b = replace(_twice(softmax), hbm_bytes=float(q_bytes))  # D = rowsum(dO * O) reads O
     dq = Work((q, half_s, d), heads, core_prec, hbm_bytes=float(q_bytes))
     dkv = Work((s, half_q, d), 2 * heads, core_prec, hbm_bytes=float(2 * kv_bytes))
+    if attention == "unfused":
+        qk, softmax, pv, s_dp, softmax_b, dq, dkv = _unfused_core(dm, core_prec)
 
     act_elems = T * dm.ffn_local
     if dm.swiglu:  # silu(gate) on the scalar engine, times up on the vector engine
@@ -288,6 +299,35 @@ def layer_block(dm: Dims, precision: str, recompute: str) -> Block:
     else:
         raise ValueError(f"unknown recompute {recompute!r}")
     return Block(tuple(forward(Phase.FORWARD)), tuple(bwd), tuple(rec), ready)
+
+
+def _unfused_core(dm: Dims, prec: str) -> tuple[Work, Work, Work, Work, Work, Work, Work]:
+    """The attention core without flash attention: scores and probabilities in HBM.
+
+    Returns (qk, softmax, pv, dP, softmax backward, dQ, dK and dV); see the module doc.
+    """
+    s, q, d, b = dm.seq, dm.q_rows, dm.head_dim, dm.micro
+    a, g = dm.heads_local, dm.kv_heads_local
+    heads = b * a
+    q_bytes = ACT_BYTES * dm.tokens * a * d  # Q, O, dO or dQ on this rank
+    kv_bytes = ACT_BYTES * b * s * g * d  # K or V of the whole sequence
+    scores = heads * q * s
+    sb = ACT_BYTES * scores  # one bf16 pass over the scores
+    qk = Work((q, d, s), heads, prec, hbm_bytes=float(q_bytes + kv_bytes + sb))
+    # scale-mask-softmax reads and writes; dropout reads, writes and writes its mask
+    softmax = Work(
+        scalar_ops=float(scores),
+        vector_ops=float(4 * scores),
+        hbm_bytes=float(4 * sb + scores),
+    )
+    pv = Work((q, s, d), heads, prec, hbm_bytes=float(sb + kv_bytes + q_bytes))
+    dp = Work((q, d, s), heads, prec, hbm_bytes=float(q_bytes + kv_bytes + sb))
+    # reads dP, the mask and the probabilities, writes dS
+    softmax_b = Work(vector_ops=float(5 * scores), hbm_bytes=float(3 * sb + scores))
+    dq = Work((q, s, d), heads, prec, hbm_bytes=float(sb + kv_bytes + q_bytes))
+    # dK = dS^T Q and dV = P^T dO: each reads a pass of scores and writes K or V
+    dkv = Work((s, q, d), 2 * heads, prec, hbm_bytes=float(2 * (sb + q_bytes + kv_bytes)))
+    return qk, softmax, pv, dp, softmax_b, dq, dkv
 
 
 def embed_block(dm: Dims) -> Block:

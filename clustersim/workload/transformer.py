@@ -123,7 +123,7 @@ def _build(
     dm = make_dims(model, par, train, layout)
     n_mb = microbatches(par, train, layout)
     schedule = get_schedule(par.schedule)
-    layer = layer_block(dm, train.precision, par.recompute)
+    layer = layer_block(dm, train.precision, par.recompute, par.attention)
     embed = embed_block(dm)
     head = head_block(dm)
     p2p_bytes = float(dm.sp_tokens * dm.hidden * ACT_BYTES)

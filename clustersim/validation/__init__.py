@@ -1,0 +1,88 @@
+"""Validation against published measurements and closed forms (``clustersim validate``).
+
+    rows = validate()                    # every shipped reference
+    rows = validate(only=["megatron-1.7b"])
+    ok = passed(rows)
+
+The reference set lives in ``references.yaml`` with a scenario file per
+end-to-end row in ``references/``. End-to-end rows compare the simulated step
+time with the one derived from the published throughput (MFU beside); analytic
+rows compare collective times with their alpha-beta closed forms. Validation
+passes when every row is within its tolerance and the mean ``|error|`` of the
+end-to-end rows is within :data:`MEAN_TOLERANCE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from clustersim.errors import ScenarioError
+from clustersim.validation.analytic import closed_form_s, run_collective_row
+from clustersim.validation.rows import Row, references
+from clustersim.validation.training import run_training
+
+__all__ = [
+    "MEAN_TOLERANCE",
+    "Row",
+    "closed_form_s",
+    "mean_training_error",
+    "passed",
+    "reference_names",
+    "validate",
+]
+
+MEAN_TOLERANCE = 0.06
+"""Bound on the mean |error| of the end-to-end training rows."""
+
+
+def reference_names(*, quick: bool = False) -> list[str]:
+    """Names of the shipped references; ``quick`` leaves out the slow end-to-end rows."""
+    refs = references()
+    training = [r.name for r in refs.training if not (quick and r.slow)]
+    return [*training, *(r.name for r in refs.collectives)]
+
+
+def validate(
+    only: Iterable[str] | None = None,
+    *,
+    quick: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """Check the references named in ``only`` (default: all; ``quick``: the fast subset).
+
+    An unknown name raises :class:`~clustersim.errors.ScenarioError` on ``--only``.
+    ``progress`` is called with each reference's name before it runs.
+    """
+    refs = references()
+    wanted = reference_names(quick=quick)
+    if only is not None:
+        chosen = list(dict.fromkeys(only))
+        for name in chosen:
+            if name not in refs.names():
+                valid = ", ".join(refs.names())
+                raise ScenarioError("--only", name, f"unknown reference; valid: {valid}")
+        wanted = [n for n in refs.names() if n in chosen]
+    rows: list[Row] = []
+    for ref in refs.training:
+        if ref.name in wanted:
+            if progress is not None:
+                progress(ref.name)
+            rows.append(run_training(ref))
+    for cref in refs.collectives:
+        if cref.name in wanted:
+            if progress is not None:
+                progress(cref.name)
+            rows.append(run_collective_row(cref))
+    return rows
+
+
+def mean_training_error(rows: Iterable[Row]) -> float | None:
+    """Mean |error| of the end-to-end rows, or None without any."""
+    errors = [abs(r.error) for r in rows if r.kind == "training"]
+    return sum(errors) / len(errors) if errors else None
+
+
+def passed(rows: list[Row]) -> bool:
+    """Every row within tolerance, and the end-to-end rows' mean |error| within bound."""
+    mean = mean_training_error(rows)
+    return all(r.passed for r in rows) and (mean is None or mean <= MEAN_TOLERANCE)

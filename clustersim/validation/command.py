@@ -1,0 +1,85 @@
+"""``clustersim validate``: run the reference set, print the table, exit 1 on a miss."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from clustersim.validation import MEAN_TOLERANCE, Row, mean_training_error, passed, validate
+
+__all__ = ["rows_table", "validate_command"]
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.2f} us"
+
+
+def _mfu(row: Row) -> str:
+    if row.mfu_published is None or row.mfu_predicted is None:
+        return ""
+    return f"{row.mfu_published:.1%} / {row.mfu_predicted:.1%}"
+
+
+def rows_table(rows: list[Row]) -> Table:
+    """One line per reference: published and predicted figures, error, tolerance, MFU."""
+    t = Table(title="clustersim validate", title_justify="left")
+    t.add_column("reference", no_wrap=True)
+    t.add_column("role", no_wrap=True)
+    t.add_column("metric", no_wrap=True)
+    for col in ("published", "predicted", "error", "tolerance"):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("MFU pub / pred", justify="right", no_wrap=True)
+    t.add_column("", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            r.name, r.role, r.metric, _fmt_s(r.published), _fmt_s(r.predicted),
+            f"{r.error:+.2%}", f"{r.tolerance:.0%}", _mfu(r), "ok" if r.passed else "MISS",
+        )  # fmt: skip
+    return t
+
+
+def validate_command(args: argparse.Namespace) -> int:
+    """Handler of ``clustersim validate [--json] [--only NAME ...] [--quick]``."""
+    err = Console(stderr=True)
+    t0 = time.perf_counter()
+
+    def progress(name: str) -> None:
+        if not args.json:
+            err.print(f"  {name} ...", markup=False)
+
+    rows = validate(args.only, quick=args.quick, progress=progress)
+    wall = time.perf_counter() - t0
+    ok = passed(rows)
+    mean = mean_training_error(rows)
+    if args.json:
+        out = {
+            "passed": ok,
+            "mean_abs_training_error": mean,
+            "mean_tolerance": MEAN_TOLERANCE,
+            "wall_s": wall,
+            "rows": [r.as_dict() for r in rows],
+        }
+        print(json.dumps(out, indent=2))
+        return 0 if ok else 1
+    con = Console()
+    con = Console(width=max(con.width, 132))  # the table's natural width
+    con.print(rows_table(rows))
+    notes = [f"{r.name}: {r.note}" for r in rows if r.note]
+    for note in notes:
+        con.print(f"note {note}", markup=False)
+    if mean is not None:
+        con.print(
+            f"end-to-end rows: mean |error| {mean:.2%} (at most {MEAN_TOLERANCE:.0%})", markup=False
+        )
+    misses = sum(not r.passed for r in rows)
+    verdict = "passed" if ok else f"FAILED ({misses} of {len(rows)} rows out of tolerance)"
+    con.print(f"{len(rows)} references {verdict} in {wall:.1f} s", markup=False)
+    return 0 if ok else 1

@@ -1,0 +1,129 @@
+"""The reference set (``references.yaml``) as typed rows, and one result row.
+
+Each reference becomes a :class:`Row` when checked: the published figure, the
+predicted figure, the relative error and the tolerance. Validation fails when
+any row's ``|error|`` exceeds its tolerance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError
+
+from clustersim import catalog
+from clustersim.catalog.schema import Bytes, Strict
+from clustersim.errors import CatalogError
+
+__all__ = [
+    "CollectiveRef",
+    "Published",
+    "References",
+    "Row",
+    "TrainingRef",
+    "references",
+]
+
+Tolerance = float
+
+
+class Published(Strict):
+    """A published end-to-end figure and how to turn it into a step time.
+
+    ``basis``: ``megatron_tflops`` (the Megatron-LM paper's FLOP formula over
+    ``tflops_per_gpu`` x GPUs), ``sequences_per_s`` (global batch over it), or
+    ``mfu`` (the simulator's model FLOPs over ``mfu`` x peak x chips).
+    """
+
+    basis: Literal["megatron_tflops", "sequences_per_s", "mfu"]
+    tflops_per_gpu: float | None = Field(default=None, gt=0)
+    sequences_per_s: float | None = Field(default=None, gt=0)
+    mfu: float | None = Field(default=None, gt=0, le=1)
+
+
+class TrainingRef(Strict):
+    name: str
+    scenario: str
+    source: str
+    published: Published
+    tolerance: Tolerance = Field(default=0.10, gt=0, le=1)
+    role: Literal["calibration", "hold-out"]
+    fidelity: Literal["auto", "detailed", "folded"] = "auto"
+    slow: bool = False
+    note: str = ""
+
+
+class CollectiveRef(Strict):
+    name: str
+    instance: str
+    count: int = Field(default=1, ge=1)
+    ranks: int | None = Field(default=None, ge=2)
+    op: str
+    algorithm: str
+    size: Bytes
+    formula: Literal["ring", "ring_duplex", "halving_doubling", "pairwise", "torus"]
+    source: str
+    tolerance: Tolerance = Field(default=0.01, gt=0, le=1)
+
+
+class References(Strict):
+    training: tuple[TrainingRef, ...]
+    collectives: tuple[CollectiveRef, ...]
+
+    def names(self) -> list[str]:
+        return [r.name for r in self.training] + [r.name for r in self.collectives]
+
+
+@cache
+def references() -> References:
+    """The shipped reference set."""
+    text = resources.files("clustersim.validation").joinpath("references.yaml").read_text("utf-8")
+    try:
+        return References.model_validate(yaml.safe_load(text))
+    except ValidationError as exc:
+        err = catalog.pydantic_error(exc, "references")
+        raise CatalogError(err.path, err.value, err.problem) from None
+
+
+@dataclass
+class Row:
+    """One checked reference.
+
+    ``published`` and ``predicted`` are in ``unit`` (seconds of a training step, or
+    of one collective). ``error`` is predicted / published - 1. For training rows
+    ``mfu_published`` and ``mfu_predicted`` sit beside (the simulator's PaLM MFU;
+    the published one derived from the published step time).
+    """
+
+    name: str
+    kind: Literal["training", "collective", "reliability"]
+    metric: str
+    unit: str
+    published: float
+    predicted: float
+    tolerance: float
+    source: str
+    role: str = "analytic"
+    mfu_published: float | None = None
+    mfu_predicted: float | None = None
+    note: str = ""
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.published - 1.0
+
+    @property
+    def passed(self) -> bool:
+        return abs(self.error) <= self.tolerance
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["error"] = self.error
+        out["passed"] = self.passed
+        return out
