@@ -455,9 +455,13 @@ def _span(values: Sequence[int]) -> str:
 
 def _report(args: argparse.Namespace) -> int:
     from clustersim.report import load_run, write_comparison, write_report
+    from clustersim.report.study import is_study_dir, write_study_report
     from clustersim.trace.chrome import DEFAULT_MAX_EVENTS, DEFAULT_MAX_RANKS
 
-    if len(args.dirs) == 1:
+    if len(args.dirs) == 1 and is_study_dir(args.dirs[0]):  # a study of clustersim sweep
+        out = args.out or args.dirs[0]
+        written = write_study_report(args.dirs[0], out)
+    elif len(args.dirs) == 1:
         data = load_run(args.dirs[0])
         out = args.out or args.dirs[0]
         written = write_report(
