@@ -331,11 +331,12 @@ class FlowNetwork:
         ).astype(np.float64, copy=False)
         self._set_loads(loaded, load, capacity)
         moving = rate > 0
+        remaining = self._remaining
         if not moving.all():
             if not moving.any():
                 return  # all stalled: the next change of capacities re-solves
-            rate = np.where(moving, rate, np.inf)  # for the wake-up time only
-        delay = max(float((self._remaining / rate).min()), 0.0)
+            remaining, rate = remaining[moving], rate[moving]  # for the wake-up time only
+        delay = max(float((remaining / rate).min()), 0.0)
         self.env.timeout(delay).callbacks.append(partial(self._on_wake, self._generation))
 
     def _set_loads(
