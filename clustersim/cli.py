@@ -180,6 +180,23 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sweep.add_argument("--quiet", action="store_true", help="print nothing on success")
     sweep.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    srch = sub.add_parser(
+        "search", help="find the fastest or cheapest parallel layout for a model on N chips"
+    )
+    srch.add_argument("scenario", type=Path, help="scenario YAML file (model, instance, batch)")
+    srch.add_argument(
+        "--chips", type=int, required=True, metavar="N",
+        help="chips to lay the model out on (a multiple of the instance's chips)",
+    )  # fmt: skip
+    srch.add_argument("--objective", choices=("time", "cost"), default="time")
+    srch.add_argument("--top", type=_positive, default=5, metavar="K", help="rows printed (5)")
+    srch.add_argument(
+        "--simulate", type=int, default=5, metavar="K",
+        help="simulate the K best by estimate (default 5; 0: estimates only)",
+    )  # fmt: skip
+    srch.add_argument("--out", type=Path, help="output directory (default reports/<name>-search/)")
+    srch.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    srch.add_argument("--json", action="store_true", help="print the counts and top rows as JSON")
     rel = sub.add_parser(
         "reliability",
         help="days to months of a job under failures: goodput, ETTR, interruptions, "
@@ -605,6 +622,12 @@ def _sweep(args: argparse.Namespace) -> int:
     return sweep_command(args)
 
 
+def _search(args: argparse.Namespace) -> int:
+    from clustersim.search.command import search_command
+
+    return search_command(args)
+
+
 def _reliability(args: argparse.Namespace) -> int:
     from clustersim.failures.command import reliability_command
     from clustersim.sim import simulate
@@ -622,5 +645,6 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench": _bench,
     "reliability": _reliability,
     "sweep": _sweep,
+    "search": _search,
     "validate": _validate,
 }

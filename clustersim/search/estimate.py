@@ -1,0 +1,371 @@
+"""A fast analytic estimate of one training step: milliseconds per layout, no simulation.
+
+The estimate uses the same pieces as the simulator, but adds them up in closed form:
+
+- **Compute.** The op templates of one transformer layer, the embedding and the
+  LM head (``workload.ops``) are timed on the chip's pipelined roofline
+  (``ChipModel.op_time``), once per layout; a stage's forward and backward per
+  microbatch are those times times its layers.
+- **Collectives** (TP and CP inside the layers, DP gradient reduction, the ZeRO-1
+  parameter all-gather) use the alpha-beta cost of dimension-ordered rings
+  (Thakur, Rabenseifner & Gropp 2005; ``network/algorithms/torus.py``): the group
+  is cut into levels, inner first (the ranks of one chip, the chips of an
+  instance along each torus axis, the instances of an UltraServer, the
+  scale-up domains over EFA), and level k with d_k members moves
+  ``(d_k-1)/d_k · m_k`` bytes, ``m_k`` being what is left after the inner
+  levels, over its bottleneck bandwidth: the link's capacity (twice that for a
+  bidirectional ring of three or more) divided among the flows that share it
+  (every rank of a chip runs the same collective at once). Latency is
+  ``(d_k-1) a_k`` for rings, ``log2 p · a`` for halving-doubling and ``a`` for
+  a mesh, by the runtime's size rule.
+- **Pipeline.** With m microbatches and pp stages the step is
+  ``sum_s (F_s + B_s) + (m - 1) max_s (F_s + B_s)`` plus the point-to-point
+  hops: its bubble is ``(pp - 1)/(m + pp - 1)`` of the step when stages are
+  equal. Then each stage's DP gradient reduction, less what hides behind the
+  last microbatch's backward, the Adam step, and the ZeRO-1 all-gather.
+
+Contention between different collectives running at once, and the network's
+max-min sharing, are left to the simulation of the best candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
+from clustersim.hardware.chip import ChipModel
+from clustersim.hardware.work import Work
+from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload import Layout, make_dims, microbatches, model_flops_per_step
+from clustersim.workload.dims import stage_layers, stage_pieces
+from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block, layer_block
+from clustersim.workload.program import Kind
+from clustersim.workload.transformer import (
+    ADAM_HBM_BYTES_PER_PARAM,
+    ADAM_SCALAR_OPS_PER_PARAM,
+    ADAM_VECTOR_OPS_PER_PARAM,
+)
+
+__all__ = ["Estimate", "Estimator", "Level", "NetModel", "collective_s", "estimate"]
+
+_TORUS = ("torus2d", "torus3d")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a group: ``size`` members, each chip's bandwidth and the hop latency.
+
+    ``bw_Bps`` is one direction of one chip's link at this level; ``bidirectional``
+    rings of three or more use both directions. ``shared_link`` marks the chip's
+    own DMA link, which every rank of the chip shares in both directions. Members
+    ``hop`` links apart share each link with the groups interleaved between them.
+    """
+
+    size: int
+    bw_Bps: float
+    latency_s: float
+    bidirectional: bool = False
+    shared_link: bool = False
+    hop: int = 1  # torus links between neighbouring members (their chip stride on this axis)
+
+
+@dataclass(frozen=True)
+class NetModel:
+    """The bandwidth tiers of a cluster, from its instance and chip catalog entries."""
+
+    ranks_per_chip: int
+    chips_per_instance: int
+    instances_per_domain: int
+    instances: int
+    dma_Bps: float
+    fabric_topology: str
+    fabric_dims: tuple[int, ...]
+    fabric_Bps: float
+    fabric_latency_s: float
+    domain_topology: str
+    domain_Bps: float
+    domain_latency_s: float
+    efa_Bps: float
+    efa_latency_s: float
+
+    @classmethod
+    def of(cls, instance: InstanceSpec, chip: ChipSpec, count: int, lnc: int) -> NetModel:
+        eff = chip.calibration.link_efficiency
+        fab, us = instance.fabric, instance.ultraserver
+        switch_hops = 1 if fab.topology in _TORUS else 2  # chip -> switch -> chip
+        return cls(
+            ranks_per_chip=chip.cores // lnc,
+            chips_per_instance=instance.chips,
+            instances_per_domain=us.instances if us is not None else 1,
+            instances=count,
+            dma_Bps=chip.dma_bw_Bps,
+            fabric_topology=fab.topology,
+            fabric_dims=tuple(fab.dims),
+            fabric_Bps=fab.link_bw_Bps * eff,
+            fabric_latency_s=fab.link_latency_s * switch_hops,
+            domain_topology=us.topology if us is not None else "",
+            domain_Bps=us.link_bw_Bps * eff if us is not None else 0.0,
+            domain_latency_s=(us.link_latency_s * (1 if us.topology in _TORUS else 2))
+            if us is not None
+            else 0.0,
+            efa_Bps=instance.efa.bandwidth_Bps / instance.chips * eff,
+            efa_latency_s=instance.efa.latency_s,
+        )
+
+    def levels(self, stride: int, size: int) -> tuple[list[Level], int]:
+        """The levels of a group of ``size`` ranks ``stride`` apart, and the groups per chip.
+
+        Ranks fill chips in order, chips fill instances, instances fill domains.
+        """
+        rpc, cpi = self.ranks_per_chip, self.chips_per_instance
+        per_chip = min(size, max(1, rpc // stride)) if stride < rpc else 1
+        sharing = max(1, rpc // per_chip)  # groups of this kind with a member on each chip
+        out: list[Level] = []
+        if per_chip > 1:
+            out.append(Level(per_chip, self.dma_Bps, 0.0, shared_link=True))
+        chips = size // per_chip
+        chip_stride = max(1, stride * per_chip // rpc)
+        in_instance = min(chips, max(1, cpi // chip_stride)) if chip_stride < cpi else 1
+        if in_instance > 1:
+            torus = self.fabric_topology in _TORUS
+            if torus and len(self.fabric_dims) >= 2:
+                # Chips fill the torus along x first: the group's chips form lines
+                # along x (chip_stride apart) and then along y.
+                row = self.fabric_dims[0]
+                x = min(in_instance, row // chip_stride) if chip_stride < row else 1
+                hops = (chip_stride, 1) if chip_stride < row else (1, chip_stride // row)
+                axes = [(a, h) for a, h in zip((x, in_instance // x), hops, strict=True) if a > 1]
+            else:
+                axes = [(in_instance, 1)]
+            for d, hop in axes:
+                out.append(
+                    Level(d, self.fabric_Bps, self.fabric_latency_s, bidirectional=torus, hop=hop)
+                )
+        rest = chips // in_instance
+        inst_stride = max(1, chip_stride * in_instance // cpi)
+        upd = self.instances_per_domain
+        in_domain = min(rest, max(1, upd // inst_stride)) if inst_stride < upd else 1
+        if in_domain > 1:
+            torus = self.domain_topology in _TORUS
+            out.append(
+                Level(in_domain, self.domain_Bps, self.domain_latency_s, bidirectional=torus)
+            )
+        domains = rest // in_domain
+        if domains > 1:
+            out.append(Level(domains, self.efa_Bps, self.efa_latency_s))
+        return out, sharing
+
+
+def collective_s(op: str, nbytes: float, levels: list[Level], sharing: int) -> float:
+    """Alpha-beta time of one collective over ``levels`` (inner first); see the module doc."""
+    p = math.prod(lv.size for lv in levels)
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    phases = 2 if op == "all_reduce" else 1
+    flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+    halving = MESH_MAX_BYTES <= nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
+    bw_s = 0.0
+    m = nbytes
+    for lv in levels:
+        d = lv.size
+        if halving and d & (d - 1) == 0:
+            # Round j swaps m / 2^(j+1) with the partner 2^j away; on a torus that
+            # partner is min(2^j, d - 2^j) hops off, and the hops load one direction.
+            for j in range(d.bit_length() - 1):
+                hops = min(2**j, d - 2**j) * lv.hop if lv.bidirectional else 1
+                bw_s += m / 2 ** (j + 1) * hops * flows / lv.bw_Bps
+        else:
+            load = lv.hop if d >= 3 else 1
+            cap = lv.bw_Bps * (2 if lv.bidirectional and d >= 3 else 1)
+            bw_s += (d - 1) / d * m * flows * load / cap
+        m /= d
+    if nbytes < MESH_MAX_BYTES:
+        lat = max(lv.latency_s for lv in levels)
+    elif halving:
+        lat = math.log2(p) * max(lv.latency_s for lv in levels)
+    else:
+        lat = sum((lv.size - 1) * lv.latency_s for lv in levels)
+    return phases * (bw_s + lat)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The estimated step and its parts, in seconds (the parts are per stage-0 rank)."""
+
+    step_time_s: float
+    compute_s: float
+    comm_s: float  # TP and CP collectives inside the layers, and pipeline hops
+    bubble_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+    mfu: float
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Per-microbatch (compute, communication) seconds of one layer, the embedding, the head."""
+
+    layer_fwd: tuple[float, float]
+    layer_bwd: tuple[float, float]  # backward plus recompute
+    embed_fwd: tuple[float, float]
+    embed_bwd: tuple[float, float]
+    head_fwd: tuple[float, float]
+    head_bwd: tuple[float, float]
+    p2p_bytes: float
+
+
+class Estimator:
+    """Estimates layouts of one model, batch and cluster; caches what layouts share.
+
+    Op times depend only on the op's ``Work``; block times only on (tp, cp,
+    microbatch size, recompute); collective levels only on the group's stride and size.
+    """
+
+    def __init__(self, model: ModelSpec, train: TrainingCfg, chip: ChipModel, net: NetModel):
+        self.model, self.train, self.chip, self.net = model, train, chip, net
+        self._work: dict[Work, float] = {}
+        self._blocks: dict[tuple[int, int, int, str, bool], _Blocks] = {}
+        self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
+        self.flops_per_step = model_flops_per_step(model, train)
+
+    def work_s(self, work: Work) -> float:
+        found = self._work.get(work)
+        if found is None:
+            found = self._work[work] = self.chip.op_time(work).seconds
+        return found
+
+    def coll_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
+        key = (stride, size)
+        if key not in self._levels:
+            self._levels[key] = self.net.levels(stride, size)
+        levels, sharing = self._levels[key]
+        return collective_s(op, nbytes, levels, sharing) if levels else 0.0
+
+    def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
+        comp = comm = 0.0
+        for kind, _, _, work, coll, group, nbytes in tpls:
+            if kind == Kind.COMPUTE and work is not None:
+                comp += self.work_s(work)
+            elif kind == Kind.COLLECTIVE:
+                stride, size = (1, layout.tp) if group == "tp" else (layout.tp, layout.cp)
+                comm += self.coll_s(stride, size, coll, nbytes)
+        return comp, comm
+
+    def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
+        key = (layout.tp, layout.cp, par.microbatch_size, par.recompute, par.sequence_parallel)
+        found = self._blocks.get(key)
+        if found is None:
+            dm = make_dims(self.model, par, self.train, layout)
+            layer = layer_block(dm, self.train.precision, par.recompute)
+            embed, head = embed_block(dm), head_block(dm)
+            bwd = self._tpls_s(layer.bwd, layout)
+            rec = self._tpls_s(layer.recompute, layout)
+            found = self._blocks[key] = _Blocks(
+                layer_fwd=self._tpls_s(layer.fwd, layout),
+                layer_bwd=(bwd[0] + rec[0], bwd[1] + rec[1]),
+                embed_fwd=self._tpls_s(embed.fwd, layout),
+                embed_bwd=self._tpls_s(embed.bwd, layout),
+                head_fwd=self._tpls_s(head.fwd, layout),
+                head_bwd=self._tpls_s(head.bwd, layout),
+                p2p_bytes=float(dm.sp_tokens * dm.hidden * ACT_BYTES),
+            )
+        return found
+
+    def p2p_s(self, layout: Layout, nbytes: float) -> float:
+        """One pipeline hop: every rank of a chip sends to the next stage at once."""
+        levels, sharing = self.net.levels(layout.ranks_per_stage, 2)
+        if not levels:
+            return 0.0
+        lv = levels[-1]
+        flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+        return lv.latency_s + nbytes * flows / lv.bw_Bps
+
+    def __call__(self, par: ParallelismCfg, layout: Layout) -> Estimate:
+        """The analytic step time of a (validated) layout; see the module doc."""
+        model = self.model
+        blk = self.blocks(par, layout)
+        n_mb = microbatches(par, self.train, layout)
+        pp = layout.pp
+        p2p = self.p2p_s(layout, blk.p2p_bytes) if pp > 1 else 0.0
+        fwd: list[float] = []
+        bwd: list[float] = []
+        comp: list[float] = []
+        comm: list[float] = []
+        for stage in range(pp):
+            n = len(stage_layers(model, layout, stage))
+            f_comp, f_comm = n * blk.layer_fwd[0], n * blk.layer_fwd[1]
+            b_comp, b_comm = n * blk.layer_bwd[0], n * blk.layer_bwd[1]
+            if stage == 0:
+                f_comp, f_comm = f_comp + blk.embed_fwd[0], f_comm + blk.embed_fwd[1]
+                b_comp, b_comm = b_comp + blk.embed_bwd[0], b_comm + blk.embed_bwd[1]
+            if stage == pp - 1:
+                f_comp, f_comm = f_comp + blk.head_fwd[0], f_comm + blk.head_fwd[1]
+                b_comp, b_comm = b_comp + blk.head_bwd[0], b_comm + blk.head_bwd[1]
+            fwd.append(f_comp + f_comm)
+            bwd.append(b_comp + b_comm)
+            comp.append(f_comp + b_comp)
+            comm.append(f_comm + b_comm)
+        per_mb = [f + b for f, b in zip(fwd, bwd, strict=True)]
+        hops = 2 * (pp - 1) * p2p
+        pipeline = sum(per_mb) + (n_mb - 1) * max(per_mb) + hops
+        # Each stage ends its last backward earlier than stage 0 by the backwards of the
+        # stages before it; then its gradient reduction, the Adam step, the ZeRO-1 gather.
+        ends: list[float] = []
+        tails: list[tuple[float, float]] = []
+        offset = 0.0
+        dp_op = "reduce_scatter" if par.zero == 1 else "all_reduce"
+        dp_group = (layout.tp * layout.cp, layout.dp)
+        bucket = par.grad_bucket_bytes
+        for stage in range(pp):
+            params = sum(n for _, _, n in stage_pieces(model, layout, stage))
+            grad_bytes = float(params * ACT_BYTES)
+            full, rest = divmod(grad_bytes, bucket)
+            dp_s = full * self.coll_s(*dp_group, dp_op, bucket) + self.coll_s(
+                *dp_group, dp_op, rest
+            )
+            buckets = max(1, math.ceil(grad_bytes / bucket))
+            exposed = max(dp_s - bwd[stage], dp_s / buckets) if dp_s > 0 else 0.0
+            opt_params = -(-params // layout.dp) if par.zero == 1 else params
+            opt_s = self.work_s(_adam(opt_params))
+            gather = 0.0
+            if par.zero == 1:
+                gather = full * self.coll_s(*dp_group, "all_gather", bucket)
+                gather += self.coll_s(*dp_group, "all_gather", rest)
+            ends.append(pipeline - offset + exposed + opt_s + gather)
+            tails.append((exposed + gather, opt_s))
+            offset += bwd[stage] + p2p
+        step = max(ends)
+        peak = self.chip.peak_flops(self.train.precision) * layout.chips
+        sends = 2 * n_mb * p2p if pp > 1 else 0.0
+        return Estimate(
+            step_time_s=step,
+            compute_s=n_mb * comp[0],
+            comm_s=n_mb * comm[0] + sends,
+            bubble_s=max(pipeline - n_mb * per_mb[0] - sends, 0.0),
+            dp_exposed_s=tails[0][0],
+            optimizer_s=tails[0][1],
+            mfu=self.flops_per_step / (step * peak) if step > 0 else 0.0,
+        )
+
+
+def estimate(
+    model: ModelSpec,
+    par: ParallelismCfg,
+    *,
+    train: TrainingCfg,
+    layout: Layout,
+    chip: ChipModel,
+    net: NetModel,
+) -> Estimate:
+    """The analytic step time of one (validated) layout; see the module doc."""
+    return Estimator(model, train, chip, net)(par, layout)
+
+
+def _adam(params: int) -> Work:
+    return Work(
+        vector_ops=float(ADAM_VECTOR_OPS_PER_PARAM * params),
+        scalar_ops=float(ADAM_SCALAR_OPS_PER_PARAM * params),
+        hbm_bytes=float(ADAM_HBM_BYTES_PER_PARAM * params),
+    )

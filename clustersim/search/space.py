@@ -1,0 +1,169 @@
+"""The layouts a search enumerates, and which of them are valid and fit in memory.
+
+For R ranks, every (tp, cp, pp) whose product divides R gives dp = R/(tp·cp·pp);
+with it go every microbatch size that divides the global batch per replica (up
+to ``MAX_MICROBATCH``), ZeRO 0 and 1 (only 0 when dp = 1, where they are the
+same), recompute none, selective and full, and the schedules 1F1B and GPipe
+(only 1F1B when pp = 1, where they are the same). Expert parallelism (ep
+dividing dp) is enumerated for MoE models only.
+
+A layout is *valid* when ``workload.validate`` accepts it (heads and MLP width
+divisible by tp, layers by pp, the sequence by tp·cp, ...), and *fits* when the
+fullest chip's HBM holds it: the stage needing the most memory per rank, times
+the ranks per chip. That bound is never below what ``check_fits`` computes (a
+chip straddling two stages holds a mix of them), so every layout that fits here
+passes ``check_fits``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.errors import ScenarioError
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload import Layout, memory_per_rank, validate
+
+__all__ = [
+    "MAX_MICROBATCH",
+    "RECOMPUTE",
+    "SCHEDULES",
+    "Candidate",
+    "chip_memory_bytes",
+    "divisors",
+    "enumerate_layouts",
+]
+
+MAX_MICROBATCH = 8
+"""Largest microbatch size tried: beyond it activations outgrow HBM for any model worth
+searching, and per-op efficiency no longer improves."""
+RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
+GIB = 2.0**30
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One enumerated layout, with whether it is valid and fits, and why not."""
+
+    par: ParallelismCfg
+    layout: Layout
+    valid: bool
+    fits: bool
+    memory_gib_per_chip: float  # NaN when invalid
+    reason: str  # empty when valid and fitting
+
+    def key(self) -> dict[str, object]:
+        p = self.par
+        return {
+            "tp": self.layout.tp,
+            "pp": self.layout.pp,
+            "dp": self.layout.dp,
+            "cp": self.layout.cp,
+            "ep": self.layout.ep,
+            "zero": p.zero,
+            "microbatch_size": p.microbatch_size,
+            "recompute": p.recompute,
+            "schedule": p.schedule,
+        }
+
+
+def _shapes(
+    ranks: int, train: TrainingCfg, moe: bool
+) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """(tp, cp, pp, dp, ep, microbatch) with tp·cp·pp·dp = ranks and dp·mb | batch."""
+    for tp in divisors(ranks):
+        for cp in divisors(ranks // tp):
+            for pp in divisors(ranks // (tp * cp)):
+                dp = ranks // (tp * cp * pp)
+                if train.global_batch_size % dp:
+                    continue
+                per_replica = train.global_batch_size // dp
+                for mb in divisors(per_replica):
+                    if mb > MAX_MICROBATCH:
+                        break
+                    for ep in divisors(dp) if moe else [1]:
+                        yield tp, cp, pp, dp, ep, mb
+
+
+def enumerate_layouts(
+    model: ModelSpec,
+    base: ParallelismCfg,
+    train: TrainingCfg,
+    *,
+    ranks: int,
+    ranks_per_chip: int,
+    hbm_bytes_per_chip: float,
+) -> list[Candidate]:
+    """Every layout of ``ranks`` ranks (see the module doc), valid or not.
+
+    ``base`` supplies what the search does not vary (sequence parallelism,
+    gradient bucket size, uneven stages).
+    """
+    out: list[Candidate] = []
+    for tp, cp, pp, dp, ep, mb in _shapes(ranks, train, model.moe is not None):
+        layout = Layout(
+            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, ranks=ranks, ranks_per_chip=ranks_per_chip
+        )
+        zeros = (0, 1) if dp > 1 else (0,)
+        schedules = SCHEDULES if pp > 1 else SCHEDULES[:1]
+        first = base.model_copy(
+            update={"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch_size": mb}
+        )
+        reason = ""
+        try:
+            validate(model, first, train, layout)
+        except ScenarioError as exc:
+            reason = str(exc)
+        for zero in zeros:
+            for recompute in RECOMPUTE:
+                for schedule in schedules:
+                    par = first.model_copy(
+                        update={"zero": zero, "recompute": recompute, "schedule": schedule}
+                    )
+                    out.append(
+                        _judge(
+                            model,
+                            par,
+                            train,
+                            layout,
+                            hbm_bytes_per_chip=hbm_bytes_per_chip,
+                            invalid=reason,
+                        )
+                    )
+    return out
+
+
+def _judge(
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    *,
+    hbm_bytes_per_chip: float,
+    invalid: str,
+) -> Candidate:
+    if invalid:
+        return Candidate(par, layout, False, False, float("nan"), invalid)
+    need = chip_memory_bytes(model, par, train, layout)
+    fits = need <= hbm_bytes_per_chip
+    cap = hbm_bytes_per_chip / GIB
+    reason = "" if fits else f"needs {need / GIB:.1f} GiB per chip, more than its {cap:.1f} GiB"
+    return Candidate(par, layout, True, fits, need / GIB, reason)
+
+
+def chip_memory_bytes(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> float:
+    """HBM bytes per chip: the stage needing the most per rank, times the ranks per chip
+    (what ``summary.json`` reports as ``memory_gib_per_chip.total``)."""
+    per_rank = max(
+        memory_per_rank(model, par, train, layout, stage).total for stage in range(layout.pp)
+    )
+    return per_rank * layout.ranks_per_chip
