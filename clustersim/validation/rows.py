@@ -16,13 +16,14 @@ import yaml
 from pydantic import Field, ValidationError
 
 from clustersim import catalog
-from clustersim.catalog.schema import Bytes, Strict
+from clustersim.catalog.schema import Bytes, Duration, Strict
 from clustersim.errors import CatalogError
 
 __all__ = [
     "CollectiveRef",
     "Published",
     "References",
+    "ReliabilityRef",
     "Row",
     "TrainingRef",
     "references",
@@ -70,12 +71,32 @@ class CollectiveRef(Strict):
     tolerance: Tolerance = Field(default=0.01, gt=0, le=1)
 
 
+class ReliabilityRef(Strict):
+    """A checkpoint-interval or long-horizon check (see ``validation.reliability``)."""
+
+    name: str
+    check: Literal["daly", "young", "ettr", "goodput"]
+    write_s: Duration
+    mtbf_s: Duration
+    published_s: Duration | None = None
+    downtime_s: Duration = 0.0
+    horizon_mtbfs: float = Field(default=2000.0, gt=0, le=1e6)
+    seeds: int = Field(default=4, ge=1, le=64)
+    source: str
+    tolerance: Tolerance = Field(default=0.02, gt=0, le=1)
+
+
 class References(Strict):
     training: tuple[TrainingRef, ...]
     collectives: tuple[CollectiveRef, ...]
+    reliability: tuple[ReliabilityRef, ...] = ()
 
     def names(self) -> list[str]:
-        return [r.name for r in self.training] + [r.name for r in self.collectives]
+        return (
+            [r.name for r in self.training]
+            + [r.name for r in self.collectives]
+            + [r.name for r in self.reliability]
+        )
 
 
 @cache
