@@ -143,3 +143,25 @@ def test_train_tokens_adds_time_to_train(write_study: Callable[..., Path], study
     path = write_study("name: ttt\nbase: mini.yaml\nreport: {train_tokens: 3.6e9}\n")
     row = _run(path, study_dir / "out").frame.iloc[0]
     assert row["time_to_train_h"] == pytest.approx(3.6e9 / row["tokens_per_s"] / 3600)
+
+
+@pytest.mark.slow
+def test_example_studies_run(tmp_path: Path) -> None:
+    """The example studies run to the end with their failures recorded (minutes)."""
+    root = Path(__file__).parents[2] / "scenarios" / "studies"
+    for path in sorted(root.glob("*.yaml")):
+        out = tmp_path / path.stem
+        outcome = run_study(load_study(path), out, lambda: LocalExecutor(None))
+        assert outcome.ok > 0 and outcome.points == outcome.ok + outcome.failed
+        assert main(["report", str(out)]) == 0
+
+
+@pytest.mark.slow
+def test_cli_dask_local_processes(write_study: Callable[..., Path], study_dir: Path) -> None:
+    """``--dask-local`` with worker processes, as users run it."""
+    path = write_study(GRID_STUDY)
+    assert main(["sweep", str(path), "--out", str(study_dir / "d"), "--dask-local", "2",
+                 "--quiet"]) == 0  # fmt: skip
+    local = _run(path, study_dir / "l")
+    dask = pd.read_parquet(study_dir / "d" / RESULTS)
+    pd.testing.assert_frame_equal(_stable(local.frame), _stable(dask))
