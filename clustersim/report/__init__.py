@@ -38,6 +38,7 @@ _LINKED_FILES = (
 FIGURE_MODULES: tuple[str, ...] = (
     "clustersim.report.figures",
     "clustersim.report.topology",
+    "clustersim.report.reliability",
     "clustersim.report.compare",
 )
 

@@ -117,3 +117,16 @@ def test_bad_input_names_its_key(
     if section and not extra:  # check refuses what reliability refuses
         assert main(["check", str(scenario)]) == 2
         assert capsys.readouterr().err.startswith(f"clustersim: error: {where}")
+
+
+def test_reliability_figure() -> None:
+    from clustersim.failures import evaluate
+    from clustersim.report import RunData
+    from clustersim.report.reliability import reliability
+    from clustersim.scenario import load_scenario
+
+    res = load_scenario(TINY + "failures: {preset: llama3-54d, horizon: 54d}\n")
+    rel, _ = evaluate(res, 1.0, 100.0, seeds=2)
+    fig = reliability(RunData({"scenario": "tiny", "reliability": rel}))
+    assert fig is not None and len(fig.axes) == 2
+    assert reliability(RunData({"scenario": "tiny"})) is None
