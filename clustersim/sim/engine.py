@@ -62,8 +62,16 @@ class CompiledProgram:
         # The rank loop unpacks tuples: cheaper than attribute access per segment.
         self.steps_view = [(seg.kind, seg.total_s, seg.instr) for seg in self.segments]
 
-    def op_times(self, seg_start: np.ndarray, seg_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-instruction start and end times from per-segment ones (any number of steps)."""
+    def op_times(
+        self,
+        seg_start: np.ndarray,
+        seg_end: np.ndarray,
+        warp: Callable[[float, float], float] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-instruction start and end times from per-segment ones (any number of steps).
+
+        ``warp`` is the rank's chip's slowdown (``StepSim.slowdown``), if it straggles.
+        """
         nseg = len(self.segments)
         steps = len(seg_start) // nseg if nseg else 0
         n = len(self.program.instrs)
@@ -75,8 +83,8 @@ class CompiledProgram:
                 if seg.offsets is not None:
                     offsets = seg.offsets
                     t1 = seg_end[step * nseg + j]  # recorded only for a straggling chip
-                    if t1 > t0 + seg.total_s > t0:
-                        offsets = offsets * ((t1 - t0) / seg.total_s)
+                    if warp is not None and t1 > t0 + seg.total_s > t0:
+                        offsets = np.asarray([warp(t0, w) for w in offsets.tolist()])
                     starts[a:b] = t0 + offsets[:-1]
                     ends[a:b] = t0 + offsets[1:]
                 else:

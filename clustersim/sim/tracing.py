@@ -45,7 +45,8 @@ def trace_frame(result: Result) -> pd.DataFrame:
     starts, ends = [], []
     for pos, r in enumerate(ranks):
         compiled = result.compiled[layout.stage(r)]
-        op_start, op_end = compiled.op_times(sim.seg_start[pos], sim.seg_end[pos])
+        warp = sim.slowdown.get(layout.chip_of(r)) if sim.slowdown else None
+        op_start, op_end = compiled.op_times(sim.seg_start[pos], sim.seg_end[pos], warp)
         starts.append(op_start)
         ends.append(op_end)
     frame = build_frame(
