@@ -192,7 +192,8 @@ def collective_s(op: str, nbytes: float, levels: list[Level], sharing: int) -> f
 
 @dataclass(frozen=True)
 class Estimate:
-    """The estimated step and its parts, in seconds (the parts are per stage-0 rank)."""
+    """The estimated step and its parts in seconds, the parts averaged over the stages
+    as ``summary.json``'s breakdown averages over ranks."""
 
     step_time_s: float
     compute_s: float
@@ -339,13 +340,14 @@ class Estimator:
         step = max(ends)
         peak = self.chip.peak_flops(self.train.precision) * layout.chips
         sends = 2 * n_mb * p2p if pp > 1 else 0.0
+        bubble = sum(max(pipeline - n_mb * t - sends, 0.0) for t in per_mb)
         return Estimate(
             step_time_s=step,
-            compute_s=n_mb * comp[0],
-            comm_s=n_mb * comm[0] + sends,
-            bubble_s=max(pipeline - n_mb * per_mb[0] - sends, 0.0),
-            dp_exposed_s=tails[0][0],
-            optimizer_s=tails[0][1],
+            compute_s=n_mb * sum(comp) / pp,
+            comm_s=n_mb * sum(comm) / pp + sends,
+            bubble_s=bubble / pp,
+            dp_exposed_s=sum(t[0] for t in tails) / pp,
+            optimizer_s=sum(t[1] for t in tails) / pp,
             mfu=self.flops_per_step / (step * peak) if step > 0 else 0.0,
         )
 
