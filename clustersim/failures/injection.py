@@ -442,21 +442,19 @@ class Injector:
 
     def _set_lanes(self, link: int, lanes: int) -> None:
         topo = self.topology
-        before = self.physical_lanes(link)
-        if lanes == before and link not in self._pending:
-            return
-        self._lanes[link] = lanes
         if lanes == 0:
-            # Failed: carries nothing from now on, but routes keep crossing it until detection.
-            if before > 0:
+            if self.physical_lanes(link) > 0:
+                # Failed: carries nothing from now on, but routes cross it until detection.
+                self._lanes[link] = 0
                 topo.set_capacity_factor(link, 0.0)
             return
         self._pending.pop(link, None)  # a pending detection of an earlier failure is moot
-        if topo.capacity_factor(link) != self._degrade.get(link, 1.0):
-            topo.set_capacity_factor(link, self._degrade.get(link, 1.0))
+        self._lanes.pop(link, None)
+        factor = self._degrade.get(link, 1.0)
+        if topo.capacity_factor(link) != factor:
+            topo.set_capacity_factor(link, factor)
         if topo.lanes_up(link) != lanes:
             topo.set_lanes_up(link, lanes)
-        del self._lanes[link]
 
     def _schedule_detection(self, links: list[int], rec: dict[str, Any]) -> None:
         self._generation += 1

@@ -180,6 +180,18 @@ def test_degrade_survives_a_lane_change_and_up_clears_it() -> None:
     assert topo.capacity_Bps[link] == CAP
 
 
+def test_up_clears_a_degrade_on_a_healthy_link() -> None:
+    topo = pair(lanes=1)
+    env = simpy.Environment()
+    plan = [
+        inj(at=0, target={"link": [0, 1]}, kind={"degrade": 0.5}),
+        inj(at=1, target={"link": [1, 0]}, kind="up"),
+    ]
+    Injector(env, topo, resolve(plan, topo), detect_delay_s=0.0).start()
+    env.run()
+    assert (topo.capacity_Bps == topo.nominal_Bps).all()
+
+
 def test_chip_down_raises_step_failure_at_its_time() -> None:
     topo = ring(4)
     env = simpy.Environment()
