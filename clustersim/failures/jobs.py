@@ -136,8 +136,9 @@ def validate(res: Resolved) -> None:
     cfg = res.scenario.failures
     classes = _classes(res)
     _degraded_step(cfg, 1.0, None)
-    if cfg.horizon is not None:
-        _check_failures(classes, cfg.horizon, "failures.horizon", cfg.horizon)
+    if cfg.horizon is not None or cfg.target_tokens is None:
+        horizon = cfg.horizon if cfg.horizon is not None else DEFAULT_HORIZON_S
+        _check_failures(classes, horizon, "failures.horizon", cfg.horizon)
 
 
 def _check_failures(

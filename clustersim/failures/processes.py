@@ -35,7 +35,7 @@ __all__ = [
     "sample_failures",
 ]
 
-MAX_FAILURES = 2_000_000
+MAX_FAILURES = 1_000_000
 """Most failures one simulated horizon may expect: beyond it the scenario's rates
 (or its horizon) are refused rather than drawn."""
 
@@ -167,10 +167,18 @@ def sample_failures(
         n = int(rng.poisson(cls.rate_per_s * horizon_s))
         return np.sort(rng.uniform(0.0, horizon_s, size=n))
     out: list[NDArray[np.float64]] = []
+    drawn = 0
     t = cls.scale_s * rng.weibull(cls.shape, size=cls.components)
     t = t[t < horizon_s]
     while t.size:
         out.append(t)
+        drawn += t.size
+        if drawn > MAX_FAILURES:  # infant mortality can fail far more often than the MTBF says
+            raise ScenarioError(
+                f"failures.rates.{cls.name}.shape",
+                cls.shape,
+                f"more than {MAX_FAILURES:,} failures over the horizon; check the rates",
+            )
         t = t + cls.scale_s * rng.weibull(cls.shape, size=t.size)
         t = t[t < horizon_s]
     return np.sort(np.concatenate(out)) if out else np.empty(0)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from clustersim.errors import ScenarioError
 from clustersim.failures.jobs import JobSetup, build_job
 from clustersim.failures.reliability import (
     EVENT_COLUMNS,
@@ -48,9 +49,20 @@ Progress = Callable[[int, int], None]
 """Called with (done, total) as replications finish."""
 
 
-def _one(args: tuple[JobModel, int, int]) -> Outcome:
+def _one(args: tuple[JobModel, int, int]) -> Outcome | tuple[str, Any, str]:
+    """One replication; bad input comes back as the error's fields (a ``ScenarioError``
+    does not survive pickling between processes)."""
     model, seed, base = args
-    return simulate_job(model, seed, base)
+    try:
+        return simulate_job(model, seed, base)
+    except ScenarioError as exc:
+        return (exc.path, exc.value, exc.problem)
+
+
+def _outcome(result: Outcome | tuple[str, Any, str]) -> Outcome:
+    if isinstance(result, tuple):
+        raise ScenarioError(*result)
+    return result
 
 
 def _map(
@@ -61,14 +73,14 @@ def _map(
     out: list[Outcome | None] = [None] * total
     if workers <= 1 or total <= 1:
         for i, task in enumerate(tasks):
-            out[i] = _one(task)
+            out[i] = _outcome(_one(task))
             if progress is not None:
                 progress(i + 1, total)
     else:
         with ProcessPoolExecutor(max_workers=min(workers, total)) as pool:
             futures = {pool.submit(_one, task): i for i, task in enumerate(tasks)}
             for done, fut in enumerate(as_completed(futures), 1):
-                out[futures[fut]] = fut.result()
+                out[futures[fut]] = _outcome(fut.result())
                 if progress is not None:
                     progress(done, total)
     return [o for o in out if o is not None]

@@ -130,3 +130,17 @@ def test_reliability_figure() -> None:
     fig = reliability(RunData({"scenario": "tiny", "reliability": rel}))
     assert fig is not None and len(fig.axes) == 2
     assert reliability(RunData({"scenario": "tiny"})) is None
+
+
+def test_infant_mortality_beyond_the_limit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Weibull shape far below 1 fails far more often than its MTBF says: refused
+    with the key path, from a worker process too."""
+    scenario = tmp_path / "infant.yaml"
+    rates = "{mtbf: 1.5s, per: chip, effect: job, shape: 0.1}"
+    scenario.write_text(TINY + f"failures: {{rates: {{infant: {rates}}}, horizon: 1d}}\n")
+    rc = main(["reliability", str(scenario), "--step-time", "1s", "--seeds", "2", "--workers", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.startswith("clustersim: error: failures.rates.infant.shape"), err
