@@ -474,4 +474,7 @@ class Injector:
             topo.set_capacity_factor(link, self._degrade.get(link, 1.0))
             del self._lanes[link]
         if noticed and rec["detected_s"] is None:
-            rec["detected_s"] = float(self.env.now)
+            now = float(self.env.now)
+            rec["detected_s"] = now
+            what = str(rec["effect"]).split(";", 1)[0]
+            rec["effect"] = f"{what}; detected, rerouted at {now * 1e3:.6g} ms"
