@@ -419,6 +419,10 @@ def _check(args: argparse.Namespace) -> int:
     res = load_scenario(args.scenario, args.sets)
     # Programs are built per stage, as a folded run would: bound that work too.
     pl = plan(res, check_memory=False, limits=Limits(), folded=True)
+    if res.scenario.failures.inject:
+        from clustersim.sim.injected import check_injections
+
+        check_injections(res)
     lay = pl.layout
     con = Console()
     cluster = (

@@ -21,7 +21,8 @@ import simpy
 from clustersim import __version__
 from clustersim.failures.injection import Injector, StepFailure, resolve
 from clustersim.network import Network
-from clustersim.network.topology import Topology
+from clustersim.network.topology import Topology, build_topology
+from clustersim.scenario import Resolved
 from clustersim.scenario.failures import FailuresCfg
 from clustersim.workload import microbatches, model_flops_per_step
 
@@ -31,7 +32,13 @@ if TYPE_CHECKING:
     from clustersim.sim.engine import StepSim
     from clustersim.sim.run import Plan
 
-__all__ = ["INJECTION_COLUMNS", "build_injector", "failed_summary", "injection_frame"]
+__all__ = [
+    "INJECTION_COLUMNS",
+    "build_injector",
+    "check_injections",
+    "failed_summary",
+    "injection_frame",
+]
 
 INJECTION_COLUMNS = (
     "index", "at_s", "target", "name", "kind", "factor", "applied_s", "detected_s", "effect",
@@ -49,6 +56,12 @@ def build_injector(env: simpy.Environment, topology: Topology, cfg: FailuresCfg)
     injector = Injector(env, topology, actions, detect_delay_s=cfg.link_detect_delay)
     injector.start()
     return injector
+
+
+def check_injections(res: Resolved) -> None:
+    """Check ``failures.inject`` against the scenario's topology (for ``clustersim check``)."""
+    sc = res.scenario
+    resolve(sc.failures.inject, build_topology(res.instance, res.chip, sc.cluster.count))
 
 
 def failed_summary(

@@ -169,6 +169,10 @@ def test_bad_target_exits_2_naming_the_key(
 ) -> None:
     scenario = tmp_path / "bad.yaml"
     scenario.write_text(with_failures(SMALL, f"{{inject: [{{target: {target}}}]}}"))
-    assert main(["run", str(scenario), "--out", str(tmp_path / "o"), "--quiet"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"clustersim: error: {path}:")
+    for argv in (
+        ["run", str(scenario), "--out", str(tmp_path / "o"), "--quiet"],
+        ["check", str(scenario)],
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"clustersim: error: {path}:")
