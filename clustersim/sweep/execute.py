@@ -153,16 +153,22 @@ class LocalExecutor:
         self.workers = workers or default_workers()
         self.description = f"local pool, {self.workers} worker{'s' * (self.workers != 1)}"
         self._pool: Any = None
+        if self.workers > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            # Start the workers now, before this process runs other threads (the progress
+            # bar's): forking a process with threads can copy a lock while it is held.
+            self._pool.submit(os.getpid).result()
 
     def run(self, tasks: Sequence[PointTask]) -> Iterator[dict[str, Any]]:
         if self.workers == 1 or len(tasks) <= 1:
             for task in tasks:
                 yield run_point(task)
             return
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
-        self._pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)))
         # A bounded window of submitted tasks: memory stays flat for huge studies.
         window = 4 * self.workers
         queue = iter(tasks)
