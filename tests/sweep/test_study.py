@@ -145,11 +145,15 @@ def test_train_tokens_adds_time_to_train(write_study: Callable[..., Path], study
     assert row["time_to_train_h"] == pytest.approx(3.6e9 / row["tokens_per_s"] / 3600)
 
 
+EXAMPLES = ("trn2-llama3-8b-tp-microbatch", "p5-llama3-8b-checkpoint-montecarlo")
+
+
 @pytest.mark.slow
 def test_example_studies_run(tmp_path: Path) -> None:
     """The example studies run to the end with their failures recorded (minutes)."""
     root = Path(__file__).parents[2] / "scenarios" / "studies"
-    for path in sorted(root.glob("*.yaml")):
+    for name in EXAMPLES:
+        path = root / f"{name}.yaml"
         out = tmp_path / path.stem
         outcome = run_study(load_study(path), out, lambda: LocalExecutor(None))
         assert outcome.ok > 0 and outcome.points == outcome.ok + outcome.failed
