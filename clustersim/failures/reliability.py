@@ -33,6 +33,11 @@ Recovery policies (as on the EKS UltraServer operator):
   and the job goes on at the degraded step time until the link is repaired, with
   no rollback; node and software faults restart as ``restart_all``.
 
+Under the first two policies a cut link takes its node out of the job (cordoned
+until repaired, replaced by a spare) like a node failure, so the restarted job
+runs healthy; under ``continue_degraded`` the job keeps the node and pays the
+degraded step time instead.
+
 Failures strike at any time, also while checkpointing and recovering (a failure
 during a recovery starts it again), as in Daly's model: with exponential
 failures the means converge to ``analytic.expected_ettr``.
@@ -304,10 +309,12 @@ class _Job:
                 self._enter("reroute", self.m.detection_s)
                 self._poke()
             return  # elsewhere the job goes on; it trains degraded once it trains again
-        if cls.effect == "node":
+        # A cut link the job does not run degraded over takes its node out of the job
+        # (cordoned until the link is repaired), as a node failure does.
+        if cls.effect in ("node", "link"):
             self.nodes_needed += 1
             self.env.process(self._repair_node(cls.repair_s))
-        migratable = cls.effect == "node" and self.m.recovery == "migrate_affected"
+        migratable = cls.effect != "job" and self.m.recovery == "migrate_affected"
         row[4] = "migrate" if migratable else "restart"
         down = state in ("detect", "acquire", "restart")
         if not down:

@@ -118,8 +118,9 @@ class FailureClassCfg(Strict):
     Weibull shape (1: exponential; below 1 infant mortality, above 1 wear-out).
     ``effect``: ``node`` takes the component's instance out (it needs a spare or a
     replacement), ``job`` crashes the job only (a software fault; restart in
-    place), ``link`` cuts a link (the job can continue degraded where the
-    recovery policy allows). ``repair`` is how long the failed component stays
+    place), ``link`` cuts a link (the job continues degraded under
+    ``recovery: continue_degraded``; otherwise the link's node is cordoned and
+    replaced like a failed node). ``repair`` is how long the failed component stays
     out: a node returns to the spare pool, a link to service. In a scenario every
     key is optional when the class overrides a preset's class of the same name.
     """
