@@ -342,7 +342,8 @@ def _injection_notes(s: dict[str, Any]) -> list[str]:
         factor = f" {r['factor']:g}" if r["factor"] is not None else ""
         when = "not reached" if r["applied_s"] is None else f"at {r['applied_s'] * 1e3:.3f} ms"
         effect = f": {r['effect']}" if r["effect"] else ""
-        out.append(f"injected {r['kind']}{factor} on {r['target']} {r['name']} {when}{effect}")
+        what = r["name"] if str(r["name"]).startswith(r["target"]) else f"{r['target']} {r['name']}"
+        out.append(f"injected: {what} {r['kind']}{factor} {when}{effect}")
     return out
 
 

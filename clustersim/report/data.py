@@ -114,6 +114,12 @@ def load_run(directory: Path, *, trace: bool = True) -> RunData:
     missing = [k for k in required if not isinstance(summary, dict) or k not in summary]
     if missing:
         raise ScenarioError(str(path), missing, "summary.json lacks required keys")
+    failed = summary.get("step_failed")
+    if isinstance(failed, dict):  # an injected chip or instance failure: no finished step
+        raise ScenarioError(
+            str(path), failed.get("cause"), f"the step failed at {failed.get('at_s')} s; "
+            "a report needs a finished step (see summary.json and injections.parquet)",
+        )  # fmt: skip
     resolved_yaml, resolved = "", {}
     rpath = directory / "resolved_scenario.yaml"
     if rpath.is_file():

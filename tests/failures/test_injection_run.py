@@ -94,6 +94,9 @@ def test_chip_down_fails_the_step(healthy: Result, tmp_path: Path, capsys: Any) 
     assert injections.loc[0, "effect"] == "step failed"
     assert injections.loc[0, "applied_s"] == t
     assert not (out / "report.html").exists()
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 2  # no finished step to report on
+    assert "a report needs a finished step" in capsys.readouterr().err
 
 
 def test_instance_down_in_a_later_step(healthy: Result) -> None:
