@@ -72,6 +72,7 @@ __all__ = [
 
 _Plan = tuple[tuple[FlowGroup, float, float], ...]
 _IntArray = NDArray[np.int64]
+_SEND_PAIR: _IntArray = np.asarray([[0, 1]], dtype=np.int64)
 
 
 class Network:
@@ -113,7 +114,7 @@ class Network:
         self._placement: Placement | None = None
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
-        self._send_groups: dict[tuple[int, int, int], tuple[object, FlowGroup]] = {}
+        self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
         self._plans_version = topology.version
         self.collectives_started = 0
         self.sends_started = 0
@@ -216,17 +217,7 @@ class Network:
 
     def _replica_send_group(self, src: int, dst: int, replicas: ArrayLike) -> FlowGroup:
         self._check_version()
-        key = (src, dst, id(replicas))
-        found = self._send_groups.get(key)
-        if found is not None and found[0] is replicas:
-            return found[1]
-        chips = self._rows_chips(replicas, 2, "send replicas")
-        pairs = tuple(zip(chips[:, 0].tolist(), chips[:, 1].tolist(), strict=True))
-        group = self.flows.group(pairs)
-        if len(self._send_groups) >= self.max_cached_plans:
-            self._send_groups.clear()
-        self._send_groups[key] = (replicas, group)
-        return group
+        return self._folded_group(replicas, (src, dst), _SEND_PAIR, "send replicas")
 
     def _run(self, plan: _Plan) -> Generator[simpy.Event, Any, None]:
         for group, nbytes, latency_s in plan:
@@ -235,7 +226,7 @@ class Network:
     def _check_version(self) -> None:
         if self._plans_version != self.topology.version:
             self._plans.clear()
-            self._send_groups.clear()
+            self._folded.clear()
             self._plans_version = self.topology.version
 
     def _plan(
@@ -255,45 +246,72 @@ class Network:
             raise SimulationError(f"{op} over an empty group")
         if not (nbytes >= 0 and math.isfinite(nbytes)):
             raise SimulationError(f"{op}: nbytes must be finite and >= 0 (got {nbytes})")
-        chips = [self._chip(r) for r in ranks]
-        rows: _IntArray = (
-            np.asarray([chips], dtype=np.int64)
-            if replicas is None
-            else self._rows_chips(replicas, len(ranks), f"{op} replicas")
-        )
+        chips = np.asarray([self._chip(r) for r in ranks], dtype=np.int64)
         out = []
         for step, pairs in self._steps_of(op, ranks, nbytes):
-            src, dst = rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()
-            group = self.flows.group(tuple(zip(src.tolist(), dst.tolist(), strict=True)))
-            if len(rows) > 1:
-                group = self._on_representative_links(group, rows[0], pairs)
+            if replicas is not None:
+                group = self._folded_group(replicas, ranks, pairs, f"{op} replicas")
+            else:
+                src, dst = chips[pairs[:, 0]], chips[pairs[:, 1]]
+                group = self.flows.group(tuple(zip(src.tolist(), dst.tolist(), strict=True)))
             k = step.repeats
             out.append((group, k * step.bytes_per_flow, k * group.latency_s))
         plan = tuple(out)
         self._plans[key] = (replicas, plan)
         return plan
 
-    def _on_representative_links(
-        self, group: FlowGroup, rep_chips: _IntArray, pairs: _IntArray
+    def _folded_group(
+        self, replicas: ArrayLike, ranks: Sequence[int], pairs: _IntArray, what: str
     ) -> FlowGroup:
-        """``group`` restricted to the links its first replica's flows cross.
+        """One step (``pairs`` of positions in a row) of every row of ``replicas``, rows of
+        ranks that start with ``ranks``, restricted to the first row's links (cached).
 
         The replicas of a folded collective are images of one another under the
         fabric's symmetry, and so are the loads they put on links: every link a
         replica crosses has an image, just as loaded, among the first replica's
-        links. Keeping only those rows (with the counts of every replica on them)
-        leaves each max-min constraint in place while the solver sees one
-        group's links instead of every group's.
+        links. Keeping only those rows of the incidence (with the counts of every
+        replica on them) leaves each max-min constraint in place while the solver
+        sees one group's links instead of every group's.
+
+        Only flows that can reach those links are routed. A route between two chips
+        of one scale-up domain stays inside it while every link is up, so such
+        flows count only in the domains of the first replica's chips; flows between
+        domains are routed in bulk by the scale-out fabric. The cost then follows
+        one replica and the shared scale-out tiers, not the number of replicas.
         """
-        rep = self.flows.group(
-            tuple(
-                zip(rep_chips[pairs[:, 0]].tolist(), rep_chips[pairs[:, 1]].tolist(), strict=True)
-            )
+        key = (id(replicas), pairs.tobytes())
+        found = self._folded.get(key)
+        if found is not None and found[0] is replicas:
+            return found[1]
+        topo = self.topology
+        rows = self._rows_chips(replicas, len(ranks), what)
+        if rows[0].tolist() != [self._chip(r) for r in ranks]:
+            raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
+        src, dst = rows[:, pairs[:, 0]], rows[:, pairs[:, 1]]
+        rep = self.flows.group(tuple(zip(src[0].tolist(), dst[0].tolist(), strict=True)))
+        src, dst = src.ravel(), dst.ravel()
+        if topo.links_down == 0 and topo.n_domains > 1:
+            domain = topo.chip_domain
+            near = np.unique(domain[np.concatenate([rows[0, pairs[:, 0]], rows[0, pairs[:, 1]]])])
+            src_dom = domain[src]
+            keep = (src_dom != domain[dst]) | np.isin(src_dom, near)
+            routed_src, routed_dst = src[keep], dst[keep]
+        else:
+            routed_src, routed_dst = src, dst
+        flat, latency = topo.routes(np.stack([routed_src, routed_dst], axis=1))
+        links, counts = np.unique(flat, return_counts=True)
+        on_rep = np.isin(links, rep.links, assume_unique=True)
+        group = FlowGroup(
+            links[on_rep].astype(np.int64),
+            counts[on_rep].astype(np.float64),
+            int(src.size),
+            float(latency.max()) if latency.size else 0.0,
+            np.stack([src, dst], axis=1),
         )
-        keep = np.isin(group.links, rep.links, assume_unique=True)
-        return FlowGroup(
-            group.links[keep], group.counts[keep], group.n_flows, group.latency_s, group.pairs
-        )
+        if len(self._folded) >= self.max_cached_plans:
+            self._folded.clear()
+        self._folded[key] = (replicas, group)
+        return group
 
     def _steps_of(
         self, op: str, ranks: tuple[int, ...], nbytes: float

@@ -59,14 +59,15 @@ class FlowGroup:
 
     ``links`` are distinct link indices and ``counts`` how many of the group's
     flows cross each; ``latency_s`` is the longest route latency of its flows.
-    ``pairs`` are the chip pairs it was routed from (to reroute it after a failure).
+    ``pairs`` are the chip pairs it was routed from (to reroute it after a failure):
+    a tuple, or an ``n x 2`` array for the many flows of a folded step.
     """
 
     links: NDArray[np.int64]
     counts: NDArray[np.float64]
     n_flows: int
     latency_s: float
-    pairs: Pairs = ()
+    pairs: Pairs | NDArray[np.int64] = ()
 
 
 class FlowNetwork:
@@ -109,6 +110,8 @@ class FlowNetwork:
         self._remaining = np.zeros(0, dtype=np.float64)
         self._rate = np.zeros(0, dtype=np.float64)
         self._load_Bps = np.zeros(n_links)
+        self._occupancy = np.zeros(n_links, dtype=np.int64)
+        """Active entities crossing each link: a link is shared when this exceeds 1."""
         self._loaded = np.zeros(0, dtype=np.int64)
         self._pending: list[tuple[FlowGroup, float, simpy.Event]] = []
         self._last_s = float(env.now)
@@ -140,7 +143,7 @@ class FlowNetwork:
         topo = self.topology
         return self.stats.summary(topo.names, topo.kinds, topo.capacity_Bps, top)
 
-    def group(self, pairs: Sequence[tuple[int, int]]) -> FlowGroup:
+    def group(self, pairs: Sequence[tuple[int, int]] | NDArray[np.int64]) -> FlowGroup:
         """Route ``(src_chip, dst_chip)`` pairs into a :class:`FlowGroup` (cached).
 
         Raises :class:`~clustersim.errors.PartitionError` when a pair has no route.
@@ -150,6 +153,8 @@ class FlowNetwork:
             self._groups.clear()
             self._groups_version = topo.version
             self._cached_pairs = 0
+        if isinstance(pairs, np.ndarray):
+            pairs = tuple(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
         key = pairs if isinstance(pairs, tuple) else tuple(pairs)
         found = self._groups.get(key)
         if found is not None:
@@ -211,6 +216,9 @@ class FlowNetwork:
         load = np.zeros(n)
         load[: self._load_Bps.size] = self._load_Bps
         self._load_Bps = load
+        occupancy = np.zeros(n, dtype=np.int64)
+        occupancy[: self._occupancy.size] = self._occupancy
+        self._occupancy = occupancy
         old, self.stats = self.stats, LinkStats(n, start_s=float(self.env.now))
         self.stats.bytes[: old.n_links] = old.bytes
 
@@ -259,6 +267,7 @@ class FlowNetwork:
         self._events.extend(done for _, _, done in pending)
         self._active.extend(groups)
         self._nnz = np.concatenate([self._nnz, [g.links.size for g in groups]]).astype(np.int64)
+        np.add.at(self._occupancy, np.concatenate([g.links for g in groups]), 1)
         self._links = np.concatenate([self._links, *(g.links for g in groups)])
         self._counts = np.concatenate([self._counts, *(g.counts for g in groups)])
         self._n_flows = np.concatenate([self._n_flows, [float(g.n_flows) for g in groups]])
@@ -280,7 +289,7 @@ class FlowNetwork:
         for e in dead:
             pairs = self._active[e].pairs
             try:
-                if not pairs:
+                if len(pairs) == 0:
                     raise PartitionError(
                         f"a transfer over links {self._links_of(e)} lost a link and was "
                         "created without its pairs, so it cannot be rerouted"
@@ -299,6 +308,8 @@ class FlowNetwork:
         self._nnz = np.asarray([x.size for x in links], dtype=np.int64)
         self._links = np.concatenate(links)
         self._counts = np.concatenate(counts)
+        self._occupancy[:] = 0
+        np.add.at(self._occupancy, self._links, 1)
         if failed.any():
             self._drop(failed, errors)
 
@@ -308,13 +319,7 @@ class FlowNetwork:
         if n == 0:
             self._set_loads(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
             return
-        loaded, rows = np.unique(self._links, return_inverse=True)
-        rows = rows.ravel()
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(self._nnz, out=indptr[1:])
-        capacity = self.topology.capacity_Bps[loaded]
-        counts = np.asarray(self._counts, dtype=np.float64)
-        rate = maxmin_rates_csc(indptr, rows, counts, capacity)
+        rate, loaded, load, capacity = self._rates(n)
         self.solves += 1
         # Rate 0 is a stall: a link on the route has failed and routing has not
         # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
@@ -325,10 +330,6 @@ class FlowNetwork:
                 "a link on its route has no capacity"
             )
         self._rate = rate
-        ent_of_nz = np.repeat(np.arange(n, dtype=np.int64), self._nnz)
-        load: NDArray[np.float64] = np.bincount(
-            rows, weights=counts * rate[ent_of_nz], minlength=loaded.size
-        ).astype(np.float64, copy=False)
         self._set_loads(loaded, load, capacity)
         moving = rate > 0
         remaining = self._remaining
@@ -338,6 +339,50 @@ class FlowNetwork:
             remaining, rate = remaining[moving], rate[moving]  # for the wake-up time only
         delay = max(float((remaining / rate).min()), 0.0)
         self.env.timeout(delay).callbacks.append(partial(self._on_wake, self._generation))
+
+    def _rates(
+        self, n: int
+    ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
+        """Max-min rates of the ``n`` active entities, and the loaded links with their
+        loads and capacities.
+
+        An entity that shares none of its links with another runs at the rate of
+        its own tightest link, whatever the others do; only the entities that share
+        links go through progressive filling, over their links alone. In a folded
+        run most solves share no link at all (stages and groups on disjoint links).
+        """
+        links, counts, nnz = self._links, self._counts, self._nnz
+        ent_of_nz = np.repeat(np.arange(n, dtype=np.int64), nnz)
+        cap_nz = self.topology.capacity_Bps[links]
+        sharing = np.zeros(n, dtype=bool)
+        shared_nz = self._occupancy[links] > 1
+        if not nnz.all():
+            sharing[:] = True  # an entity without links: let the solver report it
+        elif shared_nz.any():
+            sharing[ent_of_nz[shared_nz]] = True
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(nnz[:-1], out=starts[1:])
+        rate: NDArray[np.float64] = (
+            np.full(n, np.inf) if sharing.all() else np.minimum.reduceat(cap_nz / counts, starts)
+        )
+        if not sharing.any():
+            return rate, links, counts * rate[ent_of_nz], cap_nz
+        on_sharing = sharing[ent_of_nz]
+        loaded, rows = np.unique(links[on_sharing], return_inverse=True)
+        rows = rows.ravel()
+        capacity = self.topology.capacity_Bps[loaded]
+        indptr = np.zeros(int(sharing.sum()) + 1, dtype=np.int64)
+        np.cumsum(nnz[sharing], out=indptr[1:])
+        rate[sharing] = maxmin_rates_csc(indptr, rows, counts[on_sharing], capacity)
+        load_nz = counts * rate[ent_of_nz]
+        shared_load = np.bincount(rows, weights=load_nz[on_sharing], minlength=loaded.size)
+        lone = ~on_sharing
+        return (
+            rate,
+            np.concatenate([links[lone], loaded]),
+            np.concatenate([load_nz[lone], shared_load]),
+            np.concatenate([cap_nz[lone], capacity]),
+        )
 
     def _set_loads(
         self, links: NDArray[np.int64], load: NDArray[np.float64], capacity: NDArray[np.float64]
@@ -374,6 +419,7 @@ class FlowNetwork:
         self._events = [ev for ev, k in zip(events, keep, strict=True) if k]
         self._active = [g for g, k in zip(self._active, keep, strict=True) if k]
         per_nnz = np.repeat(keep, self._nnz)
+        np.subtract.at(self._occupancy, self._links[~per_nnz], 1)
         self._links = self._links[per_nnz]
         self._counts = self._counts[per_nnz]
         self._nnz = self._nnz[keep]

@@ -271,7 +271,7 @@ class Topology(LinkTable):
             else np.zeros(src.size, dtype=bool)
         )
         route = self.route
-        single = [route(int(s), int(d)) for s, d in chips[~cross]]
+        single = self._domain_routes(chips[~cross])
         flat_parts = [np.fromiter(itertools.chain.from_iterable(single), dtype=np.int64)]
         lat_parts = [self._latencies(single)]
         if scaleout is not None and cross.any():
@@ -288,6 +288,37 @@ class Topology(LinkTable):
             flat_parts.append(matrix[real])
             lat_parts.append(np.where(real, self.latency_s[matrix], 0.0).sum(axis=1))
         return np.concatenate(flat_parts), np.concatenate(lat_parts)
+
+    def _domain_routes(self, chips: Int64s) -> list[tuple[int, ...]]:
+        """:meth:`route` of each pair (a row of ``chips``) within one domain, in bulk.
+
+        Pairs not cached yet take their preferred paths from ``path_fn`` and are
+        turned into links by one vectorised lookup, instead of one per pair.
+        """
+        cache = self._routes
+        pairs = [(s, d) for s, d in chips.tolist()]
+        path_fn = self.path_fn
+        bulk = (
+            sorted({pair for pair in pairs if pair[0] != pair[1] and pair not in cache})
+            if path_fn is not None
+            else []
+        )
+        if path_fn is not None and len(bulk) > 1:
+            nodes = [path_fn(s, d) for s, d in bulk]
+            hops = np.fromiter((len(n) - 1 for n in nodes), dtype=np.int64, count=len(nodes))
+            flat = np.fromiter(itertools.chain.from_iterable(nodes), dtype=np.int64)
+            ends = np.cumsum(hops + 1)
+            is_last = np.zeros(flat.size, dtype=bool)
+            is_last[ends - 1] = True
+            links = self.links_between(flat[:-1][~is_last[:-1]], flat[1:][~is_last[:-1]])
+            usable = self._usable()
+            bounds = np.cumsum(hops)[:-1].tolist()
+            if len(cache) + len(bulk) >= self.max_cached_routes:
+                cache.clear()
+            for pair, found in zip(bulk, np.split(links, bounds), strict=True):
+                if usable is None or usable[found].all():
+                    cache[pair] = tuple(found.tolist())
+        return [cache.get(pair) or self.route(*pair) for pair in pairs]
 
     def _latencies(self, routes: list[tuple[int, ...]]) -> NDArray[np.float64]:
         if not routes:
