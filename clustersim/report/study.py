@@ -69,10 +69,19 @@ class StudyData:
     def failed(self) -> pd.DataFrame:
         return self.frame[self.frame["status"] != "ok"]
 
-    def axis_keys(self, kinds: Sequence[str] | None = None) -> list[str]:
-        """Keys of the axes (of the given kinds) that take more than one value."""
-        keys = [k for a in self.axes if kinds is None or a["kind"] in kinds for k in a["keys"]]
-        return [k for k in keys if k in self.frame.columns and self.frame[k].nunique() > 1]
+    def axis_keys(self, kinds: Sequence[str] | None = None, *, lead: bool = False) -> list[str]:
+        """Keys of the axes (of the given kinds) that take more than one value; with
+        ``lead``, one key per zip axis (its keys move together): the first that tells
+        the most points apart, such as a ``name`` list."""
+        out: list[str] = []
+        for a in self.axes:
+            if kinds is not None and a["kind"] not in kinds:
+                continue
+            keys = [k for k in a["keys"] if k in self.frame.columns and self.frame[k].nunique() > 1]
+            if lead and a["kind"] == "zip" and keys:
+                keys = [max(keys, key=lambda k: self.frame[k].astype(str).nunique())]
+            out += keys
+        return out
 
     @property
     def setting_keys(self) -> list[str]:
@@ -101,7 +110,7 @@ class StudyData:
 
     def label(self, row: Mapping[Any, Any], keys: Sequence[str] | None = None) -> str:
         """A point named by its axis values: ``tp=4 microbatch_size=2``."""
-        keys = list(keys if keys is not None else self.axis_keys())
+        keys = list(keys if keys is not None else self.axis_keys(lead=True))
         if not keys:
             return f"point {row.get('index', '?')}"
         return " ".join(f"{short_key(k, keys)}={_fmt(row.get(k))}" for k in keys)
@@ -187,7 +196,7 @@ def pareto_points(data: StudyData) -> tuple[pd.DataFrame, list[str]]:
     seeds = set(data.axis_keys(("seeds",)))
     keys = [k for k in data.axis_keys() if k not in seeds]
     if not seeds or not len(ok):
-        return ok, keys
+        return ok, data.axis_keys(lead=True)
     if not keys:
         mean = ok[[x, y]].astype(float).mean().to_frame().T
         mean["point"] = f"mean of {len(ok)} seeds"
@@ -195,13 +204,13 @@ def pareto_points(data: StudyData) -> tuple[pd.DataFrame, list[str]]:
     grouped = ok.groupby(keys, sort=False, dropna=False)
     means = grouped[[x, y]].mean().reset_index()
     means["point"] = [f"mean of {n} seeds" for n in grouped.size().to_numpy()]
-    return means, keys
+    return means, [k for k in data.axis_keys(lead=True) if k not in seeds]
 
 
 def levels_of(col: pd.Series[Any]) -> pd.Series[Any]:
     """The values an axis takes, or its quintile bins when there are many (random draws)."""
     if is_numeric(col) and col.nunique() > MAX_LEVELS:
-        return pd.qcut(col, 5, duplicates="drop").astype(str)
+        return pd.qcut(col, 5, duplicates="drop")  # ordered categories: low to high
     return col.astype(str) if not is_numeric(col) else col
 
 
@@ -210,11 +219,12 @@ def sensitivity(data: StudyData) -> list[dict[str, Any]]:
     averaged), and its swing, (largest mean - smallest mean) / overall mean."""
     ok = data.ok
     rows: list[dict[str, Any]] = []
-    for key in data.axis_keys(("grid", "zip", "random")):
+    for key in data.axis_keys(("grid", "zip", "random"), lead=True):
         levels = levels_of(ok[key])
         for metric in data.metrics:
             vals = ok[metric].astype(float)
-            means = vals.groupby(levels, sort=True, observed=True).mean()
+            # Numbers and bins in order; names in the order the study gives them.
+            means = vals.groupby(levels, sort=is_numeric(ok[key]), observed=True).mean()
             overall = float(vals.mean())
             if len(means) < 2 or not math.isfinite(overall) or overall == 0:
                 continue
@@ -273,9 +283,10 @@ def sample_groups(data: StudyData, limit: int = 8) -> list[tuple[str, pd.DataFra
     if len(groups) > limit:
         return [("all points", ok)]
     out = []
+    lead = data.axis_keys(("grid", "zip"), lead=True)
     for _, frame in groups:
         first = frame.iloc[0].to_dict()
-        out.append((data.label(first, keys), frame))
+        out.append((data.label(first, lead), frame))
     return out
 
 

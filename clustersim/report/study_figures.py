@@ -120,9 +120,10 @@ def _sensitivity_panel(ax: Axes, data: StudyData, key: str, metric: str) -> None
         positive = xs[np.isfinite(xs)]
         if len(positive) and positive.min() > 0 and positive.max() / positive.min() >= 16:
             ax.set_xscale("log", base=2 if np.all(np.log2(positive) % 1 == 0) else 10)
-        if levels is col:  # ticks at the values the axis takes
-            ticks = np.unique(positive)
-            ax.set_xticks(ticks)
+        ticks = np.unique(positive)
+        spread = np.diff(ticks) / max(float(np.ptp(ticks)), 1e-300)
+        if levels is col and (ax.get_xscale() == "log" or spread.min(initial=1.0) >= 0.06):
+            ax.set_xticks(ticks)  # ticks at the values the axis takes, when they do not crowd
             ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=8)
             ax.minorticks_off()
     else:
@@ -144,7 +145,7 @@ def _sensitivity_panel(ax: Axes, data: StudyData, key: str, metric: str) -> None
     "over the other axes at each value of this one as the line.",
 )
 def sensitivity_figure(data: StudyData) -> Figure | None:
-    keys = data.axis_keys(("grid", "zip", "random"))[:MAX_PANELS]
+    keys = data.axis_keys(("grid", "zip", "random"), lead=True)[:MAX_PANELS]
     metrics = data.metrics
     if not keys or not metrics or len(data.ok) < 2:
         return None
