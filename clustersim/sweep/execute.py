@@ -222,6 +222,7 @@ class DaskExecutor:
         *,
         processes: bool = True,
         connect_timeout_s: float = 20.0,
+        window: int | None = None,
     ) -> None:
         distributed = _import_distributed()
         self._cluster: Any = None
@@ -248,19 +249,33 @@ class DaskExecutor:
             self.client = distributed.Client(self._cluster)
             self.description = f"Dask LocalCluster, {n} worker{'s' * (n != 1)}"
         self._distributed = distributed
+        self._window = window
 
     def run(self, tasks: Sequence[PointTask]) -> Iterator[dict[str, Any]]:
-        futures = {
-            self.client.submit(run_point, task, key=f"point-{task.id}", pure=False): task
-            for task in tasks
-        }
-        for fut in self._distributed.as_completed(futures):
-            task = futures[fut]
+        # A bounded window of tasks on the cluster (a few per worker thread), topped up
+        # as points finish: the scheduler never holds a million-point study at once.
+        threads = sum(self.client.nthreads().values()) or 1
+        window = self._window or max(4 * threads, 16)
+        queue = iter(tasks)
+        futures: dict[Any, PointTask] = {}
+
+        def submit(task: PointTask) -> Any:
+            fut = self.client.submit(run_point, task, key=f"point-{task.id}", pure=False)
+            futures[fut] = task
+            return fut
+
+        first = [submit(t) for _, t in zip(range(window), queue, strict=False)]
+        pending = self._distributed.as_completed(first)
+        for fut in pending:
+            task = futures.pop(fut)
             try:
                 record: dict[str, Any] = fut.result()
             except Exception as exc:  # a worker died (KilledWorker) or lost its data
                 record = failed_record(task.id, f"Dask: {type(exc).__name__}: {exc}", "worker")
             fut.release()
+            nxt = next(queue, None)
+            if nxt is not None:
+                pending.add(submit(nxt))
             yield record
 
     def close(self) -> None:

@@ -29,8 +29,9 @@ def test_dask_local_cluster_equals_local_pool(
     executors: list[DaskExecutor] = []
 
     def dask() -> DaskExecutor:
-        # Threads keep CI fast; the tasks still travel through the scheduler by key.
-        executors.append(DaskExecutor(local_workers=2, processes=False))
+        # Threads keep CI fast; the tasks still travel through the scheduler by key, and
+        # a window of 3 makes the executor top up its tasks as points finish.
+        executors.append(DaskExecutor(local_workers=2, processes=False, window=3))
         return executors[-1]
 
     remote = run_study(load_study(path), study_dir / "dask", dask)
