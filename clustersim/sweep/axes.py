@@ -54,20 +54,16 @@ def yaml_value(value: Any, where: str) -> str:
 
 
 def _draw(dist: Distribution, rng: np.random.Generator) -> Any:
-    kind = dist.kind
-    value: Any
-    if kind == "uniform":
-        lo, hi = dist.uniform  # type: ignore[misc]
-        value = float(rng.uniform(lo, hi))
-    elif kind == "loguniform":
-        lo, hi = dist.loguniform  # type: ignore[misc]
-        value = float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-    elif kind == "normal":
-        mean, std = dist.normal  # type: ignore[misc]
-        value = float(rng.normal(mean, std))
-    elif kind == "integers":
-        lo_i, hi_i = dist.integers  # type: ignore[misc]
-        return int(rng.integers(lo_i, hi_i, endpoint=True))
+    value: float
+    if dist.uniform is not None:
+        value = float(rng.uniform(*dist.uniform))
+    elif dist.loguniform is not None:
+        lo, hi = dist.loguniform
+        value = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    elif dist.normal is not None:
+        value = float(rng.normal(*dist.normal))
+    elif dist.integers is not None:
+        return int(rng.integers(dist.integers[0], dist.integers[1], endpoint=True))
     else:
         choices = dist.choice or []
         return choices[int(rng.integers(len(choices)))]

@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from clustersim.errors import ClusterSimError, ScenarioError
 
@@ -46,7 +46,7 @@ class PointTask:
     id: str
     base: dict[str, Any]
     overrides: tuple[str, ...]
-    fidelity: str = "auto"
+    fidelity: Literal["auto", "detailed", "folded"] = "auto"
     max_events: float = 60e6
     max_memory_bytes: float = 8 * 2**30
     run_dir: str | None = None  # with --keep-runs: write the point's run outputs here
@@ -83,7 +83,7 @@ def run_point(task: PointTask) -> dict[str, Any]:
         res = resolve_point(task)
         limits = Limits(max_events=task.max_events, max_memory_bytes=task.max_memory_bytes)
         keep = task.run_dir is not None
-        result = simulate(res, limits=limits, fidelity=task.fidelity, record=keep)  # type: ignore[arg-type]
+        result = simulate(res, limits=limits, fidelity=task.fidelity, record=keep)
         summary = result.summary
         if task.run_dir is not None:
             _write_run(Path(task.run_dir), res, result)

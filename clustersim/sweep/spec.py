@@ -290,7 +290,9 @@ def axis_size(axis: AxisSpec) -> int:
         return len(next(iter(axis.zip.values())))
     if axis.random is not None:
         return axis.random.n
-    return axis.seeds if isinstance(axis.seeds, int) else axis.seeds.n  # type: ignore[union-attr]
+    if isinstance(axis.seeds, SeedsAxis):
+        return axis.seeds.n
+    return axis.seeds or 1
 
 
 def _label(name: str) -> str:
