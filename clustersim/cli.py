@@ -403,7 +403,8 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
         lost = f"{rel['interruptions']:.0f} interruptions, ETTR {rel['ettr']:.1%}"
         t.add_row("goodput", f"{rel['goodput']:.2%}", lost)
         useful = rel["cost"]["usd_per_million_useful_tokens"]
-        t.add_row("useful cost", f"${useful:.3f} /M tok", "after failures and checkpoints")
+        shown = f"${useful:.3f} /M tok" if useful is not None else "no useful work"
+        t.add_row("useful cost", shown, "after failures and checkpoints")
     events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
     t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
     t.add_row("written to", str(out), "")

@@ -207,6 +207,10 @@ def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> 
     return 0
 
 
+def _size(n: float) -> str:
+    return f"{n / 1e12:.2f} TB" if n >= 1e11 else f"{n / 1e9:.3g} GB"
+
+
 def _ci(ci: list[float] | None, fmt: str) -> str:
     return "" if ci is None else f"95% CI {format(ci[0], fmt)} .. {format(ci[1], fmt)}"
 
@@ -231,7 +235,7 @@ def tables(r: dict[str, Any]) -> list[Table]:
               f"job MTBF {format_seconds(r['mtbf_s'])}")  # fmt: skip
     t.add_row(
         "checkpoint", f"every {format_seconds(ck['interval_s'])}",
-        f"{ck['mode']}, {ck['size_bytes'] / 1e12:.2f} TB in {format_seconds(ck['write_s'])}; "
+        f"{ck['mode']}, {_size(ck['size_bytes'])} in {format_seconds(ck['write_s'])}; "
         f"Young {format_seconds(ck['young_s'])}, Daly {format_seconds(ck['daly_s'])}",
     )  # fmt: skip
     t.add_row("interruptions", f"{r['interruptions']:.1f}", _ci(ci["interruptions"], ".1f"))
@@ -248,7 +252,9 @@ def tables(r: dict[str, Any]) -> list[Table]:
         t.add_row("time to target", shown, note)
     c = r["cost"]
     spent = f"${c['usd_total']:,.0f} in all at ${c['usd_per_hour']:,.0f}/h (spares included)"
-    t.add_row("cost", f"${c['usd_per_million_useful_tokens']:.3f} /M useful tok", spent)
+    per_m = c["usd_per_million_useful_tokens"]
+    shown = f"${per_m:.3f} /M useful tok" if per_m is not None else "no useful work"
+    t.add_row("cost", shown, spent)
     t.add_row("simulated in", f"{r['wall_s']:.2f} s", f"{r['seeds']} seeds")
     out = [t]
     by = Table(title="interruptions by cause (mean per run)", title_justify="left")

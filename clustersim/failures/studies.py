@@ -150,7 +150,12 @@ def summarise(
             lost_by[e[2]] += e[6]
             down_by[e[2]] += e[7]
     n = max(len(outcomes), 1)
-    stats = {k: mean_ci(v) for k, v in per.items()}
+    stats: dict[str, tuple[float | None, list[float] | None]] = {
+        k: mean_ci(v) if all(math.isfinite(x) for x in v) else (None, None) for k, v in per.items()
+    }  # a replication with no useful work has no cost per useful token
+    for key in ("goodput", "ettr"):  # fractions: an interval from few seeds stays in [0, 1]
+        mean, ci = stats[key]
+        stats[key] = (mean, None if ci is None else [max(ci[0], 0.0), min(ci[1], 1.0)])
     reached = [o.time_to_target_s for o in outcomes if o.time_to_target_s is not None]
     ttt = (
         mean_ci(reached) if m.target_tokens is not None and len(reached) == len(outcomes) else None
@@ -329,8 +334,8 @@ def add_reliability(res: Resolved, summary: dict[str, Any]) -> list[Outcome]:
     cfg = res.scenario.failures
     if not cfg.reliability:
         return []
-    workers = 1 if cfg.seeds <= 2 else min(cfg.seeds, default_workers())
+    # In-process: a run may itself be a worker of a study's process pool.
     summary["reliability"], outcomes = evaluate(
-        res, summary["step_time_s"], summary["cost"]["usd_per_hour"], workers=workers
+        res, summary["step_time_s"], summary["cost"]["usd_per_hour"], workers=1
     )
     return outcomes
