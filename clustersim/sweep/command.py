@@ -25,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from clustersim.errors import ScenarioError
+from clustersim.errors import MISSING, ScenarioError
 from clustersim.sweep.run import StudyOutcome, StudyProgress, make_executor, run_study
 from clustersim.sweep.spec import load_study
 
@@ -52,7 +52,8 @@ class RichProgress(StudyProgress):
         self.total, self.done, self.failed = total, done, failed
         if done:
             self.console.print(f"resuming: {done} of {total} points already done", markup=False)
-        self.console.print(f"running {total - done} points on {executor}", markup=False)
+        if executor:
+            self.console.print(f"running {total - done} points on {executor}", markup=False)
         self._bar = Progress(
             TextColumn("points"),
             BarColumn(),
@@ -107,11 +108,14 @@ def sweep_command(args: argparse.Namespace) -> int:
         progress=progress,
     )
     if outcome.all_bad_input and outcome.failures:
+        # Every point is invalid: most likely the base scenario or `set` is. Say so as
+        # `run` would (the failed points are recorded all the same).
+        if outcome.first_input_error is not None:
+            raise outcome.first_input_error
         first = outcome.failures[0]
         raise ScenarioError(
-            f"point {first['index']}", " ".join(first.get("overrides", [])) or "(base)",
-            f"every point is invalid, e.g. {first['error']}",
-        )  # fmt: skip
+            f"point {first.get('index')}", MISSING, f"every point failed: {first['error']}"
+        )
     if args.json:
         print(json.dumps(_outcome_json(outcome, time.perf_counter() - t0), indent=2))
     elif not args.quiet:
@@ -144,7 +148,7 @@ def _outcome_table(o: StudyOutcome) -> Table:
     t.add_row("points", f"{o.points:,}", f"{o.skipped:,} done before, {o.ran:,} run now")
     t.add_row("ok", f"{o.ok:,}", "")
     t.add_row("failed", f"{o.failed:,}", "recorded with their error" if o.failed else "")
-    t.add_row("wall time", f"{o.wall_s:.1f} s", o.executor)
+    t.add_row("wall time", f"{o.wall_s:.1f} s", o.executor or "nothing left to run")
     ok = o.frame[o.frame["status"] == "ok"] if len(o.frame) else o.frame
     if len(ok) and "cost.usd_per_million_tokens" in ok.columns:
         rows = ok.to_dict("records")

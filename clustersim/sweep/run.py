@@ -37,7 +37,8 @@ class StudyProgress:
     """Callbacks of a running study (the CLI draws a progress bar from them)."""
 
     def start(self, total: int, done: int, failed: int, executor: str) -> None:
-        """``total`` points, ``done`` of them (``failed`` among them) already finished."""
+        """``total`` points, ``done`` of them (``failed`` among them) already finished;
+        ``executor`` describes where the rest run ("" when none is valid to run)."""
 
     def advance(self, ok: bool) -> None:
         """One more point finished."""
@@ -59,6 +60,7 @@ class StudyOutcome:
     frame: pd.DataFrame
     failures: list[dict[str, Any]] = field(default_factory=list)  # the first few
     all_bad_input: bool = False  # every point failed on bad input (a typo in the base, say)
+    first_input_error: ScenarioError | None = None  # found validating the points up front
 
 
 def make_executor(
@@ -103,6 +105,7 @@ def run_study(
         run_cfg = study.spec.run
         todo: list[PointTask] = []
         invalid: list[tuple[Point, dict[str, Any]]] = []
+        first_error: ScenarioError | None = None
         for p in points:
             if p.id in records:
                 continue
@@ -119,11 +122,12 @@ def run_study(
                 resolve_point(task)
             except ScenarioError as exc:
                 invalid.append((p, failed_record(p.id, str(exc), "input")))
+                first_error = first_error or exc
                 continue
             todo.append(task)
         already_failed = sum(r.get("status") != "ok" for r in records.values())
         executor = executor_factory() if todo else None
-        description = executor.description if executor is not None else "nothing to run"
+        description = executor.description if executor is not None else ""
         progress.start(len(points), skipped, already_failed, description)
         try:
             for p, rec in invalid:
@@ -157,4 +161,5 @@ def run_study(
         frame=frame,
         failures=failures[:20],
         all_bad_input=bool(ordered) and all(r.get("error_kind") == "input" for r in ordered),
+        first_input_error=first_error,
     )
