@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from clustersim.errors import ClusterSimError, ScenarioError
+from clustersim.errors import MISSING, ClusterSimError, ScenarioError
 
 __all__ = [
     "DaskExecutor",
@@ -200,13 +200,13 @@ class LocalExecutor:
             self._pool = None
 
 
-def _import_distributed() -> Any:
+def _import_distributed(option: str) -> Any:
     try:
         import distributed
     except ImportError:
         raise ScenarioError(
-            "--scheduler",
-            "dask",
+            option,
+            MISSING,
             "Dask is not installed: pip install 'clustersim[dask]' (or distributed)",
         ) from None
     return distributed
@@ -224,7 +224,7 @@ class DaskExecutor:
         connect_timeout_s: float = 20.0,
         window: int | None = None,
     ) -> None:
-        distributed = _import_distributed()
+        distributed = _import_distributed("--scheduler" if scheduler else "--dask-local")
         self._cluster: Any = None
         self.client: Any = None
         if scheduler is not None:

@@ -46,3 +46,13 @@ def test_unreachable_scheduler_is_bad_input() -> None:
 
     with pytest.raises(ScenarioError, match="--scheduler"):
         DaskExecutor("tcp://127.0.0.1:1", None, connect_timeout_s=0.5).close()
+
+
+def test_missing_dask_is_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from clustersim.errors import ScenarioError
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import fails
+    with pytest.raises(ScenarioError, match=r"--dask-local: Dask is not installed"):
+        DaskExecutor(local_workers=1)
