@@ -156,6 +156,10 @@ class LocalExecutor:
         if self.workers > 1:
             from concurrent.futures import ProcessPoolExecutor
 
+            # Import the simulator here first: forked workers then start with it loaded
+            # instead of each importing it on its first point.
+            import clustersim.sim  # noqa: F401
+
             self._pool = ProcessPoolExecutor(max_workers=self.workers)
             # Start the workers now, before this process runs other threads (the progress
             # bar's): forking a process with threads can copy a lock while it is held.
