@@ -59,7 +59,11 @@ Outputs in the study directory (``--out``, default ``reports/<study name>/``):
 - ``runs/<id>/``: with ``--keep-runs``, each point's ``run`` outputs.
 
 A point's id is a hash of the base scenario, its overrides and the fidelity, so
-it is the same whatever the worker count or executor.
+it is the same whatever the worker count or executor. A rerun skips every point
+with a file in ``points/``, failed ones included (``--retry-failed`` runs those
+again), except points lost with a Dask worker, which it always retries. With
+``--keep-runs`` on an existing Dask cluster the workers write ``runs/``, so the
+output directory must be one they share.
 """
 
 from __future__ import annotations
