@@ -1,9 +1,9 @@
 """Reports of studies (``clustersim sweep``): the Pareto front, the sensitivity along
 each axis, and Monte Carlo distributions with confidence intervals.
 
-``clustersim report DIR`` on a study directory (one with ``results.parquet`` or
-``study.json``) writes ``pareto.png``, ``sensitivity.png``, ``distributions.png``
-(each when it applies) and ``report.html`` into it. Reads the study's files only.
+``clustersim report DIR`` on a study directory (one with ``study.json``) writes
+``pareto.png``, ``sensitivity.png``, ``distributions.png`` (each when it applies)
+and ``report.html`` into it. Reads the study's files only.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ MAX_LEVELS = 10
 
 
 def is_study_dir(path: Path) -> bool:
-    return (path / RESULTS).is_file() or (path / MARKER).is_file()
+    """A directory written by ``clustersim sweep``: it holds the study marker."""
+    return (path / MARKER).is_file()
 
 
 @dataclass
