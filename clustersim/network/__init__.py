@@ -301,12 +301,18 @@ class Network:
         flat, latency = topo.routes(np.stack([routed_src, routed_dst], axis=1))
         links, counts = np.unique(flat, return_counts=True)
         on_rep = np.isin(links, rep.links, assume_unique=True)
+        chips = self._chips
+
+        def every_pair() -> _IntArray:
+            rows = chips[np.asarray(replicas, dtype=np.int64)]
+            return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
+
         group = FlowGroup(
             links[on_rep].astype(np.int64),
             counts[on_rep].astype(np.float64),
             int(src.size),
             float(latency.max()) if latency.size else 0.0,
-            np.stack([src, dst], axis=1),
+            every_pair,
         )
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()

@@ -34,7 +34,7 @@ as numpy arrays.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -60,14 +60,15 @@ class FlowGroup:
     ``links`` are distinct link indices and ``counts`` how many of the group's
     flows cross each; ``latency_s`` is the longest route latency of its flows.
     ``pairs`` are the chip pairs it was routed from (to reroute it after a failure):
-    a tuple, or an ``n x 2`` array for the many flows of a folded step.
+    a tuple, or for the many flows of a folded step a function that builds them
+    as an ``n x 2`` array (a group stays small however many replicas it stands for).
     """
 
     links: NDArray[np.int64]
     counts: NDArray[np.float64]
     n_flows: int
     latency_s: float
-    pairs: Pairs | NDArray[np.int64] = ()
+    pairs: Pairs | Callable[[], NDArray[np.int64]] = ()
 
 
 class FlowNetwork:
@@ -288,6 +289,8 @@ class FlowNetwork:
         new: dict[int, FlowGroup] = {}
         for e in dead:
             pairs = self._active[e].pairs
+            if callable(pairs):
+                pairs = pairs()
             try:
                 if len(pairs) == 0:
                     raise PartitionError(
