@@ -54,8 +54,9 @@ Outputs in the study directory (``--out``, default ``reports/<study name>/``):
   error message of a failed point, and its ``summary.json``;
 - ``results.parquet``: one row per point, rebuilt from ``points/`` at the end:
   ``point``, ``index``, the axis values (one column per key), ``status``,
-  ``error``, then every ``summary.json`` key flattened (``breakdown_s.compute``),
-  and ``time_to_train_h`` when the study gives ``report.train_tokens``;
+  ``error``, then every ``summary.json`` key flattened (``breakdown_s.compute``;
+  lists as JSON text), ``time_to_train_h`` when the study gives
+  ``report.train_tokens``, and ``point_wall_s``, the point's time in its worker;
 - ``runs/<id>/``: with ``--keep-runs``, each point's ``run`` outputs.
 
 A point's id is a hash of the base scenario, its overrides and the fidelity, so
