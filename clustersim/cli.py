@@ -15,7 +15,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from rich.console import Console
@@ -35,8 +35,15 @@ def _slug(name: str) -> str:
     return slug[:80] or "scenario"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on one line, like every other bad input (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="clustersim",
         description="Discrete-event simulator of AI-training clusters (Trainium and GPUs).",
     )

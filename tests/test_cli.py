@@ -161,3 +161,19 @@ def test_fidelity_and_limits_flags(
     assert "over the limit" in capsys.readouterr().err
     assert main([*base, "--max-memory", "lots"]) == 2
     assert "--max-memory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["run"], ["run", "--bogus", "x"], ["nonesuch"], ["run", "a.yaml", "--seed", "x"]],
+)
+def test_usage_errors_are_one_line_with_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "error:" in err
+    assert "--help" in err

@@ -67,6 +67,7 @@ __all__ = [
     "ScaleOut",
     "Topology",
     "build_topology",
+    "check_fabrics",
     "chip_node",
     "ecmp_hash",
     "fabric_names",
@@ -491,22 +492,16 @@ def fabric_names() -> list[str]:
     return sorted(_FABRICS)
 
 
-def build_topology(
-    instance: InstanceSpec, chip: ChipSpec, count: int, *, path: str = "cluster"
-) -> Topology:
-    """Build ``count`` instances: their scale-up fabric, then the scale-out fabric.
-
-    The scale-up builder is named by ``instance.ultraserver.topology`` when the
-    instance belongs to an UltraServer (``count`` must then fill whole
-    UltraServers), else by ``instance.fabric.topology``. When there is more than
-    one scale-up domain, the fabric named by ``instance.efa.fabric`` joins them.
-    ``path`` prefixes the key paths of errors.
-    """
+def check_fabrics(
+    instance: InstanceSpec, count: int, *, path: str = "cluster"
+) -> tuple[Builder, FabricBuilder]:
+    """The scale-up builder and scale-out fabric that :func:`build_topology` would use,
+    checked against ``count`` without building anything (errors name ``path`` keys)."""
     us = instance.ultraserver
     if us is not None:
         name, where = us.topology, f"{path}.ultraserver.topology"
     else:
-        name, where = instance.fabric.topology, f"{path}.instance.fabric.topology"
+        name, where = instance.fabric.topology, f"{path}.neuronlink.topology"
     builder = _BUILDERS.get(name)
     if builder is None:
         raise ScenarioError(where, name, f"unknown topology; valid: {', '.join(topology_names())}")
@@ -526,6 +521,21 @@ def build_topology(
             instance.efa.fabric,
             f"unknown scale-out fabric; valid: {', '.join(fabric_names())}",
         )
+    return builder, fabric
+
+
+def build_topology(
+    instance: InstanceSpec, chip: ChipSpec, count: int, *, path: str = "cluster"
+) -> Topology:
+    """Build ``count`` instances: their scale-up fabric, then the scale-out fabric.
+
+    The scale-up builder is named by ``instance.ultraserver.topology`` when the
+    instance belongs to an UltraServer (``count`` must then fill whole
+    UltraServers), else by ``instance.fabric.topology``. When there is more than
+    one scale-up domain, the fabric named by ``instance.efa.fabric`` joins them.
+    ``path`` prefixes the key paths of errors.
+    """
+    builder, fabric = check_fabrics(instance, count, path=path)
     topo = builder(instance, chip, count)
     if topo.n_domains > 1 and topo.scaleout is None:
         fabric(topo, instance.efa, chip.calibration.link_efficiency, path)

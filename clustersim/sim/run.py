@@ -17,7 +17,7 @@ from clustersim.failures.jobs import validate as validate_reliability
 from clustersim.failures.studies import add_reliability
 from clustersim.hardware.chip import ChipModel
 from clustersim.network import Network, algorithm
-from clustersim.network.topology import build_topology
+from clustersim.network.topology import build_topology, check_fabrics
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.guard import Limits, check_work
@@ -89,6 +89,7 @@ def plan(
         check_work(res, layout.dp, limits, folded=folded)
     for op, name in sc.cluster.collectives.items():
         algorithm(name, op)  # a ScenarioError naming cluster.collectives.<op> if unknown
+    check_fabrics(res.instance, sc.cluster.count)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
         check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)

@@ -119,7 +119,7 @@ def test_unknown_topology_lists_the_valid_names(specs: Any) -> None:
     with pytest.raises(ScenarioError) as info:
         build_topology(specs.instance("hypercube"), specs.chip(), 1)
     message = str(info.value)
-    assert "cluster.instance.fabric.topology" in message
+    assert "cluster.neuronlink.topology" in message
     assert "hypercube" in message
     for name in topology_names():
         assert name in message
