@@ -184,8 +184,8 @@ class _Names:
         return found
 
     def _hint(self, ref: str) -> str:
-        close = difflib.get_close_matches(ref, list(self.ids), n=1)
         switches = self.switches()
+        close = difflib.get_close_matches(ref, switches, n=1)  # not over every chip's name
         shown = ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "")
         valid = f"switches: {shown}" if switches else "this topology has no switches"
         return (f"did you mean {close[0]!r}? " if close else "") + (

@@ -276,18 +276,32 @@ def apply_set(data: dict[str, Any], assignment: str) -> None:
     parts = key.split(".")
     node: Any = data
     for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
+        # A list's items are named by index: failures.inject.0.at
+        is_list = isinstance(node, list)
+        child = node[_list_index(node, parts[: i + 1])] if is_list else node.get(part)
         if isinstance(child, str) and i == 0 and part == "model":
             child = {"name": child}  # --set model.layers=16 over a catalog name
             node[part] = child
-        if child is None:
+        if child is None and isinstance(node, dict):
             child = {}
             node[part] = child
-        if not isinstance(child, dict):
+        if not isinstance(child, dict | list):
             path = _path(parts[: i + 1])
             raise ScenarioError(path, child, f"cannot set {_part(key)}: {path} is not a mapping")
         node = child
-    node[parts[-1]] = value
+    if isinstance(node, list):
+        node[_list_index(node, parts)] = value
+    else:
+        node[parts[-1]] = value
+
+
+def _list_index(items: list[Any], parts: list[str]) -> int:
+    """The item of ``items`` that the last of ``parts`` names, by its index."""
+    part = parts[-1]
+    if not (part.isascii() and part.isdigit() and int(part) < len(items)):
+        where, n = _path(parts[:-1]), len(items)
+        raise ScenarioError(_path(parts), part, f"{where} is a list of {n}: an index is 0..{n - 1}")
+    return int(part)
 
 
 @dataclass(frozen=True)

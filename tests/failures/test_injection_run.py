@@ -179,3 +179,14 @@ def test_bad_target_exits_2_naming_the_key(
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"clustersim: error: {path}:")
+
+
+def test_set_reaches_into_the_list_of_injections() -> None:
+    text = with_failures(SMALL, "{inject: [{target: {lane: [0, 1]}}]}")
+    res = load_scenario(text, ["failures.inject.0.at=2ms", "failures.inject.0.target.lane.1=3"])
+    (inj,) = res.scenario.failures.inject
+    assert inj.at == 2e-3 and inj.target.lane == (0, 3)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(text, ["failures.inject.1.at=2ms"])
+    assert info.value.path == "failures.inject.1"
+    assert "a list of 1" in str(info.value)
