@@ -190,3 +190,14 @@ def test_set_reaches_into_the_list_of_injections() -> None:
         load_scenario(text, ["failures.inject.1.at=2ms"])
     assert info.value.path == "failures.inject.1"
     assert "a list of 1" in str(info.value)
+
+
+def test_auto_fidelity_simulates_every_rank_when_an_injection_breaks_symmetry() -> None:
+    # 320 ranks: auto folds them, unless a lane's loss makes one replica differ.
+    big = SMALL.replace("count: 1", "count: 5").replace("batch_size: 8", "batch_size: 40")
+    assert run(big).summary["fidelity"] == "folded"
+    lane = run(with_failures(big, "{inject: [{target: {lane: [0, 1]}}]}"))
+    assert lane.summary["fidelity"] == "detailed"
+    late_chip = run(with_failures(big, "{inject: [{at: 1s, target: {chip: 1}}]}"))
+    assert late_chip.summary["fidelity"] == "folded"
+    assert late_chip.summary["injections"][0]["applied_s"] is None
