@@ -288,7 +288,7 @@ class Network:
         if rows[0].tolist() != [self._chip(r) for r in ranks]:
             raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
         src, dst = rows[:, pairs[:, 0]], rows[:, pairs[:, 1]]
-        rep = self.flows.group(tuple(zip(src[0].tolist(), dst[0].tolist(), strict=True)))
+        rep_links = np.unique(topo.routes(np.stack([src[0], dst[0]], axis=1))[0])
         src, dst = src.ravel(), dst.ravel()
         if topo.links_down == 0 and topo.n_domains > 1:
             domain = topo.chip_domain
@@ -300,7 +300,7 @@ class Network:
             routed_src, routed_dst = src, dst
         flat, latency = topo.routes(np.stack([routed_src, routed_dst], axis=1))
         links, counts = np.unique(flat, return_counts=True)
-        on_rep = np.isin(links, rep.links, assume_unique=True)
+        on_rep = np.isin(links, rep_links, assume_unique=True)
         chips = self._chips
 
         def every_pair() -> _IntArray:
