@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -14,12 +15,17 @@ from clustersim.validation import MEAN_TOLERANCE, Row, mean_training_error, pass
 __all__ = ["rows_table", "validate_command"]
 
 
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.3f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.2f} us"
+def _fmt(value: float, unit: str) -> str:
+    """A figure in its unit: seconds as min, s, ms or us; fractions as percentages."""
+    if unit == "fraction":
+        return f"{value:.2%}"
+    if value >= 600:
+        return f"{value / 60:.2f} min"
+    if value >= 1:
+        return f"{value:.3f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3f} ms"
+    return f"{value * 1e6:.2f} us"
 
 
 def _mfu(row: Row) -> str:
@@ -30,17 +36,17 @@ def _mfu(row: Row) -> str:
 
 def rows_table(rows: list[Row]) -> Table:
     """One line per reference: published and predicted figures, error, tolerance, MFU."""
-    t = Table(title="clustersim validate", title_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     t.add_column("reference", no_wrap=True)
     t.add_column("role", no_wrap=True)
     t.add_column("metric", no_wrap=True)
     for col in ("published", "predicted", "error", "tolerance"):
         t.add_column(col, justify="right", no_wrap=True)
     t.add_column("MFU pub / pred", justify="right", no_wrap=True)
-    t.add_column("", no_wrap=True)
+    t.add_column("status", no_wrap=True)
     for r in rows:
         t.add_row(
-            r.name, r.role, r.metric, _fmt_s(r.published), _fmt_s(r.predicted),
+            r.name, r.role, r.metric, _fmt(r.published, r.unit), _fmt(r.predicted, r.unit),
             f"{r.error:+.2%}", f"{r.tolerance:.0%}", _mfu(r), "ok" if r.passed else "MISS",
         )  # fmt: skip
     return t
@@ -70,7 +76,7 @@ def validate_command(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0 if ok else 1
     con = Console()
-    con = Console(width=max(con.width, 132))  # the table's natural width
+    con = Console(width=max(con.width, 160))  # the table's natural width
     con.print(rows_table(rows))
     notes = [f"{r.name}: {r.note}" for r in rows if r.note]
     for note in notes:
