@@ -86,6 +86,16 @@ class Network:
 
     max_cached_plans: int = 16_384
 
+    fold_sample_flows: int = 1024
+    """A folded step keeps the links of at most this many of its first replica's
+    flows. Up to this size the restriction is exact. Beyond it (groups of more than
+    1,024 ranks, such as the data-parallel groups of 64K chips and more) the step's
+    flows are still images of one another, ring or halving-doubling neighbours
+    alike, so their links repeat the sample's, with every flow's load counted on
+    them: what the sample can miss is a rarer hot spot, such as an ECMP hash
+    collision on a scale-out link outside it, so the rate is an upper bound that
+    is exact on symmetric fabrics."""
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -278,6 +288,10 @@ class Network:
         flows count only in the domains of the first replica's chips; flows between
         domains are routed in bulk by the scale-out fabric. The cost then follows
         one replica and the shared scale-out tiers, not the number of replicas.
+
+        A step with more than :attr:`fold_sample_flows` flows per replica (the
+        data-parallel ring of a cluster of 10^5 chips) keeps the links of its
+        first flows only, with every flow's load on them; see that attribute.
         """
         key = (id(replicas), pairs.tobytes())
         found = self._folded.get(key)
@@ -288,11 +302,12 @@ class Network:
         if rows[0].tolist() != [self._chip(r) for r in ranks]:
             raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
         src, dst = rows[:, pairs[:, 0]], rows[:, pairs[:, 1]]
-        rep_links = np.unique(topo.routes(np.stack([src[0], dst[0]], axis=1))[0])
+        k = self.fold_sample_flows
+        rep_links = np.unique(topo.routes(np.stack([src[0, :k], dst[0, :k]], axis=1))[0])
         src, dst = src.ravel(), dst.ravel()
         if topo.links_down == 0 and topo.n_domains > 1:
             domain = topo.chip_domain
-            near = np.unique(domain[np.concatenate([rows[0, pairs[:, 0]], rows[0, pairs[:, 1]]])])
+            near = np.unique(domain[np.concatenate([rows[0, pairs[:k, 0]], rows[0, pairs[:k, 1]]])])
             src_dom = domain[src]
             keep = (src_dom != domain[dst]) | np.isin(src_dom, near)
             routed_src, routed_dst = src[keep], dst[keep]

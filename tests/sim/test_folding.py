@@ -49,3 +49,18 @@ def test_folded_agrees_with_detailed(tiny_yaml: object, sets: list[str]) -> None
     assert folded["step_time_s"] == pytest.approx(detailed["step_time_s"], rel=0.01)
     for part in ("compute", "optimizer"):
         assert folded["breakdown_s"][part] == pytest.approx(detailed["breakdown_s"][part], rel=0.01)
+
+
+@pytest.mark.parametrize("sets", list(SCENARIOS.values()), ids=list(SCENARIOS))
+def test_sampled_representative_links_agree(
+    tiny_yaml: object, sets: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keeping the links of only a few of a step's flows (as folded runs of 10^5 chips
+    do) gives the same step on these symmetric fabrics."""
+    from clustersim.network import Network
+
+    res = load_scenario(str(tiny_yaml), sets)
+    full = simulate(res, fidelity="folded", record=False).summary
+    monkeypatch.setattr(Network, "fold_sample_flows", 2)
+    sampled = simulate(res, fidelity="folded", record=False).summary
+    assert sampled["step_time_s"] == pytest.approx(full["step_time_s"], rel=0.01)
