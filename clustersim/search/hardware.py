@@ -73,7 +73,18 @@ def comparison_frame(results: pd.DataFrame) -> pd.DataFrame:
             base[f"usd_per_million_tokens.{mode}"] = usd_per_million_tokens(hour, tps)
         for group in groups or ["all"]:
             rows.append({"group": group, **base})
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    # Groups in order of first appearance, hardware in the study's order within each.
+    group_order = {g: i for i, g in enumerate(dict.fromkeys(frame["group"]))}
+    hw_order = {h: i for i, h in enumerate(dict.fromkeys(frame["hardware"]))}
+    keys = [
+        (group_order[g], hw_order[h])
+        for g, h in zip(frame["group"], frame["hardware"], strict=True)
+    ]
+    order = sorted(range(len(frame)), key=keys.__getitem__)
+    return frame.iloc[order].reset_index(drop=True)
 
 
 def claim_table(frame: pd.DataFrame, reference: str = "h100") -> pd.DataFrame:
@@ -140,7 +151,8 @@ def draw(frame: pd.DataFrame, path: Path, reference: str = "h100") -> None:
     ax.set_xticks(x, [_group_title(g, frame[frame["group"] == g]) for g in groups], fontsize=8)
     ax.set_ylabel("kWh per million tokens (facility, PUE included)")
     ax.set_title("energy")
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)
+    ax.legend(fontsize=8, ncol=3, loc="upper center")
     ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"same model and tokens on each hardware; reference {reference}", fontsize=10)
     fig.tight_layout()
