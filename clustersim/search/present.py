@@ -23,6 +23,12 @@ def counts_line(result: SearchResult) -> str:
     )
     if c.get("simulation_errors"):
         text += f"; {c['simulation_errors']} simulations failed (see sim_error)"
+    if not c["fit"]:
+        text += (
+            "; no layout fits: use more chips or chips with more HBM"
+            if c["valid"]
+            else "; no layout is valid for the model (see the reason column)"
+        )
     return text
 
 

@@ -283,3 +283,11 @@ def test_layout_type_is_the_workloads() -> None:
         hbm_bytes_per_chip=res.chip.hbm_bytes,
     )
     assert all(isinstance(c.layout, Layout) for c in cands)
+
+
+def test_no_layout_fits_says_so(tiny_yaml: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tiny_yaml.parent / "nofit"
+    argv = ["search", str(tiny_yaml), "--chips", "16", "--simulate", "0", "--out", str(out)]
+    assert main([*argv, "--set", "cluster.chip.hbm_bytes=10MiB"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "0 fit in HBM" in text and "no layout fits" in text
