@@ -45,6 +45,7 @@ def test_reference_set_covers_the_published_rows() -> None:
     assert {r.formula for r in refs.collectives} >= {"ring", "halving_doubling", "pairwise"}
     quick = reference_names(quick=True)
     assert "megatron-1008b" not in quick and "megatron-1.7b" in quick
+    assert "trn1-llama2-7b" in quick  # the one Trainium row runs in the default tests
     assert set(reference_names()) == set(names)
 
 
@@ -101,7 +102,7 @@ def test_analytic_rows_are_within_one_percent() -> None:
 
 
 def test_quick_end_to_end_rows_pass() -> None:
-    """The fast end-to-end rows (A100 Megatron-LM 1.7B, 7.5B, 39.1B) within tolerance."""
+    """The fast end-to-end rows (Megatron-LM 1.7B, 7.5B, 39.1B on A100; Trn1) within tolerance."""
     quick = [r.name for r in references().training if not r.slow]
     rows = validate(quick)
     for row in rows:
