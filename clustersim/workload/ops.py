@@ -237,12 +237,16 @@ def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flas
             _compute("attn.core.pv", phase, pv),
         ]
 
+    def rope_fwd(phase: str) -> list[Tpl]:
+        """RoPE on Q and K; none with learned positions (they are added at the embedding)."""
+        return [] if dm.learned_positions else [_compute("attn.rope", phase, rope)]
+
     def forward(phase: str) -> list[Tpl]:
         return [
             _compute("attn.norm", phase, norm),
             *tp.enter_fwd(phase),
             _compute("attn.qkv", phase, qkv.fwd),
-            _compute("attn.rope", phase, rope),
+            *rope_fwd(phase),
             *core(phase),
             _compute("attn.out", phase, out.fwd),
             *tp.exit_fwd(phase),
@@ -284,7 +288,8 @@ def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flas
     ]
     if cp_on:
         bwd.append(_coll("cp", "reduce_scatter", B, cp_nbytes))
-    bwd += [_compute("attn.rope", B, _twice(rope))]
+    if not dm.learned_positions:
+        bwd += [_compute("attn.rope", B, _twice(rope))]
     bwd += [_compute("attn.qkv.dgrad", B, qkv.dgrad), _compute("attn.qkv.wgrad", B, qkv.wgrad)]
     mark("attn.qkv")
     bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
