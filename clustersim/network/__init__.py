@@ -15,8 +15,10 @@ Collective algorithms live in :mod:`.algorithms` (registry: :mod:`.collectives`)
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -293,7 +295,7 @@ class Network:
         data-parallel ring of a cluster of 10^5 chips) keeps the links of its
         first flows only, with every flow's load on them; see that attribute.
         """
-        key = (id(replicas), pairs.tobytes())
+        key = (id(replicas), hashlib.blake2b(pairs.tobytes(), digest_size=16).digest())
         found = self._folded.get(key)
         if found is not None and found[0] is replicas:
             return found[1]
@@ -347,8 +349,10 @@ class Network:
         key = (resolved, op, nbytes, info)
         found = self._steps.get(key)
         if found is None:
+            # The pairs are kept as an array only: as tuples of Python ints, the
+            # steps of a group of 10^4 ranks would hold hundreds of MB.
             found = [
-                (s, np.asarray(s.pairs, dtype=np.int64).reshape(-1, 2))
+                (replace(s, pairs=()), np.asarray(s.pairs, dtype=np.int64).reshape(-1, 2))
                 for s in collective_steps(op, p, nbytes, resolved, info)
             ]
             if len(self._steps) < self.max_cached_plans:
