@@ -169,7 +169,8 @@ class Network:
         Routes are resolved now, so an unreachable member raises
         :class:`~clustersim.errors.PartitionError` at the call.
         """
-        plan = self._plan(op, tuple(int(r) for r in ranks), float(nbytes), replicas)
+        group = ranks if isinstance(ranks, tuple) else tuple(int(r) for r in ranks)
+        plan = self._plan(op, group, float(nbytes), replicas)
         self.collectives_started += 1
         if not plan:
             done = self.env.event()
@@ -301,7 +302,7 @@ class Network:
             return found[1]
         topo = self.topology
         rows = self._rows_chips(replicas, len(ranks), what)
-        if rows[0].tolist() != [self._chip(r) for r in ranks]:
+        if not np.array_equal(rows[0], self._rows_chips([ranks], len(ranks), what)[0]):
             raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
         src, dst = rows[:, pairs[:, 0]], rows[:, pairs[:, 1]]
         k = self.fold_sample_flows

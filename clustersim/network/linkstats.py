@@ -78,6 +78,8 @@ class LinkStats:
         self._cur = 0
         """The bin in progress; ``busy_s - _mark`` is what it has accumulated so far."""
         self._mark: Floats = np.zeros(n_links)
+        self._touched: list[Ints] = []
+        """Links whose ``busy_s`` moved in the bin in progress (arrays, may repeat)."""
         self._records: list[tuple[int, Ints, Floats]] = []
         """Finished bins: (bin, links, utilisation integral)."""
         self._runs: list[tuple[int, int, Ints, Floats]] = []
@@ -117,11 +119,13 @@ class LinkStats:
         if first != self._cur:
             self._close()
             self._cur = first
+        self._touch(links)
         if first == last:
             self.busy_s[links] += util * dt
             return
         self.busy_s[links] += util * ((first + 1) * w - a)
         self._close()
+        self._touch(links)
         if last > first + 1:
             whole = util * ((last - first - 1) * w)
             self.busy_s[links] += whole
@@ -130,13 +134,24 @@ class LinkStats:
         self._cur = last
         self.busy_s[links] += util * (b - last * w)
 
+    def _touch(self, links: Ints) -> None:
+        """``busy_s`` of ``links`` changes in the bin in progress."""
+        if not self._touched or self._touched[-1] is not links:
+            self._touched.append(links)
+
     def _close(self) -> None:
-        """Record what the bin in progress accumulated."""
-        diff = self.busy_s - self._mark
-        nonzero = np.flatnonzero(diff)
-        if nonzero.size:
-            self._records.append((self._cur, nonzero, diff[nonzero]))
-            self._mark[nonzero] = self.busy_s[nonzero]
+        """Record what the bin in progress accumulated (over the links it touched only:
+        a cluster of 10^6 chips has millions of links, a bin a few thousand)."""
+        if not self._touched:
+            return
+        links = np.unique(np.concatenate(self._touched))
+        self._touched = []
+        diff = self.busy_s[links] - self._mark[links]
+        moved = diff != 0
+        if moved.any():
+            links = links[moved]
+            self._records.append((self._cur, links, diff[moved]))
+            self._mark[links] = self.busy_s[links]
 
     def _double(self) -> None:
         """Double the bin width: merge bins pairwise and turn runs into bin records."""
