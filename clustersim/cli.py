@@ -15,13 +15,14 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from clustersim import __version__, catalog
+from clustersim import catalog
+from clustersim.cli_args import build_parser
 from clustersim.errors import ClusterSimError, ScenarioError
 from clustersim.units import UnitError, parse_bytes
 
@@ -35,195 +36,8 @@ def _slug(name: str) -> str:
     return slug[:80] or "scenario"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors on one line, like every other bad input (exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="clustersim",
-        description="Discrete-event simulator of AI-training clusters (Trainium and GPUs).",
-    )
-    p.add_argument("--version", action="version", version=f"clustersim {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    run = sub.add_parser("run", help="simulate a scenario and write summary, trace and report")
-    run.add_argument("scenario", type=Path, help="scenario YAML file")
-    run.add_argument("--out", type=Path, help="output directory (default reports/<name>/)")
-    run.add_argument(
-        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-        help="override a scenario key, e.g. --set parallelism.tp=4 (repeatable)",
-    )  # fmt: skip
-    run.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
-    run.add_argument("--quiet", action="store_true", help="print nothing on success")
-    run.add_argument("--json", action="store_true", help="print summary.json to stdout")
-    run.add_argument(
-        "--no-report", action="store_true",
-        help="skip trace.json, the figures and report.html (rebuild later with `report`)",
-    )  # fmt: skip
-    run.add_argument(
-        "--fidelity", choices=("auto", "detailed", "folded"), default="auto",
-        help="simulate every rank, or one per pipeline stage with all ranks' traffic "
-        "(auto: folded above 256 ranks)",
-    )  # fmt: skip
-    run.add_argument(
-        "--max-events", type=float, default=60e6, metavar="N",
-        help="refuse runs estimated above N simulated events (default 6e7)",
-    )  # fmt: skip
-    run.add_argument(
-        "--max-memory", default="8GiB", metavar="SIZE",
-        help="refuse runs estimated to need more memory (default 8GiB)",
-    )  # fmt: skip
-    run.add_argument(
-        "--force", action="store_true",
-        help="write into an output directory that holds another scenario's results",
-    )  # fmt: skip
-
-    check = sub.add_parser("check", help="validate a scenario; print layout, placement, memory")
-    check.add_argument("scenario", type=Path)
-    check.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-
-    cat = sub.add_parser("catalog", help="list or show catalog entries")
-    cat.add_argument("kind", nargs="?", choices=catalog.KINDS)
-    cat.add_argument("name", nargs="?")
-
-    sub.add_parser("schema", help="print the JSON Schema of scenario files")
-
-    rep = sub.add_parser(
-        "report", help="rebuild report.html, figures and trace.json from saved results"
-    )
-    rep.add_argument(
-        "dirs", nargs="+", type=Path, metavar="DIR",
-        help="result directories of `clustersim run`; several make a comparison report",
-    )  # fmt: skip
-    rep.add_argument(
-        "--out", type=Path,
-        help="output directory (default: DIR itself; reports/comparison/ for several DIRs)",
-    )  # fmt: skip
-    rep.add_argument(
-        "--trace-ranks", type=_positive, default=None, metavar="N",
-        help="ranks shown in trace.json (default 8)",
-    )  # fmt: skip
-    rep.add_argument(
-        "--trace-events", type=_positive, default=None, metavar="N",
-        help="most events in trace.json (default 500000)",
-    )  # fmt: skip
-    rep.add_argument("--no-trace", action="store_true", help="do not rewrite trace.json")
-
-    coll = sub.add_parser("collective", help="microbenchmark one collective, like nccl-tests")
-    coll.add_argument("--instance", required=True, help="catalog instance, e.g. trn2.48xlarge")
-    coll.add_argument("--count", default="1", help="instances (default 1)")
-    coll.add_argument(
-        "--op", default="all_reduce",
-        help="all_reduce (default), reduce_scatter, all_gather, all_to_all, broadcast, reduce",
-    )  # fmt: skip
-    coll.add_argument(
-        "--size", dest="sizes", action="append", default=[], metavar="SIZE",
-        help="message size, e.g. 1MiB or 4GB (repeatable)",
-    )  # fmt: skip
-    coll.add_argument("--min", dest="min_size", metavar="SIZE", help="sweep from this size")
-    coll.add_argument("--max", dest="max_size", metavar="SIZE", help="sweep up to this size")
-    coll.add_argument("--factor", default="2", help="sweep step factor (default 2)")
-    coll.add_argument("--algorithm", default="auto", help="collective algorithm (default auto)")
-    coll.add_argument("--ranks", help="group size (default: every rank)")
-    coll.add_argument("--lnc", help="logical core grouping (default: one rank per chip)")
-    coll.add_argument("--json", action="store_true", help="print the rows as JSON")
-
-    bench = sub.add_parser(
-        "bench", help="measure event rate, big-cluster steps, a 1,024-rank all-reduce, scaling"
-    )
-    bench.add_argument("--json", action="store_true", help="print every figure as one JSON object")
-    bench.add_argument(
-        "--quick", action="store_true",
-        help="leave out the folded runs of 16K chips and more (scaling: 1K and 4K only)",
-    )  # fmt: skip
-    bench.add_argument(
-        "--timeout", type=float, default=120.0, metavar="S",
-        help="seconds each case may run before it is stopped and reported (default 120)",
-    )  # fmt: skip
-    bench.add_argument(
-        "--only", nargs="+", metavar="NAME",
-        help="cases to run: simpy, ultraserver, collective, fold-1k ... fold-1m, "
-        "or the groups event-rate, scaling, all",
-    )  # fmt: skip
-    bench.add_argument(
-        "--max-rss", default="8GiB", metavar="SIZE",
-        help="stop a case whose resident memory passes SIZE (default 8GiB)",
-    )  # fmt: skip
-
-    val = sub.add_parser(
-        "validate", help="check the simulator against published measurements and closed forms"
-    )
-    val.add_argument("--json", action="store_true", help="print the rows as JSON")
-    val.add_argument("--only", nargs="+", metavar="NAME", help="references to check (default all)")
-    val.add_argument(
-        "--quick", action="store_true", help="leave out the slow end-to-end rows (large clusters)"
-    )
-
-    sweep = sub.add_parser("sweep", help="run a study: many points of one base scenario")
-    sweep.add_argument("study", type=Path, help="study YAML file")
-    sweep.add_argument("--out", type=Path, help="output directory (default reports/<study>/)")
-    sweep.add_argument(
-        "--workers", type=_positive, metavar="N", help="local worker processes (default: all cores)"
-    )
-    sweep.add_argument(
-        "--scheduler", metavar="ADDRESS",
-        help="run on an existing Dask cluster, e.g. tcp://host:8786 (needs clustersim[dask])",
-    )  # fmt: skip
-    sweep.add_argument(
-        "--dask-local", type=_positive, metavar="N",
-        help="start a Dask LocalCluster of N worker processes on loopback",
-    )  # fmt: skip
-    sweep.add_argument(
-        "--keep-runs", action="store_true", help="also write each point's run outputs to runs/<id>/"
-    )
-    sweep.add_argument("--retry-failed", action="store_true", help="rerun failed points")
-    sweep.add_argument(
-        "--force", action="store_true",
-        help="write into an output directory that holds another study's results",
-    )  # fmt: skip
-    sweep.add_argument("--quiet", action="store_true", help="print nothing on success")
-    sweep.add_argument("--json", action="store_true", help="print the outcome as JSON")
-    srch = sub.add_parser(
-        "search", help="find the fastest or cheapest parallel layout for a model on N chips"
-    )
-    srch.add_argument("scenario", type=Path, help="scenario YAML file (model, instance, batch)")
-    srch.add_argument(
-        "--chips", type=int, required=True, metavar="N",
-        help="chips to lay the model out on (a multiple of the instance's chips)",
-    )  # fmt: skip
-    srch.add_argument("--objective", choices=("time", "cost"), default="time")
-    srch.add_argument("--top", type=_positive, default=5, metavar="K", help="rows printed (5)")
-    srch.add_argument(
-        "--simulate", type=int, default=5, metavar="K",
-        help="simulate the K best by estimate (default 5; 0: estimates only)",
-    )  # fmt: skip
-    srch.add_argument("--out", type=Path, help="output directory (default reports/<name>-search/)")
-    srch.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
-    srch.add_argument("--json", action="store_true", help="print the counts and top rows as JSON")
-    rel = sub.add_parser(
-        "reliability",
-        help="days to months of a job under failures: goodput, ETTR, interruptions, "
-        "$ per useful token; Monte Carlo and checkpoint-interval studies",
-    )
-    from clustersim.failures.command import add_arguments as reliability_arguments
-
-    reliability_arguments(rel)
-    return p
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text})")
-    return value
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = _COMMANDS[args.command]
     try:
         return handler(args)
