@@ -144,6 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="run a study: many points of one base scenario")
     sweep.add_argument("study", type=Path, help="study YAML file")
+    sweep.add_argument(
+        "--allow-outside", action="store_true",
+        help="let the study's base scenario lie outside its directory and the working directory",
+    )  # fmt: skip
     sweep.add_argument("--out", type=Path, help="output directory (default reports/<study>/)")
     sweep.add_argument(
         "--workers", type=_positive, metavar="N", help="local worker processes (default: all cores)"

@@ -10,7 +10,9 @@ The study file (stable format)::
     name: trn2-llama3-8b-tp-microbatch   # identifies the study; --out refuses another's
     description: TP and microbatch size for Llama-3-8B on one trn2.48xlarge
     base: ../trn2-llama3-8b.yaml         # a scenario file, relative to this file,
-                                         # or an inline scenario mapping
+                                         # or an inline scenario mapping; a file must
+                                         # lie under this file's directory or the
+                                         # working directory (else --allow-outside)
     set:                                 # overrides applied to every point, as --set
       training.global_batch_size: 32
     axes:                                # the points: the cartesian product of the axes,

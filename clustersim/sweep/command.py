@@ -83,7 +83,7 @@ class RichProgress(StudyProgress):
 
 
 def sweep_command(args: argparse.Namespace) -> int:
-    study = load_study(args.study)
+    study = load_study(args.study, allow_outside=args.allow_outside)
     out: Path = args.out or Path("reports") / _slug(study.name)
     if args.scheduler is not None and args.dask_local is not None:
         raise ScenarioError(

@@ -224,13 +224,19 @@ class Study:
         return self.spec.name
 
 
-def load_study(path: Path) -> Study:
+def load_study(path: Path, *, allow_outside: bool = False) -> Study:
     """Read and validate a study file; every problem is a ``ScenarioError``."""
-    return parse_study(_read(path, "study"), source=path)
+    return parse_study(_read(path, "study"), source=path, allow_outside=allow_outside)
 
 
-def parse_study(text: str, source: Path | None = None) -> Study:
-    """Validate a study given as YAML text; ``source`` anchors a relative ``base`` path."""
+def parse_study(
+    text: str, source: Path | None = None, *, allow_outside: bool = False
+) -> Study:
+    """Validate a study given as YAML text; ``source`` anchors a relative ``base`` path.
+
+    A ``base`` file must lie under the study's directory or the working directory,
+    so that a study file cannot read files elsewhere, unless ``allow_outside``.
+    """
     label = _label(source.name) if source is not None else "<study>"
     data = parse_yaml(text, label)
     if data is None:
@@ -251,6 +257,8 @@ def parse_study(text: str, source: Path | None = None) -> Study:
     if isinstance(spec.base, str):
         folder = source.parent if source is not None else Path.cwd()
         base_path = folder / spec.base
+        if not allow_outside:
+            _check_inside(base_path, (folder, Path.cwd()))
         base = parse_yaml(_read(base_path, "base"), "base")
         base_label = base_path.name
     else:
@@ -261,6 +269,17 @@ def parse_study(text: str, source: Path | None = None) -> Study:
 
 
 _TOP_KEYS = tuple(StudySpec.model_fields)
+
+
+def _check_inside(path: Path, roots: tuple[Path, ...]) -> None:
+    real = path.resolve()
+    if not any(real.is_relative_to(root.resolve()) for root in roots):
+        raise ScenarioError(
+            "base",
+            str(path),
+            "lies outside the study's directory and the working directory; "
+            "pass --allow-outside to read it",
+        )
 
 
 def _check_axes(spec: StudySpec) -> None:

@@ -152,3 +152,21 @@ def test_example_studies_expand_and_resolve() -> None:
         assert points and len({p.id for p in points}) == len(points)
         for p in points:
             resolve_point(PointTask(p.id, study.base, p.overrides))
+
+
+def test_a_base_outside_the_study_and_working_directories_needs_allow_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "base.yaml").write_text("name: x\n")
+    studies = tmp_path / "project" / "studies"
+    studies.mkdir(parents=True)
+    monkeypatch.chdir(studies)
+    text = "name: t\nbase: ../../elsewhere/base.yaml\naxes: [{seeds: 2}]\n"
+    with pytest.raises(ScenarioError) as info:
+        parse_study(text, source=studies / "s.yaml")
+    assert info.value.path == "base"
+    assert "--allow-outside" in str(info.value)
+    study = parse_study(text, source=studies / "s.yaml", allow_outside=True)
+    assert study.base == {"name": "x"}
