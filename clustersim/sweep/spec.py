@@ -229,9 +229,7 @@ def load_study(path: Path, *, allow_outside: bool = False) -> Study:
     return parse_study(_read(path, "study"), source=path, allow_outside=allow_outside)
 
 
-def parse_study(
-    text: str, source: Path | None = None, *, allow_outside: bool = False
-) -> Study:
+def parse_study(text: str, source: Path | None = None, *, allow_outside: bool = False) -> Study:
     """Validate a study given as YAML text; ``source`` anchors a relative ``base`` path.
 
     A ``base`` file must lie under the study's directory or the working directory,
