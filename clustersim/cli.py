@@ -129,8 +129,11 @@ def _run(args: argparse.Namespace) -> int:
         write_parquet(out / "injections.parquet", injections)
     if result.reliability:
         from clustersim.failures import TIMELINE_FILE, timeline_frame
+        from clustersim.trace.horizon import RELIABILITY_TRACE, write_reliability_trace
 
-        write_parquet(out / TIMELINE_FILE, timeline_frame(result.reliability))
+        timeline = timeline_frame(result.reliability)
+        write_parquet(out / TIMELINE_FILE, timeline)
+        write_reliability_trace(out / RELIABILITY_TRACE, timeline)
     links = result.link_table()
     write_link_table(out / LINK_TABLE, links)
     failed = summary.get("step_failed")

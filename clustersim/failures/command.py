@@ -194,7 +194,11 @@ def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> 
         from clustersim.trace.io import atomic_write_text, write_parquet
 
         args.out.mkdir(parents=True, exist_ok=True)
-        write_parquet(args.out / TIMELINE_FILE, timeline_frame(outcomes))
+        from clustersim.trace.horizon import RELIABILITY_TRACE, write_reliability_trace
+
+        timeline = timeline_frame(outcomes)
+        write_parquet(args.out / TIMELINE_FILE, timeline)
+        write_reliability_trace(args.out / RELIABILITY_TRACE, timeline)
         atomic_write_text(args.out / RESULT_FILE, json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result, indent=2))

@@ -68,6 +68,24 @@ def test_run_adds_reliability_to_the_summary(tiny_failures: Path, tmp_path: Path
     assert (out / "reliability_timeline.parquet").exists()
 
 
+def test_the_timeline_is_a_chrome_trace(tmp_path: Path) -> None:
+    scenario = tmp_path / "tiny-failing.yaml"
+    scenario.write_text(TINY + "failures: {preset: rsc1, horizon: 2000d, spares: 1, seeds: 2}\n")
+    out = tmp_path / "run"
+    assert main(["run", str(scenario), "--out", str(out), "--quiet", "--no-report"]) == 0
+    timeline = pd.read_parquet(out / "reliability_timeline.parquet")
+    trace = json.loads((out / "reliability_trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] in {"X", "i"}]
+    assert len(spans) == len(timeline) > 0
+    assert {e["pid"] for e in spans} <= set(timeline["seed"])
+    first = min(spans, key=lambda e: (e["pid"], e["ts"]))
+    row = timeline.sort_values(["seed", "time_s"]).iloc[0]
+    assert first["ts"] == pytest.approx(row["time_s"] * 1e6)
+    assert first["name"] == row["cause"]
+    if first["ph"] == "X":
+        assert first["dur"] == pytest.approx(row["downtime_s"] * 1e6)
+
+
 def test_run_without_failures_has_no_reliability(tmp_path: Path) -> None:
     scenario = tmp_path / "tiny.yaml"
     scenario.write_text(TINY)
