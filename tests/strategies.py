@@ -536,12 +536,18 @@ def _laughs_in_override(n: int) -> str:
     )
 
 
+def _block_depth(n: int) -> str:
+    return "".join(" " * i + "a:\n" for i in range(n)) + " " * n + "b: 1\n"
+
+
 _BOMB_BUILDERS: dict[str, Callable[[int], str]] = {
     "laughs": _laughs,
     "laughs-in-override": _laughs_in_override,
     "flow-depth": lambda n: "name: " + "[" * n + "]" * n + "\n",
     "map-depth": lambda n: "name: " + "{a: " * n + "1" + "}" * n + "\n",
-    "block-depth": lambda n: "".join(" " * i + "a:\n" for i in range(n)) + " " * n + "b: 1\n",
+    # Indentation grows as n**2 / 2 bytes: 100,000 levels would be a 5 GB file. Past
+    # 3,000 levels (4.5 MB) the file is refused for its size anyway.
+    "block-depth": lambda n: _block_depth(min(n, 3000)),
     "dash-depth": lambda n: "- " * n + "x\n",
     "wide-list": lambda n: "name: [" + "1," * n + "1]\n",
     "many-keys": lambda n: "".join(f"k{i}: {i}\n" for i in range(n)),
