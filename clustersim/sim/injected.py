@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from clustersim import __version__
 from clustersim.failures.injection import Injector, StepFailure, resolve
 from clustersim.network import Network
 from clustersim.network.topology import Topology, build_topology
 from clustersim.scenario import Resolved
 from clustersim.scenario.failures import FailuresCfg
-from clustersim.workload import microbatches, model_flops_per_step
+from clustersim.sim.summary_keys import run_identity, simulation_keys
+from clustersim.workload import model_flops_per_step
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,28 +74,9 @@ def failed_summary(
     wall_s: float,
 ) -> dict[str, Any]:
     """The summary of a run whose step failed: what is known without a finished step."""
-    res, sc, layout = pl.resolved, pl.resolved.scenario, pl.layout
-    events = sim.ops + network.transfers_done
+    res, sc = pl.resolved, pl.resolved.scenario
     return {
-        "scenario": sc.name,
-        "seed": sc.seed,
-        "instance": res.instance.name,
-        "instances": sc.cluster.count,
-        "chip": res.chip.name,
-        "model": res.model.name,
-        "chips": res.chips,
-        "ranks": res.ranks,
-        "layout": {
-            "tp": layout.tp,
-            "pp": layout.pp,
-            "dp": layout.dp,
-            "cp": layout.cp,
-            "microbatches": microbatches(sc.parallelism, sc.training, layout),
-            "schedule": sc.parallelism.schedule,
-            "recompute": sc.parallelism.recompute,
-            "zero": sc.parallelism.zero,
-            "lnc": res.lnc,
-        },
+        **run_identity(pl),
         "step_failed": {
             "at_s": failure.at_s,
             "step": len(sim.step_ends),
@@ -114,12 +95,7 @@ def failed_summary(
         "breakdown_s": None,
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
         "cost": None,
-        "events": events,
-        "events_per_s": events / wall_s if wall_s > 0 else 0.0,
-        "wall_s": wall_s,
-        "fidelity": "folded" if sim.folded else "detailed",
-        "simulated_ranks": len(sim.ranks),
-        "clustersim_version": __version__,
+        **simulation_keys(sim, network, wall_s),
         "injections": injector.records if injector is not None else [],
     }
 

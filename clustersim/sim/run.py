@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import simpy
 
-from clustersim import __version__, cost
+from clustersim import cost
 from clustersim.errors import ScenarioError
 from clustersim.failures.injection import StepFailure, fold_with
 from clustersim.failures.jobs import validate as validate_reliability
@@ -22,6 +22,7 @@ from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.guard import Limits, check_work
 from clustersim.sim.injected import build_injector, failed_summary
+from clustersim.sim.summary_keys import run_identity, simulation_keys
 from clustersim.workload import (
     Layout,
     MemoryBreakdown,
@@ -29,7 +30,6 @@ from clustersim.workload import (
     check_fits,
     make_layout,
     memory_per_rank,
-    microbatches,
     model_flops_per_step,
     validate,
 )
@@ -209,27 +209,8 @@ def summarise(
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens_per_s = tokens / step_s
-    events = sim.ops + network.transfers_done
     return {
-        "scenario": sc.name,
-        "seed": sc.seed,
-        "instance": res.instance.name,
-        "instances": sc.cluster.count,
-        "chip": res.chip.name,
-        "model": res.model.name,
-        "chips": res.chips,
-        "ranks": res.ranks,
-        "layout": {
-            "tp": layout.tp,
-            "pp": layout.pp,
-            "dp": layout.dp,
-            "cp": layout.cp,
-            "microbatches": microbatches(sc.parallelism, sc.training, layout),
-            "schedule": sc.parallelism.schedule,
-            "recompute": sc.parallelism.recompute,
-            "zero": sc.parallelism.zero,
-            "lnc": res.lnc,
-        },
+        **run_identity(pl),
         "step_time_s": step_s,
         "tokens_per_step": tokens,
         "tokens_per_s": tokens_per_s,
@@ -253,10 +234,5 @@ def summarise(
             step_time_s=step_s,
             tokens_per_step=tokens,
         ),
-        "events": events,
-        "events_per_s": events / wall_s if wall_s > 0 else 0.0,
-        "wall_s": wall_s,
-        "fidelity": "folded" if sim.folded else "detailed",
-        "simulated_ranks": len(sim.ranks),
-        "clustersim_version": __version__,
+        **simulation_keys(sim, network, wall_s),
     }
