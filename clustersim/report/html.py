@@ -20,12 +20,13 @@ from clustersim import __version__
 from clustersim.report.data import RunData, comm_table
 from clustersim.report.figures import Rendered
 
-__all__ = ["render_comparison", "render_report", "versions"]
+__all__ = ["render_comparison", "render_report", "template_env", "versions"]
 
 _PACKAGES = ("numpy", "pandas", "simpy", "matplotlib", "jinja2", "pyarrow")
 
 
-def _env() -> Environment:
+def template_env() -> Environment:
+    """The Jinja2 environment of every report page: autoescaped, strict."""
     return Environment(
         loader=PackageLoader("clustersim.report", "templates"),
         autoescape=True,
@@ -197,7 +198,7 @@ def render_report(
         "resolved_yaml": data.resolved_yaml,
         "versions": versions(),
     }
-    return _env().get_template("report.html.j2").render(context)
+    return template_env().get_template("report.html.j2").render(context)
 
 
 def render_comparison(runs: Sequence[RunData], figures: Sequence[Rendered]) -> str:
@@ -263,4 +264,4 @@ def render_comparison(runs: Sequence[RunData], figures: Sequence[Rendered]) -> s
         "figures": [_uri(f) for f in figures],
         "versions": versions(),
     }
-    return _env().get_template("comparison.html.j2").render(context)
+    return template_env().get_template("comparison.html.j2").render(context)

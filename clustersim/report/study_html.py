@@ -7,11 +7,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
-
 from clustersim import __version__
 from clustersim.report.figures import Rendered
-from clustersim.report.html import versions
+from clustersim.report.html import template_env, versions
 from clustersim.report.study import (
     CONFIDENCE,
     StudyData,
@@ -27,17 +25,6 @@ __all__ = ["render_study"]
 
 MAX_ROWS = 200
 """Points listed in the page's table (all of them are in results.parquet)."""
-
-
-def _env() -> Environment:
-    return Environment(
-        loader=PackageLoader("clustersim.report", "templates"),
-        autoescape=True,
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
 
 
 def _num(value: Any) -> str:
@@ -176,4 +163,4 @@ def render_study(data: StudyData, figures: Sequence[Rendered]) -> str:
         "failed": failed,
         "versions": versions(),
     }
-    return _env().get_template("study.html.j2").render(context)
+    return template_env().get_template("study.html.j2").render(context)
