@@ -3,36 +3,47 @@
 A *transfer* is one entity: a group of flows (chip to chip) that start
 together, move the same number of bytes at one common rate, and finish
 together, like the flows of one step of a collective. After its latency the
-entity joins the fluid model. Rates are the max-min fair allocation over all
-active entities (:mod:`clustersim.network.maxmin`), recomputed whenever an
-entity joins or leaves or a link's capacity changes; between changes,
-remaining bytes drain linearly. The solve runs over the links that active
-entities cross only, so its cost does not grow with the size of the cluster.
+entity joins the fluid model. Rates are the max-min fair allocation over the
+active entities (:mod:`clustersim.network.maxmin`); between changes, remaining
+bytes drain linearly.
+
+**Components.** Entities that share a link, directly or through others, form a
+*component*; max-min rates in one component do not depend on any other. Every
+loaded link belongs to exactly one component. When an entity joins, the
+components its links touch merge with it; when one leaves, only its component
+is re-solved. So a change costs work in proportion to the component it
+touches, not to everything in flight: in a folded run most entities are alone
+on their links (stages and groups on disjoint links), and their rate is that of
+their tightest link. A component is not split when an entity leaves (solving
+two independent parts together gives the same rates). Solves of a component
+are remembered by the groups in it, so a repeated pattern of transfers (the
+same collective in every microbatch) costs a dictionary lookup.
 
 Joins and departures at one simulated instant are batched: the first change
 schedules a solve at the same time (a zero-delay timeout), and every change
-made before it runs joins the same solve. After each solve one wake-up is
-scheduled for the next completion; a generation counter makes older wake-ups
-no-ops, since SimPy timeouts cannot be cancelled. A wake-up finishes every
-entity whose remaining bytes are within a relative epsilon of zero, so
-simultaneous completions cost one solve.
+made before it runs joins the same solve. Each entity has a predicted finish
+time on a heap; after each solve one wake-up is scheduled for the earliest, and
+a generation counter makes older wake-ups no-ops, since SimPy timeouts cannot
+be cancelled. A wake-up finishes every entity whose remaining bytes are within a
+relative epsilon of zero, so simultaneous completions cost one solve.
 
 **Link state.** The network listens to its topology: when a lane or a link
-fails or recovers, :meth:`FlowNetwork.capacity_changed` drains the entities at
-their old rates up to that instant and re-solves at it, so in-flight transfers
-pick up the new capacities (a lost lane slows exactly the flows crossing its
-link). Entities whose route crosses a link that is down are rerouted over the
-links still up; if a pair has no route left, the entity's event fails with
+fails or recovers, :meth:`FlowNetwork.capacity_changed` re-solves every
+component at that instant, so in-flight transfers pick up the new capacities
+(a lost lane slows exactly the flows crossing its link). Entities whose route
+crosses a link that is down are rerouted over the links still up; if a pair has
+no route left, the entity's event fails with
 :class:`~clustersim.errors.PartitionError`.
 
 **Observability.** :class:`~clustersim.network.linkstats.LinkStats` accumulates
 per-link bytes, time-weighted and peak utilisation and a binned time series,
-touching only the loaded links; :meth:`FlowNetwork.link_utilisation` returns them
-as numpy arrays.
+touching only the links whose load changes; :meth:`FlowNetwork.link_utilisation`
+returns them as numpy arrays.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,7 +55,7 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
-from clustersim.network.linkstats import LinkStats, LinkUtilisation
+from clustersim.network.linkstats import LinkStats, LinkUtilisation, LoadPattern
 from clustersim.network.maxmin import maxmin_rates_csc
 from clustersim.network.topology import Topology
 
@@ -71,6 +82,39 @@ class FlowGroup:
     pairs: Pairs | Callable[[], NDArray[np.int64]] = ()
 
 
+class _Entity:
+    """One transfer in flight: ``remaining`` bytes per flow as of ``t_s``, moving at ``rate``."""
+
+    __slots__ = ("comp", "event", "group", "rate", "remaining", "seq", "stamp", "t_s", "total")
+
+    def __init__(self, group: FlowGroup, nbytes: float, event: simpy.Event, seq: int) -> None:
+        self.group = group
+        self.total = nbytes
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.t_s = 0.0
+        self.event = event
+        self.seq = seq
+        """Creation order: simultaneous completions succeed in this order."""
+        self.stamp = 0
+        """Bumped at every change of rate: heap entries with an older stamp are stale."""
+        self.comp: _Component | None = None
+
+
+class _Component:
+    """Entities that share links, directly or through one another."""
+
+    __slots__ = ("entities", "ident")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self.entities: list[_Entity] = []
+
+
+_Solved = tuple[NDArray[np.float64], LoadPattern]
+"""The rates of a component's entities, and the loads they put on its links."""
+
+
 class FlowNetwork:
     """Active transfers sharing the links of a :class:`Topology` by max-min fairness.
 
@@ -82,6 +126,9 @@ class FlowNetwork:
 
     max_cached_pairs: int = 1 << 20
     """The group cache is cleared when its keys hold more pairs than this (memory bound)."""
+
+    max_memo_links: int = 1 << 22
+    """The solve memo is cleared when its solutions hold more links than this."""
 
     def __init__(
         self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64
@@ -95,28 +142,32 @@ class FlowNetwork:
         self.transfers = 0
         self.entities_done = 0
         self.solves = 0
+        """Instants at which rates were solved (one per batch of changes)."""
         self.reroutes = 0
         """Entities moved onto new routes after a link went down."""
         self._groups: dict[Pairs, FlowGroup] = {}
         self._groups_version = topology.version
         self._cached_pairs = 0
-        # Active entities, in join order; the incidence matrix in compressed-column form.
-        self._events: list[simpy.Event] = []
-        self._active: list[FlowGroup] = []
-        self._nnz = np.zeros(0, dtype=np.int64)
-        self._links = np.zeros(0, dtype=np.int64)
-        self._counts = np.zeros(0, dtype=np.float64)
-        self._n_flows = np.zeros(0, dtype=np.float64)
-        self._total = np.zeros(0, dtype=np.float64)
-        self._remaining = np.zeros(0, dtype=np.float64)
-        self._rate = np.zeros(0, dtype=np.float64)
-        self._load_Bps = np.zeros(n_links)
+        self._pending: list[_Entity] = []
+        self._created = 0
+        self._n_active = 0
         self._occupancy = np.zeros(n_links, dtype=np.int64)
-        """Active entities crossing each link: a link is shared when this exceeds 1."""
-        self._loaded = np.zeros(0, dtype=np.int64)
-        self._pending: list[tuple[FlowGroup, float, simpy.Event]] = []
-        self._last_s = float(env.now)
+        """Active entities crossing each link."""
+        self._comp_of = np.full(n_links, -1, dtype=np.int64)
+        """The component each loaded link belongs to (-1: none)."""
+        self._comps: dict[int, _Component] = {}
+        self._next_comp = 0
+        self._dirty: dict[int, None] = {}
+        """Components to re-solve at the next solve (an ordered set)."""
+        self._memo: dict[tuple[FlowGroup, ...], _Solved] = {}
+        self._memo_links = 0
+        self._zero: NDArray[np.int64] | None = None
+        """Links of zero capacity (cached until capacities change)."""
+        self._heap: list[tuple[float, int, int, _Entity]] = []
+        """(finish time, sequence, stamp, entity): predicted completions."""
+        self._pushes = 0
         self._generation = 0
+        self._wake_s = math.inf
         self._solve_scheduled = False
         topology.add_listener(self.capacity_changed)
 
@@ -125,22 +176,24 @@ class FlowNetwork:
     @property
     def active(self) -> int:
         """Entities moving bytes now (not counting those in their latency phase)."""
-        return len(self._events) + len(self._pending)
+        return self._n_active + len(self._pending)
 
     @property
     def load_Bps(self) -> NDArray[np.float64]:
-        """Current load of each link, from the last solve. Do not modify."""
-        return self._load_Bps
+        """Current load of each link, from the last solve (a new array, built on each call)."""
+        return self.stats.load()
 
     @property
     def link_bytes(self) -> NDArray[np.float64]:
-        """Bytes carried so far by each link (up to the last change of rates)."""
+        """Bytes carried so far by each link. Do not modify."""
+        self.stats.advance_to(float(self.env.now))
+        self.stats.settle()
         return self.stats.bytes
 
     def link_utilisation(self, top: int = 8) -> LinkUtilisation:
         """Per-link bytes, mean and peak utilisation up to now, and the series of the
         ``top`` most-loaded links (see :class:`~.linkstats.LinkUtilisation`)."""
-        self._advance()
+        self.stats.advance_to(float(self.env.now))
         topo = self.topology
         return self.stats.summary(topo.names, topo.kinds, topo.capacity_Bps, top)
 
@@ -198,30 +251,33 @@ class FlowNetwork:
         return done
 
     def capacity_changed(self) -> None:
-        """Link capacities changed: drain at the old rates up to now, re-solve at this instant.
+        """Link capacities changed: re-solve every transfer in flight at this instant.
 
         The topology calls this on every change of links or lanes; call it yourself
         after changing capacities some other way.
         """
         if self.topology.n_links != self.stats.n_links:
             self._resize()
-        self._advance()
-        if self._events or self._pending:
+        self._memo.clear()
+        self._memo_links = 0
+        self._zero = None
+        for ident in self._comps:
+            self._dirty[ident] = None
+        if self._comps or self._pending:
             self._request_solve()
 
-    # -- fluid model ----------------------------------------------------------------------------
+    # -- joining and leaving --------------------------------------------------------------------
 
     def _resize(self) -> None:
-        """The topology gained links: grow the per-link arrays (statistics start over)."""
+        """The topology gained links: grow the per-link arrays."""
         n = self.topology.n_links
-        load = np.zeros(n)
-        load[: self._load_Bps.size] = self._load_Bps
-        self._load_Bps = load
+        self.stats.grow(n)
         occupancy = np.zeros(n, dtype=np.int64)
         occupancy[: self._occupancy.size] = self._occupancy
         self._occupancy = occupancy
-        old, self.stats = self.stats, LinkStats(n, start_s=float(self.env.now))
-        self.stats.bytes[: old.n_links] = old.bytes
+        comp_of = np.full(n, -1, dtype=np.int64)
+        comp_of[: self._comp_of.size] = self._comp_of
+        self._comp_of = comp_of
 
     def _on_arrival(self, group: FlowGroup, nbytes: float, done: simpy.Event, _ev: Any) -> None:
         self._join(group, nbytes, done)
@@ -231,7 +287,8 @@ class FlowNetwork:
             self.entities_done += 1
             done.succeed()
             return
-        self._pending.append((group, nbytes, done))
+        self._pending.append(_Entity(group, nbytes, done, self._created))
+        self._created += 1
         self._request_solve()
 
     def _request_solve(self) -> None:
@@ -239,199 +296,217 @@ class FlowNetwork:
             self._solve_scheduled = True
             self.env.timeout(0).callbacks.append(self._on_solve)
 
-    def _advance(self) -> None:
-        """Drain remaining bytes at the current rates up to now."""
-        now = float(self.env.now)
-        dt = now - self._last_s
-        if dt <= 0:
-            return
-        self.stats.advance(self._last_s, now)
-        self._last_s = now
-        if not self._events:
-            return
-        self._remaining -= self._rate * dt
-        np.maximum(self._remaining, 0.0, out=self._remaining)
-        self.bytes_moved += float(self._rate @ self._n_flows) * dt
+    def _attach(self, ent: _Entity, now: float) -> None:
+        """Add ``ent`` to the component of the links it shares, merging those it bridges."""
+        links = ent.group.links
+        ent.t_s = now
+        occupancy = self._occupancy[links]
+        shared = occupancy > 0
+        comp: _Component
+        if shared.any():
+            labels = self._comp_of[links[shared]]
+            comps = [self._comps[i] for i in np.unique(labels).tolist()]
+            comp = max(comps, key=lambda c: len(c.entities))
+            for other in comps:
+                if other is comp:
+                    continue
+                for e in other.entities:
+                    e.comp = comp
+                    self._comp_of[e.group.links] = comp.ident
+                comp.entities.extend(other.entities)
+                del self._comps[other.ident]
+                self._dirty.pop(other.ident, None)
+                self.stats.hold(other.ident, now, None)
+        else:
+            comp = _Component(self._next_comp)
+            self._next_comp += 1
+            self._comps[comp.ident] = comp
+        self._occupancy[links] = occupancy + 1
+        self._comp_of[links] = comp.ident
+        comp.entities.append(ent)
+        ent.comp = comp
+        self._dirty[comp.ident] = None
+        self._n_active += 1
+
+    def _detach(self, ent: _Entity, now: float) -> None:
+        """Take ``ent`` out of its component; links it leaves idle carry nothing from now on."""
+        # Labels of links left idle go stale: they are read only where occupied.
+        self._occupancy[ent.group.links] -= 1
+        comp = ent.comp
+        assert comp is not None
+        comp.entities.remove(ent)
+        ent.comp = None
+        ent.stamp += 1
+        if comp.entities:
+            self._dirty[comp.ident] = None
+        else:
+            del self._comps[comp.ident]
+            self._dirty.pop(comp.ident, None)
+            self.stats.hold(comp.ident, now, None)
+        self._n_active -= 1
+
+    def _drain(self, ent: _Entity, now: float) -> None:
+        """Bring ``ent``'s remaining bytes to ``now`` at its current rate."""
+        moved = min(ent.rate * (now - ent.t_s), ent.remaining)
+        if moved > 0:
+            ent.remaining -= moved
+            self.bytes_moved += moved * ent.group.n_flows
+        ent.t_s = now
+
+    # -- solving --------------------------------------------------------------------------------
 
     def _on_solve(self, _ev: Any) -> None:
         self._solve_scheduled = False
-        self._advance()
+        now = float(self.env.now)
+        self.stats.advance_to(now)
         if self._pending:
-            self._merge_pending()
-        if self.topology.links_down and self._events:
-            self._reroute()
-        self._solve()
+            pending, self._pending = self._pending, []
+            for ent in pending:
+                self._attach(ent, now)
+        if self.topology.links_down and self._comps:
+            self._reroute(now)
+        if self._dirty:
+            dirty, self._dirty = self._dirty, {}
+            for ident in dirty:
+                self._solve_component(self._comps[ident], now)
+            self.solves += 1
+        self._schedule_wake(now)
 
-    def _merge_pending(self) -> None:
-        pending, self._pending = self._pending, []
-        groups = [g for g, _, _ in pending]
-        self._events.extend(done for _, _, done in pending)
-        self._active.extend(groups)
-        self._nnz = np.concatenate([self._nnz, [g.links.size for g in groups]]).astype(np.int64)
-        np.add.at(self._occupancy, np.concatenate([g.links for g in groups]), 1)
-        self._links = np.concatenate([self._links, *(g.links for g in groups)])
-        self._counts = np.concatenate([self._counts, *(g.counts for g in groups)])
-        self._n_flows = np.concatenate([self._n_flows, [float(g.n_flows) for g in groups]])
-        nbytes = np.asarray([b for _, b, _ in pending], dtype=np.float64)
-        self._total = np.concatenate([self._total, nbytes])
-        self._remaining = np.concatenate([self._remaining, nbytes])
-        self._rate = np.concatenate([self._rate, np.zeros(len(pending))])
+    def _solve_component(self, comp: _Component, now: float) -> None:
+        ents = comp.entities
+        key = tuple(e.group for e in ents)
+        solved = self._memo.get(key)
+        if solved is None:
+            solved = self._solve_groups(key)
+            if self._memo_links > self.max_memo_links:
+                self._memo.clear()
+                self._memo_links = 0
+            self._memo[key] = solved
+            self._memo_links += solved[1].links.size
+        rates, pattern = solved
+        self.stats.hold(comp.ident, now, pattern)
+        heap = self._heap
+        for ent, rate in zip(ents, rates.tolist(), strict=True):
+            if rate == ent.rate and ent.stamp and rate > 0:
+                continue  # its predicted finish still holds
+            self._drain(ent, now)
+            ent.rate = rate
+            ent.stamp += 1
+            if rate > 0:  # rate 0 is a stall, until capacities change again
+                self._pushes += 1
+                heapq.heappush(heap, (now + ent.remaining / rate, self._pushes, ent.stamp, ent))
 
-    def _reroute(self) -> None:
-        """Move entities off links that are down; fail those with no route left."""
-        dead_nnz = self.topology.capacity_Bps[self._links] <= 0
-        if not dead_nnz.any():
-            return
-        entity = np.repeat(np.arange(len(self._events)), self._nnz)
-        dead = np.unique(entity[dead_nnz]).tolist()
-        failed = np.zeros(len(self._events), dtype=bool)
-        errors: dict[int, Exception] = {}
-        new: dict[int, FlowGroup] = {}
-        for e in dead:
-            pairs = self._active[e].pairs
-            if callable(pairs):
-                pairs = pairs()
-            try:
-                if len(pairs) == 0:
-                    raise PartitionError(
-                        f"a transfer over links {self._links_of(e)} lost a link and was "
-                        "created without its pairs, so it cannot be rerouted"
-                    )
-                new[e] = self.group(pairs)
-            except PartitionError as exc:
-                failed[e] = True
-                errors[e] = exc
-        self.reroutes += len(new)
-        bounds = np.cumsum(self._nnz)[:-1]
-        links = np.split(self._links, bounds)
-        counts = np.split(self._counts, bounds)
-        for e, group in new.items():
-            self._active[e] = group
-            links[e], counts[e] = group.links, group.counts
-        self._nnz = np.asarray([x.size for x in links], dtype=np.int64)
-        self._links = np.concatenate(links)
-        self._counts = np.concatenate(counts)
-        self._occupancy[:] = 0
-        np.add.at(self._occupancy, self._links, 1)
-        if failed.any():
-            self._drop(failed, errors)
+    def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> _Solved:
+        """Max-min rates of entities routed as ``groups``, with their links' loads.
 
-    def _solve(self) -> None:
-        self._generation += 1
-        n = len(self._events)
-        if n == 0:
-            self._set_loads(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
-            return
-        rate, loaded, load, capacity = self._rates(n)
-        self.solves += 1
+        An entity alone on its links runs at the rate of its tightest link.
+        """
+        cap = self.topology.capacity_Bps
+        if len(groups) == 1 and groups[0].links.size:
+            (g,) = groups
+            cap_nz = cap[g.links]
+            rate = float((cap_nz / g.counts).min())
+            rates = np.asarray([rate])
+            out: _Solved = (rates, LoadPattern(g.links, g.counts * rate, cap_nz))
+        else:
+            nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
+            counts = np.concatenate([g.counts for g in groups])
+            loaded, rows = np.unique(np.concatenate([g.links for g in groups]), return_inverse=True)
+            rows = rows.ravel()
+            capacity = cap[loaded]
+            indptr = np.zeros(len(groups) + 1, dtype=np.int64)
+            np.cumsum(nnz, out=indptr[1:])
+            rates = maxmin_rates_csc(indptr, rows, counts, capacity)
+            load = np.bincount(rows, weights=counts * np.repeat(rates, nnz), minlength=loaded.size)
+            out = (rates, LoadPattern(loaded.astype(np.int64), load.astype(np.float64), capacity))
         # Rate 0 is a stall: a link on the route has failed and routing has not
         # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
-        if not (rate.min() >= 0 and np.isfinite(rate).all()):
-            bad = int(np.argmin(rate)) if rate.min() < 0 else int(np.argmax(~np.isfinite(rate)))
+        if not (rates.min() >= 0 and np.isfinite(rates).all()):
+            bad = int(np.argmin(rates)) if rates.min() < 0 else int(np.argmax(~np.isfinite(rates)))
             raise SimulationError(
-                f"transfer over links {self._links_of(bad)} got rate {rate[bad]}: "
+                f"transfer over links {self._names(groups[bad].links)} got rate {rates[bad]}: "
                 "a link on its route has no capacity"
             )
-        self._rate = rate
-        self._set_loads(loaded, load, capacity)
-        moving = rate > 0
-        remaining = self._remaining
-        if not moving.all():
-            if not moving.any():
-                return  # all stalled: the next change of capacities re-solves
-            remaining, rate = remaining[moving], rate[moving]  # for the wake-up time only
-        delay = max(float((remaining / rate).min()), 0.0)
-        self.env.timeout(delay).callbacks.append(partial(self._on_wake, self._generation))
+        return out
 
-    def _rates(
-        self, n: int
-    ) -> tuple[NDArray[np.float64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
-        """Max-min rates of the ``n`` active entities, and the loaded links with their
-        loads and capacities.
-
-        An entity that shares none of its links with another runs at the rate of
-        its own tightest link, whatever the others do; only the entities that share
-        links go through progressive filling, over their links alone. In a folded
-        run most solves share no link at all (stages and groups on disjoint links).
-        """
-        links, counts, nnz = self._links, self._counts, self._nnz
-        ent_of_nz = np.repeat(np.arange(n, dtype=np.int64), nnz)
-        cap_nz = self.topology.capacity_Bps[links]
-        sharing = np.zeros(n, dtype=bool)
-        shared_nz = self._occupancy[links] > 1
-        if not nnz.all():
-            sharing[:] = True  # an entity without links: let the solver report it
-        elif shared_nz.any():
-            sharing[ent_of_nz[shared_nz]] = True
-        starts = np.zeros(n, dtype=np.int64)
-        np.cumsum(nnz[:-1], out=starts[1:])
-        rate: NDArray[np.float64] = (
-            np.full(n, np.inf) if sharing.all() else np.minimum.reduceat(cap_nz / counts, starts)
+    def _schedule_wake(self, now: float) -> None:
+        """One wake-up, for the earliest predicted completion."""
+        heap = self._heap
+        while heap and heap[0][2] != heap[0][3].stamp:
+            heapq.heappop(heap)
+        if not heap or heap[0][0] == self._wake_s:
+            return  # nothing moving, or the pending wake-up is for that very time
+        self._wake_s = heap[0][0]
+        self._generation += 1
+        self.env.timeout(max(self._wake_s - now, 0.0)).callbacks.append(
+            partial(self._on_wake, self._generation)
         )
-        if not sharing.any():
-            return rate, links, counts * rate[ent_of_nz], cap_nz
-        on_sharing = sharing[ent_of_nz]
-        loaded, rows = np.unique(links[on_sharing], return_inverse=True)
-        rows = rows.ravel()
-        capacity = self.topology.capacity_Bps[loaded]
-        indptr = np.zeros(int(sharing.sum()) + 1, dtype=np.int64)
-        np.cumsum(nnz[sharing], out=indptr[1:])
-        rate[sharing] = maxmin_rates_csc(indptr, rows, counts[on_sharing], capacity)
-        load_nz = counts * rate[ent_of_nz]
-        shared_load = np.bincount(rows, weights=load_nz[on_sharing], minlength=loaded.size)
-        lone = ~on_sharing
-        return (
-            rate,
-            np.concatenate([links[lone], loaded]),
-            np.concatenate([load_nz[lone], shared_load]),
-            np.concatenate([cap_nz[lone], capacity]),
-        )
-
-    def _set_loads(
-        self, links: NDArray[np.int64], load: NDArray[np.float64], capacity: NDArray[np.float64]
-    ) -> None:
-        self._load_Bps[self._loaded] = 0.0
-        self._load_Bps[links] = load
-        self._loaded = links
-        self.stats.set_loads(links, load, capacity)
 
     def _on_wake(self, generation: int, _ev: Any) -> None:
         if generation != self._generation:
             return  # superseded by a later solve
-        self._advance()
-        remaining, rate = self._remaining, self._rate
-        time_left = np.divide(remaining, rate, out=np.full_like(remaining, np.inf), where=rate > 0)
+        self._wake_s = math.inf
+        now = float(self.env.now)
         # Completions predicted for now may be a few ulps of `now` away.
-        tol_s = 64 * float(np.spacing(max(float(self.env.now), 1e-300)))
-        done = (remaining <= self.rel_eps * self._total) | (time_left <= tol_s)
-        if not done.any():
-            done[int(np.argmin(time_left))] = True
-        self._drop(done)
+        tol_s = 64 * float(np.spacing(max(now, 1e-300)))
+        heap = self._heap
+        done: list[_Entity] = []
+        while heap:
+            finish, _, stamp, ent = heap[0]
+            if stamp != ent.stamp:
+                heapq.heappop(heap)
+                continue
+            left = finish - now
+            if left <= tol_s or left * ent.rate <= self.rel_eps * ent.total:
+                heapq.heappop(heap)
+                done.append(ent)
+            elif not done:  # the one this wake-up was for, a rounding error early
+                done.append(heapq.heappop(heap)[3])
+            else:
+                break
+        if not done:
+            return
+        self.stats.advance_to(now)
+        done.sort(key=lambda e: e.seq)
+        for ent in done:
+            self.bytes_moved += ent.remaining * ent.group.n_flows
+            ent.remaining = 0.0
+            self._detach(ent, now)
+            self.entities_done += 1
+            ent.event.succeed()
         self._request_solve()
 
-    def _drop(self, done: NDArray[np.bool_], errors: dict[int, Exception] | None = None) -> None:
-        """Remove entities: their events succeed, or fail with ``errors[i]``."""
-        keep = ~done
-        events = self._events
-        for i in np.flatnonzero(done).tolist():
-            if errors and i in errors:
-                events[i].fail(errors[i])
-            else:
-                events[i].succeed()
-                self.entities_done += 1
-        self._events = [ev for ev, k in zip(events, keep, strict=True) if k]
-        self._active = [g for g, k in zip(self._active, keep, strict=True) if k]
-        per_nnz = np.repeat(keep, self._nnz)
-        np.subtract.at(self._occupancy, self._links[~per_nnz], 1)
-        self._links = self._links[per_nnz]
-        self._counts = self._counts[per_nnz]
-        self._nnz = self._nnz[keep]
-        self._n_flows = self._n_flows[keep]
-        self._total = self._total[keep]
-        self._remaining = self._remaining[keep]
-        self._rate = self._rate[keep]
+    # -- link failures --------------------------------------------------------------------------
 
-    def _links_of(self, entity: int) -> list[str]:
-        start = int(self._nnz[:entity].sum())
-        links = self._links[start : start + int(self._nnz[entity])]
+    def _reroute(self, now: float) -> None:
+        """Move entities off links that are down; fail those with no route left."""
+        if self._zero is None:
+            self._zero = np.flatnonzero(self.topology.capacity_Bps <= 0).astype(np.int64)
+        zero = self._zero
+        dead_links = zero[self._occupancy[zero] > 0]
+        if not dead_links.size:
+            return
+        cap = self.topology.capacity_Bps
+        hit = [self._comps[i] for i in np.unique(self._comp_of[dead_links]).tolist()]
+        dead = [e for c in hit for e in c.entities if (cap[e.group.links] <= 0).any()]
+        for ent in sorted(dead, key=lambda e: e.seq):
+            routed = ent.group.pairs
+            pairs = routed() if callable(routed) else routed
+            self._drain(ent, now)
+            self._detach(ent, now)
+            try:
+                if len(pairs) == 0:
+                    raise PartitionError(
+                        f"a transfer over links {self._names(ent.group.links)} lost a link and "
+                        "was created without its pairs, so it cannot be rerouted"
+                    )
+                ent.group = self.group(pairs)
+            except PartitionError as exc:
+                ent.event.fail(exc)
+                continue
+            ent.rate = 0.0
+            self._attach(ent, now)
+            self.reroutes += 1
+
+    def _names(self, links: NDArray[np.int64]) -> list[str]:
         return [self.topology.link_name(int(link)) for link in links]

@@ -1,21 +1,24 @@
 """Per-link utilisation over time, accumulated sparsely for a topology heat map.
 
-Between two solves of the flow model the load of every link is constant. A
-:class:`LinkStats` is told the loaded links, their load and their capacity at
-each solve (:meth:`LinkStats.set_loads`) and the intervals that pass
-(:meth:`LinkStats.advance`). It accumulates, touching only the loaded links:
+The flow model's loads come in *patterns*: one solve of one component of the
+model loads a set of links (:class:`LoadPattern`), and holds until that component
+changes. A :class:`LinkStats` is told which pattern each component holds from
+when (:meth:`LinkStats.hold`); it adds up, per pattern, the time it was held in
+the time bin in progress, and only when time leaves the bin does it spread the
+patterns over their links. A pattern that recurs (the same collective in every
+microbatch) is spread once per bin, however often it was held: the cost of a
+change of load is a dictionary update, not work per link. It accumulates:
 
 - ``bytes``: bytes carried by each link;
 - ``busy_s``: the time integral of utilisation (load / current capacity), so
   ``busy_s / elapsed_s`` is the time-weighted mean utilisation;
 - ``peak``: the highest utilisation seen;
-- a time series: the utilisation integral per link and time bin. Within a bin
-  nothing more is done; when time leaves a bin, the bin's integrals are
-  ``busy_s`` minus its value when the bin opened, stored for the links that
-  changed. An interval that spans whole bins is kept as one run. Bins start
-  narrow and double in width (merging pairwise) whenever the run outgrows
-  ``max_bins`` of them, so memory stays bounded by ``max_bins`` x the links
-  loaded in each bin, whatever the horizon.
+- a time series: the utilisation integral per link and time bin. When time
+  leaves a bin, the bin's integrals are ``busy_s`` minus its value when the bin
+  opened, stored for the links that changed. An interval that spans whole bins
+  is kept as one run. Bins start narrow and double in width (merging pairwise)
+  whenever the run outgrows ``max_bins`` of them, so memory stays bounded by
+  ``max_bins`` x the links loaded in each bin, whatever the horizon.
 
 :meth:`LinkStats.summary` packs these into a :class:`LinkUtilisation`: plain
 numpy arrays, no pandas, with the series of the most-loaded links.
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["LinkStats", "LinkUtilisation"]
+__all__ = ["LinkStats", "LinkUtilisation", "LoadPattern"]
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -58,6 +61,21 @@ class LinkUtilisation:
     series: Floats
 
 
+class LoadPattern:
+    """``load_Bps[i]`` on link ``links[i]`` (distinct) of capacity ``capacity_Bps[i]``."""
+
+    __slots__ = ("links", "load", "peaked", "util")
+
+    def __init__(self, links: Ints, load_Bps: Floats, capacity_Bps: Floats) -> None:
+        self.links = links
+        self.load = load_Bps
+        self.util: Floats = np.divide(
+            load_Bps, capacity_Bps, out=np.zeros(load_Bps.size), where=capacity_Bps > 0
+        )
+        self.peaked = False
+        """Whether ``peak`` has seen this pattern."""
+
+
 class LinkStats:
     """Sparse accumulators of per-link bytes, utilisation and a binned time series."""
 
@@ -71,9 +89,10 @@ class LinkStats:
         self.bytes: Floats = np.zeros(n_links)
         self.busy_s: Floats = np.zeros(n_links)
         self.peak: Floats = np.zeros(n_links)
-        self._links: Ints = np.zeros(0, dtype=np.int64)
-        self._load: Floats = np.zeros(0)
-        self._util: Floats = np.zeros(0)
+        self._held: dict[int, tuple[LoadPattern, float]] = {}
+        """The pattern each holder holds now, and since when (not yet added)."""
+        self._acc: dict[int, tuple[LoadPattern, float]] = {}
+        """Seconds each pattern was held in the bin in progress, not yet spread (by id)."""
         self._bin_s = 0.0
         self._cur = 0
         """The bin in progress; ``busy_s - _mark`` is what it has accumulated so far."""
@@ -85,54 +104,97 @@ class LinkStats:
         self._runs: list[tuple[int, int, Ints, Floats]] = []
         """Whole bins ``[first, last)`` that one interval crossed: (first, last, links, util)."""
 
-    def set_loads(self, links: Ints, load_Bps: Floats, capacity_Bps: Floats) -> None:
-        """The loads from now on: ``load_Bps[i]`` on link ``links[i]`` of ``capacity_Bps[i]``."""
-        self._links = links
-        self._load = load_Bps
-        self._util = np.divide(
-            load_Bps, capacity_Bps, out=np.zeros(load_Bps.size), where=capacity_Bps > 0
-        )
-        if links.size:
-            self.peak[links] = np.maximum(self.peak[links], self._util)
+    def hold(self, holder: int, now_s: float, pattern: LoadPattern | None) -> None:
+        """From ``now_s`` on, ``holder`` loads the links as ``pattern`` (None: no more).
 
-    def advance(self, t0_s: float, t1_s: float) -> None:
-        """The current loads held from ``t0_s`` to ``t1_s``.
-
-        Inside one time bin this only adds to ``bytes`` and ``busy_s``. When the
-        interval leaves the bin in progress, the bin is closed: its integrals are
-        ``busy_s`` minus their values when it opened, a sparse difference.
+        A holder is one component of the flow model; the patterns of different
+        holders load different links. Times never go backwards.
         """
-        self.end_s = max(self.end_s, t1_s)
-        dt = t1_s - t0_s
-        links, util = self._links, self._util
-        if dt <= 0 or not links.size:
+        self.advance_to(now_s)
+        old = self._held.pop(holder, None)
+        if old is not None:
+            self._add(old[0], now_s - old[1])
+        if pattern is None:
             return
-        self.bytes[links] += self._load * dt
-        a, b = t0_s - self.start_s, t1_s - self.start_s
-        if self._bin_s == 0.0:
-            self._bin_s = max(b, 1e-12) / (self.max_bins // 2)
+        if not pattern.peaked:
+            pattern.peaked = True
+            links = pattern.links
+            self.peak[links] = np.maximum(self.peak[links], pattern.util)
+        self._held[holder] = (pattern, now_s)
+
+    def load(self) -> Floats:
+        """The load of each link now (bytes per second)."""
+        out: Floats = np.zeros(self.n_links)
+        for pattern, _ in self._held.values():
+            out[pattern.links] += pattern.load
+        return out
+
+    def grow(self, n_links: int) -> None:
+        """The topology gained links: extend the per-link arrays (the new links idle)."""
+        extra = n_links - self.n_links
+        if extra <= 0:
+            return
+        for name in ("bytes", "busy_s", "peak", "_mark"):
+            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra)]))
+        self.n_links = n_links
+
+    def advance_to(self, now_s: float) -> None:
+        """Time has reached ``now_s``: close the bins it left."""
+        if now_s <= self.end_s:
+            return
+        if not self._bin_s:
+            if not (self._held or self._acc):
+                self.end_s = now_s
+                return
+            # The first interval with a load sets the width: it spans half the bins,
+            # and the bin in progress is the one it started in.
+            self._bin_s = max(now_s - self.start_s, 1e-12) / (self.max_bins // 2)
+            first = min([since for _, since in self._held.values()], default=self.end_s)
+            self._cur = int((first - self.start_s) // self._bin_s)
+        self.end_s = now_s
+        b = now_s - self.start_s
         while b > self._bin_s * self.max_bins:
             self._double()
         w = self._bin_s
-        first = int(a // w)
-        last = max(first, math.ceil(b / w) - 1)
-        if first != self._cur:
-            self._close()
-            self._cur = first
-        self._touch(links)
-        if first == last:
-            self.busy_s[links] += util * dt
+        last = max(self._cur, math.ceil(b / w) - 1)
+        if last == self._cur:
             return
-        self.busy_s[links] += util * ((first + 1) * w - a)
+        self._settle(self.start_s + (self._cur + 1) * w)
         self._close()
-        self._touch(links)
-        if last > first + 1:
-            whole = util * ((last - first - 1) * w)
-            self.busy_s[links] += whole
-            self._mark[links] += whole  # kept as a run, not in the bin that follows
-            self._runs.append((first + 1, last, links, util))
+        whole = (last - self._cur - 1) * w
+        for pattern, _ in self._held.values() if whole > 0 else ():
+            links, busy = pattern.links, pattern.util * whole
+            self.busy_s[links] += busy
+            self._mark[links] += busy  # kept as a run, not in the bin that follows
+            self.bytes[links] += pattern.load * whole
+            self._runs.append((self._cur + 1, last, links, pattern.util))
+        t_s = self.start_s + last * w
+        self._held = {h: (pattern, t_s) for h, (pattern, _) in self._held.items()}
         self._cur = last
-        self.busy_s[links] += util * (b - last * w)
+
+    def settle(self) -> None:
+        """Spread everything held up to now (``end_s``) over the links, for reading them."""
+        self._settle(self.end_s)
+
+    def _settle(self, t_s: float) -> None:
+        """Add the patterns held up to ``t_s`` and spread what the bin holds."""
+        for pattern, since in self._held.values():
+            self._add(pattern, t_s - since)
+        self._held = {h: (pattern, t_s) for h, (pattern, _) in self._held.items()}
+        for pattern, seconds in self._acc.values():
+            links = pattern.links
+            self.bytes[links] += pattern.load * seconds
+            self.busy_s[links] += pattern.util * seconds
+            self._touch(links)
+        self._acc = {}
+
+    def _add(self, pattern: LoadPattern, seconds: float) -> None:
+        """``pattern`` was held for ``seconds`` more in the bin in progress."""
+        if seconds <= 0:
+            return
+        key = id(pattern)  # the entry holds the pattern, so its id is not reused
+        found = self._acc.get(key)
+        self._acc[key] = (pattern, seconds if found is None else found[1] + seconds)
 
     def _touch(self, links: Ints) -> None:
         """``busy_s`` of ``links`` changes in the bin in progress."""
@@ -218,6 +280,7 @@ class LinkStats:
         capacity_Bps: Floats,
         top: int = 8,
     ) -> LinkUtilisation:
+        self.settle()
         mean = self.mean()
         loaded = np.flatnonzero(self.busy_s > 0)
         order = loaded[np.argsort(-mean[loaded], kind="stable")][:top]

@@ -75,10 +75,10 @@ class Watch:
     def __init__(self, net: FlowNetwork) -> None:
         self.net = net
         self.times: list[float] = []
-        solve = net._solve
+        solve = net._on_solve
 
-        def checked() -> None:
-            solve()
+        def checked(ev: Any) -> None:
+            solve(ev)
             topo = net.topology
             load, cap = net.load_Bps, topo.capacity_Bps
             over = load > cap * (1 + 1e-9) + 1e-6
@@ -87,7 +87,7 @@ class Watch:
             assert not self.times or now >= self.times[-1]
             self.times.append(now)
 
-        net._solve = checked  # type: ignore[method-assign]
+        net._on_solve = checked  # type: ignore[method-assign]
 
 
 @settings(max_examples=60, deadline=None)
