@@ -40,7 +40,7 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.flows import FlowGroup, FlowNetwork
-from clustersim.network.groups import GroupInfo, Placement, chip_placement, group_info
+from clustersim.network.groups import GroupInfo, group_info
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
 from clustersim.network.topology import (
     Topology,
@@ -123,7 +123,7 @@ class Network:
             algorithm(name, op, path=path)  # validates both names
             self.algorithms[op] = name
         self._steps: dict[tuple[str, str, float, GroupInfo], list[tuple[Step, _IntArray]]] = {}
-        self._placement: Placement | None = None
+        self._infos: dict[bytes, GroupInfo] = {}
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
@@ -206,9 +206,9 @@ class Network:
 
     def group_info(self, ranks: Sequence[int]) -> GroupInfo:
         """The placement of ``ranks`` as algorithms see it."""
-        if self._placement is None:
-            self._placement = chip_placement(self.topology)
-        return group_info(self.topology, [self._chip(r) for r in ranks], self._placement)
+        if len(self._infos) >= self.max_cached_plans:
+            self._infos.clear()
+        return group_info(self.topology, self._chips_of(ranks), self._infos)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -216,6 +216,16 @@ class Network:
         if not 0 <= rank < len(self.rank_chip):
             raise SimulationError(f"rank {rank} is outside 0..{len(self.rank_chip) - 1}")
         return self.rank_chip[rank]
+
+    def _chips_of(self, ranks: Sequence[int]) -> _IntArray:
+        """The chip of each of ``ranks``, as an array."""
+        arr = np.asarray(ranks, dtype=np.int64).reshape(-1)
+        n = self._chips.size
+        bad = (arr < 0) | (arr >= n)
+        if bad.any():
+            raise SimulationError(f"rank {arr[np.argmax(bad)]} is outside 0..{n - 1}")
+        chips: _IntArray = self._chips[arr]
+        return chips
 
     def _rows_chips(self, rows: ArrayLike, width: int, what: str) -> _IntArray:
         """The chips of ``rows`` of ranks (a 2D array, ``width`` ranks per row)."""
@@ -259,7 +269,7 @@ class Network:
             raise SimulationError(f"{op} over an empty group")
         if not (nbytes >= 0 and math.isfinite(nbytes)):
             raise SimulationError(f"{op}: nbytes must be finite and >= 0 (got {nbytes})")
-        chips = np.asarray([self._chip(r) for r in ranks], dtype=np.int64)
+        chips = self._chips_of(ranks)
         out = []
         for step, pairs in self._steps_of(op, ranks, nbytes):
             if replicas is not None:

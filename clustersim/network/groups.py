@@ -10,7 +10,9 @@ TP ranks, say) have equal infos and share their cached steps.
 
 :func:`group_info` derives it from a :class:`~.topology.Topology`: its
 ``chip_domain`` (the scale-up domain of each chip), ``chip_coords`` (each chip's
-torus coordinates within its domain, or None) and ``torus_dims``.
+torus coordinates within its domain, or None) and ``torus_dims``. It works on
+numpy arrays, so the info of a data-parallel group of 10^4 to 10^5 ranks costs
+milliseconds.
 
 :func:`torus_grid` arranges a group as a Cartesian grid, the input of the
 ``torus`` algorithm.
@@ -18,19 +20,21 @@ torus coordinates within its domain, or None) and ``torus_dims``.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeAlias
 
-from clustersim.network.topology import Topology
+import numpy as np
+from numpy.typing import ArrayLike
 
-__all__ = ["GroupInfo", "Placement", "chip_placement", "group_info", "torus_grid"]
+from clustersim.network.topology import Int64s, Topology
+
+__all__ = ["GroupInfo", "group_info", "torus_grid"]
 
 Coords: TypeAlias = tuple[int, ...]
-
-Placement: TypeAlias = tuple[tuple[int, ...], tuple[Coords, ...] | None, Coords]
-"""Per chip of a topology: its domain, its torus coordinates (or None), and the torus dims."""
 
 
 @dataclass(frozen=True)
@@ -81,43 +85,65 @@ class GroupInfo:
 
     def domain_members(self) -> list[list[int]]:
         """Positions of each domain (domains in order of first appearance), in group order."""
-        members: list[list[int]] = [[] for _ in range(max(self.domain, default=-1) + 1)]
-        for pos, dom in enumerate(self.domain):
-            members[dom].append(pos)
-        return members
+        return [list(members) for members in self._members]
+
+    @cached_property
+    def _members(self) -> tuple[tuple[int, ...], ...]:
+        # Worked out once per info: algorithms (and ``applies`` checks) ask for it repeatedly.
+        domain = np.asarray(self.domain, dtype=np.int64)
+        if not domain.size:
+            return ()
+        order = np.argsort(domain, kind="stable")
+        ends = np.cumsum(np.bincount(domain))[:-1]
+        return tuple(tuple(part.tolist()) for part in np.split(order, ends))
 
 
-def _relabel(ids: Sequence[int]) -> tuple[int, ...]:
-    seen: dict[int, int] = {}
-    return tuple(seen.setdefault(int(i), len(seen)) for i in ids)
+def _first_seen(ids: ArrayLike) -> Int64s:
+    """``ids`` renumbered ``0, 1, ...`` in order of first appearance."""
+    arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+    if not arr.size:
+        return arr
+    _, first, inverse = np.unique(arr, return_index=True, return_inverse=True)
+    label = np.empty(first.size, dtype=np.int64)
+    label[np.argsort(first)] = np.arange(first.size, dtype=np.int64)
+    out: Int64s = label[inverse.reshape(-1)]
+    return out
 
 
-def chip_placement(topology: Topology) -> Placement:
-    """Per chip: its scale-up domain and torus coordinates, and the torus dims (see module doc)."""
-    domains = tuple(int(d) for d in topology.chip_domain.tolist())
-    coords = topology.chip_coords
-    if coords is None:
-        return domains, None, ()
-    rows = tuple(tuple(int(x) for x in row) for row in coords.tolist())
-    return domains, rows, tuple(int(d) for d in topology.torus_dims)
+def _relabel(ids: ArrayLike) -> tuple[int, ...]:
+    return tuple(_first_seen(ids).tolist())
 
 
 def group_info(
-    topology: Topology,
-    chips: Sequence[int],
-    placement: Placement | None = None,
+    topology: Topology, chips: ArrayLike, cache: dict[bytes, GroupInfo] | None = None
 ) -> GroupInfo:
     """The :class:`GroupInfo` of a group whose position ``i`` runs on chip ``chips[i]``.
 
-    ``placement`` is :func:`chip_placement` of ``topology``, when the caller keeps it.
+    With ``cache`` (a dict the caller keeps for this topology), groups placed
+    alike get the same info object, built once: the data-parallel groups of
+    every pipeline stage, say, whose infos each hold tens of thousands of tuples.
     """
-    domains, coords, dims = placement if placement is not None else chip_placement(topology)
-    return GroupInfo.of(
-        chips,
-        [domains[c] for c in chips],
-        [coords[c] for c in chips] if coords is not None else None,
-        dims,
+    arr = np.asarray(chips, dtype=np.int64).reshape(-1)
+    chip_ids = _first_seen(arr)
+    domain_ids = _first_seen(topology.chip_domain[arr])
+    coords = topology.chip_coords[arr] if topology.chip_coords is not None and arr.size else None
+    key = b""
+    if cache is not None:
+        shape = np.asarray([arr.size, -1 if coords is None else coords.shape[1]], dtype=np.int64)
+        parts = [shape, chip_ids, domain_ids] + ([] if coords is None else [coords.ravel()])
+        key = hashlib.blake2b(b"".join(p.tobytes() for p in parts), digest_size=16).digest()
+        found = cache.get(key)
+        if found is not None:
+            return found
+    info = GroupInfo(
+        tuple(chip_ids.tolist()),
+        tuple(domain_ids.tolist()),
+        () if coords is None else tuple(map(tuple, coords.tolist())),
+        () if coords is None else topology.torus_dims,
     )
+    if cache is not None:
+        cache[key] = info
+    return info
 
 
 def torus_grid(info: GroupInfo) -> tuple[Coords, tuple[Coords, ...]] | None:

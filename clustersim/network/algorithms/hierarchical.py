@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from clustersim.network.collectives import Step, collective_steps, register_algorithm
 from clustersim.network.groups import GroupInfo
 
@@ -38,15 +40,22 @@ def is_hierarchical(p: int, info: GroupInfo) -> bool:
 
 
 def parallel_steps(steps: Sequence[Step], groups: Sequence[Sequence[int]]) -> list[Step]:
-    """``steps`` (over positions ``0..q-1``) run at once in every group of ``q`` positions."""
-    return [
-        Step(
-            tuple((g[a], g[b]) for g in groups for a, b in step.pairs),
-            step.bytes_per_flow,
-            step.repeats,
-        )
-        for step in steps
-    ]
+    """``steps`` (over positions ``0..q-1``) run at once in every group of ``q`` positions.
+
+    A step's pairs list every group's in turn (the first group's pairs, then the
+    second's, ...). The mapping is one numpy gather per step: the inner and outer
+    phases of a data-parallel group of 10^4 ranks hold 10^5 pairs.
+    """
+    if not groups:
+        return [Step((), step.bytes_per_flow, step.repeats) for step in steps]
+    table = np.asarray(groups, dtype=np.int64)
+    out = []
+    for step in steps:
+        local = np.asarray(step.pairs, dtype=np.int64).reshape(-1, 2)
+        mapped = table[:, local]
+        pairs = zip(mapped[:, :, 0].ravel().tolist(), mapped[:, :, 1].ravel().tolist(), strict=True)
+        out.append(Step(tuple(pairs), step.bytes_per_flow, step.repeats))
+    return out
 
 
 def _phase(op: str, groups: Sequence[Sequence[int]], nbytes: float) -> list[Step]:
