@@ -314,21 +314,27 @@ class Network:
         rows = self._rows_chips(replicas, len(ranks), what)
         if not np.array_equal(rows[0], self._rows_chips([ranks], len(ranks), what)[0]):
             raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
-        src, dst = rows[:, pairs[:, 0]], rows[:, pairs[:, 1]]
         k = self.fold_sample_flows
-        rep_links = np.unique(topo.routes(np.stack([src[0, :k], dst[0, :k]], axis=1))[0])
-        src, dst = src.ravel(), dst.ravel()
+        rep_src, rep_dst = rows[0, pairs[:k, 0]], rows[0, pairs[:k, 1]]
+        rep_links = np.unique(topo.routes_between(rep_src, rep_dst)[0])
+        src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
+        routed_src, routed_dst = src, dst
         if topo.links_down == 0 and topo.n_domains > 1:
             domain = topo.chip_domain
-            near = np.unique(domain[np.concatenate([rows[0, pairs[:k, 0]], rows[0, pairs[:k, 1]]])])
+            near = np.zeros(topo.n_domains, dtype=bool)
+            near[domain[rep_src]] = near[domain[rep_dst]] = True
             src_dom = domain[src]
-            keep = (src_dom != domain[dst]) | np.isin(src_dom, near)
-            routed_src, routed_dst = src[keep], dst[keep]
-        else:
-            routed_src, routed_dst = src, dst
-        flat, latency = topo.routes(np.stack([routed_src, routed_dst], axis=1))
-        links, counts = np.unique(flat, return_counts=True)
-        on_rep = np.isin(links, rep_links, assume_unique=True)
+            keep = (src_dom != domain[dst]) | near[src_dom]
+            if not keep.all():
+                routed_src, routed_dst = src[keep], dst[keep]
+        flat, latency = topo.routes_between(routed_src, routed_dst)
+        # Every flow's load on each of the first replica's links; other links are dropped.
+        counts = np.zeros(rep_links.size, dtype=np.int64)
+        if rep_links.size:
+            at = np.minimum(np.searchsorted(rep_links, flat), rep_links.size - 1)
+            hit = rep_links[at] == flat
+            counts = np.bincount(at[hit], minlength=rep_links.size)
+        used = counts > 0
         chips = self._chips
 
         def every_pair() -> _IntArray:
@@ -336,8 +342,8 @@ class Network:
             return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
 
         group = FlowGroup(
-            links[on_rep].astype(np.int64),
-            counts[on_rep].astype(np.float64),
+            rep_links[used],
+            counts[used].astype(np.float64),
             int(src.size),
             float(latency.max()) if latency.size else 0.0,
             every_pair,

@@ -122,12 +122,21 @@ class TreeFabric:
             apart &= ~together
         out = np.full((src.size, 2 * self.levels), -1, dtype=np.int64)
         ok = np.ones(src.size, dtype=bool)
-        for m in np.unique(top).tolist():
-            rows = np.flatnonzero(top == m)
-            s, d = src[rows], dst[rows]
-            block = self.span[m]
-            salt = ecmp_hash(ls[rows] // block, ld[rows] // block)
-            p = (ld[rows] * self.per_leaf + self.pos[d] + salt) % self.width[m]
+        per_level = np.bincount(top, minlength=self.levels)
+        for m in np.flatnonzero(per_level).tolist():
+            # Pairs that all turn at one level (every pair, on a non-blocking fabric)
+            # need no gathering.
+            whole = per_level[m] == src.size
+            rows = np.arange(src.size) if whole else np.flatnonzero(top == m)
+            s, d = (src, dst) if whole else (src[rows], dst[rows])
+            width = self.width[m]
+            if width > 1:
+                lsm, ldm = (ls, ld) if whole else (ls[rows], ld[rows])
+                block = self.span[m]
+                salt = ecmp_hash(lsm // block, ldm // block)
+                p = (ldm * self.per_leaf + self.pos[d] + salt) % width
+            else:  # a single path: number 0
+                p = np.zeros(s.size, dtype=np.int64)
             links = self._links(s, d, p, m)
             if usable is not None:
                 bad = ~usable[links].all(axis=1)
@@ -135,7 +144,10 @@ class TreeFabric:
                     fixed, good = self._detour(s[bad], d[bad], p[bad], m, usable)
                     links[bad] = fixed
                     ok[rows[bad]] = good
-            out[rows, : links.shape[1]] = links
+            if whole and links.shape[1] == out.shape[1]:
+                out = links
+            else:
+                out[rows, : links.shape[1]] = links
         return out, ok
 
     def _links(self, s: Int64s, d: Int64s, p: Int64s, m: int) -> Int64s:

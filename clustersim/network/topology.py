@@ -260,44 +260,68 @@ class Topology(LinkTable):
         in different domains are routed in bulk by the scale-out fabric.
         """
         chips = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
-        if not chips.size:
+        return self.routes_between(chips[:, 0], chips[:, 1])
+
+    def routes_between(self, src: ArrayLike, dst: ArrayLike) -> tuple[Int64s, NDArray[np.float64]]:
+        """:meth:`routes` of the pairs ``(src[i], dst[i])``, given as two arrays of chips."""
+        sources = np.asarray(src, dtype=np.int64).reshape(-1)
+        targets = np.asarray(dst, dtype=np.int64).reshape(-1)
+        if sources.size != targets.size:
+            raise SimulationError(
+                f"routes need as many sources as targets ({sources.size} != {targets.size})"
+            )
+        if not sources.size:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        if chips.min() < 0 or chips.max() >= self.n_chips:
+        if (
+            min(sources.min(), targets.min()) < 0
+            or max(sources.max(), targets.max()) >= self.n_chips
+        ):
             raise SimulationError(f"topology {self.name!r} has chips 0..{self.n_chips - 1}")
-        src, dst = chips[:, 0], chips[:, 1]
         scaleout = self.scaleout
         cross = (
-            self.chip_domain[src] != self.chip_domain[dst]
+            self.chip_domain[sources] != self.chip_domain[targets]
             if scaleout is not None
-            else np.zeros(src.size, dtype=bool)
+            else np.zeros(sources.size, dtype=bool)
         )
-        route = self.route
-        single = self._domain_routes(chips[~cross])
+        n_cross = int(np.count_nonzero(cross))
+        if n_cross < sources.size:
+            inside = ~cross
+            single = self._domain_routes(sources[inside], targets[inside])
+        else:
+            single = []
         flat_parts = [np.fromiter(itertools.chain.from_iterable(single), dtype=np.int64)]
         lat_parts = [self._latencies(single)]
-        if scaleout is not None and cross.any():
-            matrix, ok = scaleout.paths(src[cross], dst[cross], self._usable())
+        if scaleout is not None and n_cross:
+            # Every pair crosses domains in a data-parallel step: no need to gather them.
+            s, d = (
+                (sources, targets) if n_cross == sources.size else (sources[cross], targets[cross])
+            )
+            matrix, ok = scaleout.paths(s, d, self._usable())
             if not ok.all():
+                route = self.route
                 detour = [
-                    route(int(s), int(d))
-                    for s, d in zip(src[cross][~ok], dst[cross][~ok], strict=True)
+                    route(a, b) for a, b in zip(s[~ok].tolist(), d[~ok].tolist(), strict=True)
                 ]
                 flat_parts.append(np.fromiter(itertools.chain.from_iterable(detour), np.int64))
                 lat_parts.append(self._latencies(detour))
                 matrix = matrix[ok]
             real = matrix >= 0
-            flat_parts.append(matrix[real])
-            lat_parts.append(np.where(real, self.latency_s[matrix], 0.0).sum(axis=1))
+            if real.all():  # paths of one length (a single tier, or pairs that turn alike)
+                flat_parts.append(matrix.reshape(-1))
+                lat_parts.append(self.latency_s[matrix].sum(axis=1))
+            else:
+                flat_parts.append(matrix[real])
+                lat_parts.append(np.where(real, self.latency_s[matrix], 0.0).sum(axis=1))
         return np.concatenate(flat_parts), np.concatenate(lat_parts)
 
-    def _domain_routes(self, chips: Int64s) -> list[tuple[int, ...]]:
-        """:meth:`route` of each pair (a row of ``chips``) within one domain, in bulk.
+    def _domain_routes(self, src: Int64s, dst: Int64s) -> list[tuple[int, ...]]:
+        """:meth:`route` of each pair ``(src[i], dst[i])`` within one domain, in bulk.
 
         Pairs not cached yet take their preferred paths from ``path_fn`` and are
         turned into links by one vectorised lookup, instead of one per pair.
         """
         cache = self._routes
-        pairs = [(s, d) for s, d in chips.tolist()]
+        pairs = list(zip(src.tolist(), dst.tolist(), strict=True))
         path_fn = self.path_fn
         bulk = (
             sorted({pair for pair in pairs if pair[0] != pair[1] and pair not in cache})
