@@ -96,16 +96,25 @@ class LinkTable:
     # -- nodes ----------------------------------------------------------------------------------
 
     def add_nodes(self, nodes: Iterable[Node]) -> Int64s:
-        """Add nodes; return their ids. Existing nodes keep their ids."""
-        ids = []
-        for node in nodes:
-            found = self._node_id.get(node)
-            if found is None:
-                found = len(self._nodes)
-                self._nodes.append(node)
-                self._node_id[node] = found
-            ids.append(found)
-        return np.asarray(ids, dtype=np.int64)
+        """Add nodes; return their ids. Existing nodes keep their ids.
+
+        New nodes are numbered in order of first appearance. The work is done by
+        dict and list operations over the whole batch, not a Python loop per node:
+        a topology of 10^6 chips adds 10^6 nodes at once.
+        """
+        batch = nodes if isinstance(nodes, list) else list(nodes)
+        known = self._node_id
+        start = len(self._nodes)
+        if not known or known.keys().isdisjoint(batch):
+            numbered = dict(zip(batch, range(start, start + len(batch)), strict=True))
+            if len(numbered) == len(batch):  # all new and distinct: the common case
+                self._nodes.extend(batch)
+                known.update(numbered)
+                return np.arange(start, start + len(batch), dtype=np.int64)
+        fresh = [node for node in dict.fromkeys(batch) if node not in known]
+        self._nodes.extend(fresh)
+        known.update(zip(fresh, range(start, start + len(fresh)), strict=True))
+        return np.fromiter(map(known.__getitem__, batch), dtype=np.int64, count=len(batch))
 
     def node_id(self, node: Node) -> int:
         try:

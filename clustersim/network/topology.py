@@ -173,7 +173,8 @@ class Topology(LinkTable):
         self._usable_csr: sp.csr_matrix | None = None
         self._graph: nx.DiGraph | None = None
         n = chips_per_instance * instances
-        super().__init__(name, (chip_node(c) for c in range(n)))
+        # chip_node(0), chip_node(1), ...: zip makes the tuples without a Python call each.
+        super().__init__(name, list(zip(itertools.repeat("chip"), range(n))))
         self.chip_domain: Int64s = np.arange(n, dtype=np.int64) // (
             chips_per_instance * domain_instances
         )
