@@ -87,6 +87,10 @@ class GroupInfo:
         """Positions of each domain (domains in order of first appearance), in group order."""
         return [list(members) for members in self._members]
 
+    def domain_sizes(self) -> tuple[int, ...]:
+        """Positions in each domain (domains in order of first appearance)."""
+        return tuple(len(members) for members in self._members)
+
     @cached_property
     def _members(self) -> tuple[tuple[int, ...], ...]:
         # Worked out once per info: algorithms (and ``applies`` checks) ask for it repeatedly.

@@ -18,7 +18,9 @@ import simpy
 
 from clustersim import catalog
 from clustersim.network import GroupInfo, Network, resolve_algorithm
+from clustersim.network.algorithms.hierarchical import parallel_steps
 from clustersim.network.builders import add_torus_links, torus_path
+from clustersim.network.collectives import Step
 from clustersim.network.topology import Node, Topology, build_topology, chip_node
 
 CAP = 50e9
@@ -250,6 +252,15 @@ def test_torus_falls_back_to_ring_without_a_grid() -> None:
 
 
 # -- hierarchical ---------------------------------------------------------------------------------
+
+
+def test_parallel_steps_run_each_step_in_every_group_in_turn() -> None:
+    steps = [Step(((0, 1), (1, 0)), 2.0, 3), Step(((1, 0),), 1.0)]
+    assert parallel_steps(steps, [[5, 6], [7, 8]]) == [
+        Step(((5, 6), (6, 5), (7, 8), (8, 7)), 2.0, 3),
+        Step(((6, 5), (8, 7)), 1.0),
+    ]
+    assert parallel_steps(steps, []) == [Step((), 2.0, 3), Step((), 1.0)]
 
 
 def hierarchical_form(specs: Any, op: str, domains: int, local: int, n: float) -> float:

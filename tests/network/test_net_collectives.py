@@ -197,6 +197,10 @@ def test_group_info_relabels_so_alike_groups_are_equal() -> None:
     assert a == GroupInfo.of([0, 0, 1, 1], [0, 0, 1, 1])
     assert a.chip == (0, 0, 1, 1)
     assert a.domain_members() == [[0, 1], [2, 3]]
+    assert a.domain_sizes() == (2, 2)
+    mixed = GroupInfo.of(range(5), [7, 3, 7, 3, 9])
+    assert mixed.domain_members() == [[0, 2], [1, 3], [4]]
+    assert mixed.domain_sizes() == (2, 2, 1)
     assert GroupInfo.flat(3) == GroupInfo((0, 1, 2), (0, 0, 0))
     with pytest.raises(ValueError, match="one chip, domain"):
         GroupInfo((0, 1), (0,))
@@ -232,6 +236,11 @@ def test_network_group_info_from_the_topology(specs: Any) -> None:
     assert info.domain == (0, 0, 0, 1)
     assert info.dims == (4, 4)
     assert info.coords[2] == (1, 0)  # chip 1 sits next to chip 0 on the snake
+    # Placed alike (instance 1 first, then instance 0): the same info object.
+    assert net.group_info([64, 65, 68, 0]) is info
+    assert net.group_info([0, 1, 4, 68]) != info  # chip 17 is not chip 16
+    with pytest.raises(SimulationError, match=r"rank 128 is outside 0\.\.127"):
+        net.group_info([0, 128])
 
 
 def test_alike_groups_share_their_steps(specs: Any) -> None:

@@ -35,8 +35,8 @@ __all__ = ["hierarchical", "is_hierarchical", "parallel_steps"]
 def is_hierarchical(p: int, info: GroupInfo) -> bool:
     """Whether the group spans several domains with the same number (> 1) of ranks in each."""
     del p
-    members = info.domain_members()
-    return len(members) > 1 and len(members[0]) > 1 and len({len(m) for m in members}) == 1
+    sizes = info.domain_sizes()
+    return len(sizes) > 1 and sizes[0] > 1 and len(set(sizes)) == 1
 
 
 def parallel_steps(steps: Sequence[Step], groups: Sequence[Sequence[int]]) -> list[Step]:
