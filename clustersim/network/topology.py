@@ -112,6 +112,22 @@ def ecmp_hash(a: ArrayLike, b: ArrayLike) -> Int64s:
     return out
 
 
+def _row_sums(values: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``values.sum(axis=1)`` of a matrix of a few columns (a path's links), bit for bit.
+
+    Below 8 columns numpy adds a row's values left to right, as the loop over
+    columns here does; the loop avoids numpy's per-row reduction, which costs
+    more than the additions.
+    """
+    if not 0 < values.shape[1] < 8:
+        out: NDArray[np.float64] = values.sum(axis=1)
+        return out
+    total = values[:, 0].copy()
+    for column in range(1, values.shape[1]):
+        total += values[:, column]
+    return total
+
+
 class ScaleOut(Protocol):
     """A scale-out fabric that routes chip pairs of different domains in bulk."""
 
@@ -309,10 +325,10 @@ class Topology(LinkTable):
             real = matrix >= 0
             if real.all():  # paths of one length (a single tier, or pairs that turn alike)
                 flat_parts.append(matrix.reshape(-1))
-                lat_parts.append(self.latency_s[matrix].sum(axis=1))
+                lat_parts.append(_row_sums(self.latency_s[matrix]))
             else:
                 flat_parts.append(matrix[real])
-                lat_parts.append(np.where(real, self.latency_s[matrix], 0.0).sum(axis=1))
+                lat_parts.append(_row_sums(np.where(real, self.latency_s[matrix], 0.0)))
         return np.concatenate(flat_parts), np.concatenate(lat_parts)
 
     def _domain_routes(self, src: Int64s, dst: Int64s) -> list[tuple[int, ...]]:

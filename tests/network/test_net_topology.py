@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import numpy as np
 import pytest
 
 from clustersim import catalog
@@ -13,6 +14,7 @@ from clustersim.network.builders import snake_coords, torus_path
 from clustersim.network.topology import (
     EFA_NODE,
     Topology,
+    _row_sums,
     build_topology,
     chip_node,
     topology_names,
@@ -164,6 +166,25 @@ def test_cut_graph_raises_partition_error_naming_both_chips() -> None:
         topo.route(0, 1)
 
 
+def test_nodes_keep_their_ids_and_new_ones_follow_in_order() -> None:
+    topo = Topology("nodes", chips_per_instance=2, local_bw_Bps=1e9)
+    assert topo.n_nodes == 2
+    assert topo.add_nodes([("a",), ("b",)]).tolist() == [2, 3]
+    assert topo.add_nodes(iter([("c",), ("a",), ("c",), chip_node(1)])).tolist() == [4, 2, 4, 1]
+    assert topo.add_nodes([("d",), ("d",)]).tolist() == [5, 5]
+    assert topo.add_nodes([]).tolist() == []
+    assert [topo.node(i) for i in range(topo.n_nodes)] == [
+        chip_node(0), chip_node(1), ("a",), ("b",), ("c",), ("d",)
+    ]  # fmt: skip
+    assert topo.node_id(("c",)) == 4
+
+
+@pytest.mark.parametrize("columns", range(1, 10))
+def test_route_latencies_are_row_sums_bit_for_bit(columns: int) -> None:
+    values = np.random.default_rng(columns).random((1000, columns)) * 1e-5
+    assert np.array_equal(_row_sums(values), values.sum(axis=1))
+
+
 def test_bulk_routes_agree_with_single_routes(specs: Any) -> None:
     topo = build_topology(specs.instance(), specs.chip(), 3)
     pairs = [(s, d) for s in range(0, 48, 5) for d in range(0, 48, 3)]
@@ -176,6 +197,9 @@ def test_bulk_routes_agree_with_single_routes(specs: Any) -> None:
     for _ in range(2):  # with the scale-out fast path, then with a link down
         flat, latency = topo.routes(pairs)
         links, latencies = one_by_one()
+        src, dst = zip(*pairs, strict=True)
+        same = topo.routes_between(np.asarray(src), np.asarray(dst))
+        assert same[0].tolist() == flat.tolist() and same[1].tolist() == latency.tolist()
         assert sorted(flat.tolist()) == links
         assert sorted(latency.tolist()) == pytest.approx(latencies)
         topo.set_link_state(topo.route(5, 20)[0], "down")
