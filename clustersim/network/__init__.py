@@ -318,16 +318,7 @@ class Network:
         rep_src, rep_dst = rows[0, pairs[:k, 0]], rows[0, pairs[:k, 1]]
         rep_links = np.unique(topo.routes_between(rep_src, rep_dst)[0])
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
-        routed_src, routed_dst = src, dst
-        if topo.links_down == 0 and topo.n_domains > 1:
-            domain = topo.chip_domain
-            near = np.zeros(topo.n_domains, dtype=bool)
-            near[domain[rep_src]] = near[domain[rep_dst]] = True
-            src_dom = domain[src]
-            keep = (src_dom != domain[dst]) | near[src_dom]
-            if not keep.all():
-                routed_src, routed_dst = src[keep], dst[keep]
-        flat, latency = topo.routes_between(routed_src, routed_dst)
+        flat, latency_s = self._reaching(src, dst, rep_src, rep_dst)
         # Every flow's load on each of the first replica's links; other links are dropped.
         counts = np.zeros(rep_links.size, dtype=np.int64)
         if rep_links.size:
@@ -345,13 +336,51 @@ class Network:
             rep_links[used],
             counts[used].astype(np.float64),
             int(src.size),
-            float(latency.max()) if latency.size else 0.0,
+            latency_s,
             every_pair,
         )
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()
         self._folded[key] = (replicas, group)
         return group
+
+    def _reaching(
+        self, src: _IntArray, dst: _IntArray, rep_src: _IntArray, rep_dst: _IntArray
+    ) -> tuple[_IntArray, float]:
+        """The links of the flows ``src -> dst`` that can reach the links of the flows
+        ``rep_src -> rep_dst`` (a multiset, with others), and every flow's longest latency.
+
+        While every link is up a route inside a scale-up domain stays in it, so only
+        flows of the representative's domains are routed there. On a :attr:`private
+        <clustersim.network.topology.ScaleOut.private>` fabric a flow between domains
+        crosses just its two chips' links, taken without routing; on others, every
+        flow between domains is routed (they meet on the shared tiers).
+        """
+        topo = self.topology
+        if topo.links_down or topo.n_domains == 1:
+            flat, latency = topo.routes_between(src, dst)
+            return flat, float(latency.max()) if latency.size else 0.0
+        domain = topo.chip_domain
+        near = np.zeros(topo.n_domains, dtype=bool)
+        near[domain[rep_src]] = near[domain[rep_dst]] = True
+        src_dom, dst_dom = domain[src], domain[dst]
+        cross = src_dom != dst_dom
+        if topo.scaleout is None or not topo.scaleout.private:
+            keep = cross | near[src_dom]
+            flat, latency = topo.routes_between(src[keep], dst[keep])
+            return flat, float(latency.max()) if latency.size else 0.0
+        inside = ~cross & near[src_dom]
+        flat, latency = topo.routes_between(src[inside], dst[inside])
+        longest = float(latency.max()) if latency.size else 0.0
+        if not cross.any():
+            return flat, longest
+        up, down = topo.scaleout.host_links(src[cross], dst[cross])
+        lat = topo.latency_s
+        longest = max(longest, float((lat[up] + lat[down]).max()))
+        # Only the links of chips in the representative's domains can be its links.
+        up = up[near[src_dom[cross]]]
+        down = down[near[dst_dom[cross]]]
+        return np.concatenate([flat, up, down]), longest
 
     def _steps_of(
         self, op: str, ranks: tuple[int, ...], nbytes: float

@@ -109,6 +109,16 @@ class TreeFabric:
     def levels(self) -> int:
         return len(self.width)
 
+    @property
+    def private(self) -> bool:
+        """See :class:`~clustersim.network.topology.ScaleOut`: one tier, no switch-to-switch
+        links (the ``nonblocking`` fabric)."""
+        return self.levels == 1 and not self.up
+
+    def host_links(self, src: Int64s, dst: Int64s) -> tuple[Int64s, Int64s]:
+        """See :class:`~clustersim.network.topology.ScaleOut`."""
+        return self.host_up[src], self.host_down[dst]
+
     def paths(
         self, src: Int64s, dst: Int64s, usable: NDArray[np.bool_] | None
     ) -> tuple[Int64s, NDArray[np.bool_]]:

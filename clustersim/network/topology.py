@@ -134,6 +134,17 @@ class ScaleOut(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def private(self) -> bool:
+        """Whether every path is just its two chips' own links to one switch: then no
+        other pair's path shares a link with it."""
+        ...
+
+    def host_links(self, src: Int64s, dst: Int64s) -> tuple[Int64s, Int64s]:
+        """The up link of each source and the down link of each target: on a
+        :attr:`private` fabric, the whole path of each pair."""
+        ...
+
     def paths(
         self, src: Int64s, dst: Int64s, usable: NDArray[np.bool_] | None
     ) -> tuple[Int64s, NDArray[np.bool_]]:

@@ -361,6 +361,30 @@ def test_replicas_move_with_the_group_as_one_coflow(specs: Any) -> None:
         net.send(0, 32, 1e6, replicas=np.asarray([0, 32]))
 
 
+@pytest.mark.parametrize("op", ["all_reduce", "all_to_all"])
+def test_private_fabric_takes_host_links_without_routing(
+    specs: Any, op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the nonblocking fabric a flow between domains is its chips' two EFA links: the
+    folded step built from them equals the one built by routing every flow."""
+    from clustersim.network.fabrics import TreeFabric
+
+    topo = build_topology(specs.instance(), specs.chip(), 8)
+    assert topo.scaleout is not None and topo.scaleout.private
+    rows = np.arange(128).reshape(16, 8).T  # 8 groups of 16 ranks, one chip per instance
+    groups = []
+    for private in (True, False):
+        monkeypatch.setattr(TreeFabric, "private", private)
+        net = Network(simpy.Environment(), topo, range(128))
+        groups.append(
+            [g for g, _, _ in net._plan(op, tuple(rows[0].tolist()), 64e6, replicas=rows)]
+        )
+    for fast, routed in zip(*groups, strict=True):
+        np.testing.assert_array_equal(fast.links, routed.links)
+        np.testing.assert_array_equal(fast.counts, routed.counts)
+        assert (fast.n_flows, fast.latency_s) == (routed.n_flows, routed.latency_s)
+
+
 def test_partitioned_group_raises_at_the_call() -> None:
     topo = Topology("pair", chips_per_instance=3, local_bw_Bps=1e9)
     topo.add_duplex(chip_node(0), chip_node(1), capacity_Bps=1e9, latency_s=0.0, kind="neuronlink")
