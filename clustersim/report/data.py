@@ -90,6 +90,7 @@ class RunData:
                 ep=ep,
                 ranks=ranks,
                 ranks_per_chip=max(ranks // max(chips, 1), 1),
+                vp=int(lay.get("virtual_stages", 1)),
             )
         except ValueError as exc:
             raise ScenarioError("summary.json: layout", lay, str(exc)) from exc

@@ -56,6 +56,9 @@ class ParallelismCfg(Strict):
     zero: Literal[0, 1] = 0
     microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    # Model chunks per stage: 2 or more cuts the layers into pp x virtual_stages chunks,
+    # dealt round-robin to the stages (interleaved 1F1B with schedule 1f1b).
+    virtual_stages: int = Field(default=1, ge=1, le=1024)
     recompute: Literal["none", "selective", "full"] = "selective"
     sequence_parallel: bool = True
     # flash: the attention core keeps scores on chip; unfused: scores and probabilities

@@ -5,7 +5,8 @@ with it go every microbatch size that divides the global batch per replica (up
 to ``MAX_MICROBATCH``), ZeRO 0 and 1 (only 0 when dp = 1, where they are the
 same), recompute none, selective and full, and the schedules 1F1B and GPipe
 (only 1F1B when pp = 1, where they are the same). Expert parallelism (ep
-dividing dp) is enumerated for MoE models only.
+dividing dp) is enumerated for MoE models only. Interleaving is not searched:
+candidates have one model chunk per stage (``virtual_stages: 1``).
 
 A layout is *valid* when ``workload.validate`` accepts it (heads and MLP width
 divisible by tp, layers by pp, the sequence by tp·cp, ...), and *fits* when the
@@ -114,7 +115,15 @@ def enumerate_layouts(
         zeros = (0, 1) if dp > 1 else (0,)
         schedules = SCHEDULES if pp > 1 else SCHEDULES[:1]
         first = base.model_copy(
-            update={"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep, "microbatch_size": mb}
+            update={
+                "tp": tp,
+                "pp": pp,
+                "dp": dp,
+                "cp": cp,
+                "ep": ep,
+                "microbatch_size": mb,
+                "virtual_stages": 1,
+            }
         )
         reason = ""
         try:

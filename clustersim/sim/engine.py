@@ -280,8 +280,8 @@ class StepSim:
         segments = compiled.steps_view
         nseg = len(segments)
         groups = {name: self._group(name, rank) for name in GROUP_NAMES}
-        stage, last = self.layout.stage(rank), self.layout.pp - 1
-        peer = {d: self._peer(rank, d) for d in (-1, 1) if 0 <= stage + d <= last}
+        offsets = {ins.peer for _, _, ins in segments if ins is not None and ins.peer}
+        peer = {d: self._peer(rank, d) for d in offsets}
         seq = dict.fromkeys(groups, 0)
         slow = self.slowdown.get(self.layout.chip_of(rank)) if self.slowdown else None
         stretch = 0.0

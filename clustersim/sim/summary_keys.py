@@ -35,6 +35,7 @@ def run_identity(pl: Plan) -> dict[str, Any]:
             "cp": layout.cp,
             "microbatches": microbatches(sc.parallelism, sc.training, layout),
             "schedule": sc.parallelism.schedule,
+            "virtual_stages": layout.vp,
             "recompute": sc.parallelism.recompute,
             "zero": sc.parallelism.zero,
             "lnc": res.lnc,

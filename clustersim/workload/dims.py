@@ -16,6 +16,7 @@ One place decides how a model is cut across tensor parallelism, so the lowering
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ModelSpec
@@ -25,6 +26,7 @@ from clustersim.workload.layout import Layout
 __all__ = [
     "VOCAB_PAD",
     "Dims",
+    "chunk_layers",
     "embed_pieces",
     "head_pieces",
     "kv_heads_per_rank",
@@ -117,30 +119,47 @@ def stage_layer_counts(layers: int, pp: int) -> list[int]:
     return counts
 
 
-def stage_layers(model: ModelSpec, layout: Layout, stage: int) -> range:
-    """Global indices of the layers that ``stage`` owns (a contiguous share)."""
+def chunk_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -> range:
+    """Global indices of the layers of ``stage``'s local model chunk ``chunk``.
+
+    The layers are cut into ``pp x vp`` contiguous chunks (:func:`stage_layer_counts`
+    over chunks); chunk ``c`` runs on stage ``c % pp``, as its local chunk ``c // pp``.
+    """
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} out of range 0..{layout.pp - 1}")
-    counts = stage_layer_counts(model.layers, layout.pp)
-    start = sum(counts[:stage])
-    return range(start, start + counts[stage])
+    if not 0 <= chunk < layout.vp:
+        raise ValueError(f"chunk {chunk} out of range 0..{layout.vp - 1}")
+    c = chunk * layout.pp + stage
+    counts = stage_layer_counts(model.layers, layout.chunks)
+    start = sum(counts[:c])
+    return range(start, start + counts[c])
+
+
+def stage_layers(model: ModelSpec, layout: Layout, stage: int) -> Sequence[int]:
+    """Global indices of the layers that ``stage`` owns: a contiguous share per chunk."""
+    if layout.vp == 1:
+        return chunk_layers(model, layout, stage, 0)
+    return [i for k in range(layout.vp) for i in chunk_layers(model, layout, stage, k)]
 
 
 def stage_pieces(model: ModelSpec, layout: Layout, stage: int) -> list[tuple[int, str, int]]:
     """(layer, piece, parameters on one rank) of a stage, in gradient completion order.
 
     The backward runs the head first, then the layers last to first, then the
-    embedding; ``layer`` is -1 for the head and the embedding.
+    embedding; ``layer`` is -1 for the head and the embedding. With several model
+    chunks the last chunk's gradients complete first (the schedule's last backwards
+    run the chunks in reverse).
     """
     tp = layout.tp
     out: list[tuple[int, str, int]] = []
-    if stage == layout.pp - 1:
-        out += [(-1, name, n) for name, n in head_pieces(model, tp)]
     pieces = layer_pieces(model, tp)
-    for layer in reversed(stage_layers(model, layout, stage)):
-        out += [(layer, name, n) for name, n in pieces]
-    if stage == 0:
-        out += [(-1, name, n) for name, n in embed_pieces(model, tp)]
+    for chunk in reversed(range(layout.vp)):
+        if stage == layout.pp - 1 and chunk == layout.vp - 1:
+            out += [(-1, name, n) for name, n in head_pieces(model, tp)]
+        for layer in reversed(chunk_layers(model, layout, stage, chunk)):
+            out += [(layer, name, n) for name, n in pieces]
+        if stage == 0 and chunk == 0:
+            out += [(-1, name, n) for name, n in embed_pieces(model, tp)]
     return out
 
 

@@ -34,6 +34,13 @@ class Layout:
     ep: int
     ranks: int
     ranks_per_chip: int
+    vp: int = 1
+    """Model chunks per pipeline stage (``parallelism.virtual_stages``)."""
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks in all: ``pp x vp``; chunk ``c`` runs on stage ``c % pp``."""
+        return self.pp * self.vp
 
     def __post_init__(self) -> None:
         # Internal consistency only: user input is checked by ``make_layout``.
@@ -171,7 +178,16 @@ def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
             ep,
             f"expert parallelism is carved out of data parallelism, so ep must divide dp = {dp}",
         )
-    return Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, ranks=ranks, ranks_per_chip=ranks_per_chip)
+    return Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        ranks=ranks,
+        ranks_per_chip=ranks_per_chip,
+        vp=par.virtual_stages,
+    )
 
 
 def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> None:
@@ -230,6 +246,8 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
             f"must be a multiple of dp*microbatch_size = {layout.dp}*{par.microbatch_size} "
             f"= {per_step}",
         )
+    if layout.vp > 1:
+        _validate_interleaving(model, par, train, layout)
     seq_multiple = tp * cp if par.sequence_parallel and tp > 1 else cp
     if train.seq_len % seq_multiple:
         why = (
@@ -241,6 +259,38 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
             "training.seq_len",
             train.seq_len,
             f"must be a multiple of {why} = {seq_multiple}",
+        )
+
+
+def _validate_interleaving(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> None:
+    v, pp = layout.vp, layout.pp
+    if pp == 1:
+        raise ScenarioError(
+            "parallelism.virtual_stages", v, "model chunks interleave pipeline stages; set pp > 1"
+        )
+    if par.schedule != "1f1b":
+        raise ScenarioError(
+            "parallelism.virtual_stages",
+            v,
+            f"interleaving needs schedule 1f1b (got {par.schedule}); or set virtual_stages: 1",
+        )
+    chunks = pp * v
+    if model.layers < chunks or (model.layers % chunks and not par.uneven_stages):
+        raise ScenarioError(
+            "parallelism.virtual_stages",
+            v,
+            f"{model.name} has {model.layers} layers, not divisible by pp*virtual_stages = "
+            f"{chunks}; or set parallelism.uneven_stages: true",
+        )
+    n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
+    if n_mb % pp:
+        raise ScenarioError(
+            "parallelism.virtual_stages",
+            v,
+            f"interleaved 1F1B needs the microbatches per replica ({n_mb} = global batch / "
+            f"(dp*microbatch_size)) to be a multiple of pp = {pp}",
         )
 
 

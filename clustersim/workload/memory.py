@@ -11,8 +11,9 @@ Assumptions (mixed-precision training as in Megatron-LM and NeuronX Distributed)
   divided over the DP ranks under ZeRO-1;
 - activations: see ``layer_activation_bytes``. A stage holds the activations of
   as many microbatches as its schedule has in flight at its peak (1F1B:
-  min(pp - stage, M); GPipe: M), plus, for the layer being back-propagated, the
-  intermediates that recompute regenerates;
+  min(pp - stage, M); GPipe: M; interleaved, the peak of the model chunks whose
+  forward has run and backward has not, each with its own layers), plus, for the
+  layer being back-propagated, the intermediates that recompute regenerates;
 - not counted: framework workspace, communication buffers, fragmentation.
 """
 
@@ -23,7 +24,14 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
-from clustersim.workload.dims import Dims, make_dims, norm_params, stage_layers, stage_pieces
+from clustersim.workload.dims import (
+    Dims,
+    chunk_layers,
+    make_dims,
+    norm_params,
+    stage_layers,
+    stage_pieces,
+)
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.schedules import get_schedule, peak_in_flight
 
@@ -183,18 +191,20 @@ def memory_per_rank(
     opt_params = -(-params // layout.dp) if par.zero == 1 else params
     dm = make_dims(model, par, train, layout)
     n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
-    order = get_schedule(par.schedule)(stage, layout.pp, n_mb)
-    in_flight = peak_in_flight(order)
-    per_mb = len(stage_layers(model, layout, stage)) * layer_activation_bytes(dm, par.recompute)
+    order = get_schedule(par.schedule)(stage, layout.pp, n_mb, layout.vp)
+    # What one microbatch's forward of each local chunk leaves in HBM until its backward.
+    per_layer = layer_activation_bytes(dm, par.recompute)
+    per_chunk = [len(chunk_layers(model, layout, stage, k)) * per_layer for k in range(layout.vp)]
     if stage == layout.pp - 1:
-        per_mb += _head_activation_bytes(dm)
+        per_chunk[-1] += _head_activation_bytes(dm)
+    held = peak_in_flight(order, per_chunk)
     # The layer in backward holds everything recompute regenerated for it.
     transient = layer_activation_bytes(dm, "none") - layer_activation_bytes(dm, par.recompute)
     return MemoryBreakdown(
         weights=float(WEIGHT_BYTES_PER_PARAM * params),
         grads=float(GRAD_BYTES_PER_PARAM * params),
         optimizer=float(OPTIMIZER_BYTES_PER_PARAM * opt_params),
-        activations=float(in_flight * per_mb + transient),
+        activations=float(held + transient),
     )
 
 
@@ -261,6 +271,7 @@ def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list
             ep=1,
             ranks=layout.ranks,
             ranks_per_chip=layout.ranks_per_chip,
+            vp=layout.vp,
         )
         out.append((f"{dim}: {size} (dp: {layout.dp // 2})", new_par, new_layout))
     return out

@@ -1,12 +1,15 @@
 """Pipeline schedules: the order in which one stage runs its forwards and backwards.
 
-A schedule is a plain function ``(stage, stages, microbatches) -> order`` where
-``order`` lists ``("F", microbatch)`` and ``("B", microbatch)`` items. It is
-registered under the name a scenario uses (``parallelism.schedule``) with
-``@register_schedule("name")``. Any order is deadlock-free as long as every
-stage runs each microbatch's forwards in the same order, and its backwards in
-the same order, as its neighbours: sends never block, and a stage only waits for
-a message its neighbour sends earlier in that neighbour's own order.
+A schedule is a plain function ``(stage, stages, microbatches, chunks) -> order``
+where ``order`` lists ``("F", microbatch, chunk)`` and ``("B", microbatch, chunk)``
+items. ``chunks`` is the number of model chunks each stage holds
+(``parallelism.virtual_stages``): with ``chunks = v`` the layers are cut into
+``stages x v`` chunks and chunk ``c`` runs on stage ``c % stages`` as its local
+chunk ``c // stages``; items name the local chunk. A schedule is registered under
+the name a scenario uses (``parallelism.schedule``) with
+``@register_schedule("name")``. Sends never block, so an order is deadlock-free
+when a stage only waits for a message its neighbour sends earlier in that
+neighbour's own order.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ __all__ = [
     "schedule_names",
 ]
 
-Step = tuple[Literal["F", "B"], int]
+Step = tuple[Literal["F", "B"], int, int]
+"""(kind, microbatch, local chunk)."""
 Order = list[Step]
-Schedule = Callable[[int, int, int], Order]
+Schedule = Callable[[int, int, int, int], Order]
 
 _SCHEDULES: dict[str, Schedule] = {}
 
@@ -62,40 +66,81 @@ def get_schedule(name: str) -> Schedule:
         ) from None
 
 
-def peak_in_flight(order: Sequence[Step]) -> int:
-    """Most microbatches whose forward has run but whose backward has not.
+def peak_in_flight(order: Sequence[Step], weight: Sequence[float] | None = None) -> float:
+    """Most (microbatch, chunk) forwards that have run while their backward has not.
 
-    This is how many microbatches' activations a stage holds at its peak.
+    This is how many microbatches' activations a stage holds at its peak; with
+    ``weight`` (per local chunk, say its layers), the peak of their summed weight.
     """
-    live = peak = 0
-    for kind, _mb in order:
-        live += 1 if kind == "F" else -1
+    live = peak = 0.0
+    for kind, _mb, chunk in order:
+        w = 1.0 if weight is None else weight[chunk]
+        live += w if kind == "F" else -w
         peak = max(peak, live)
     return peak
 
 
 @register_schedule("gpipe")
-def gpipe(stage: int, stages: int, microbatches: int) -> Order:
-    """GPipe (Huang et al. 2019): every forward, then every backward."""
+def gpipe(stage: int, stages: int, microbatches: int, chunks: int = 1) -> Order:
+    """GPipe (Huang et al. 2019): every forward, then every backward.
+
+    With several chunks per stage, every chunk's forwards in chunk order, then the
+    backwards in reverse.
+    """
     del stage, stages  # the same order on every stage
-    order: Order = [("F", mb) for mb in range(microbatches)]
-    order += [("B", mb) for mb in range(microbatches)]
+    order: Order = [("F", mb, c) for c in range(chunks) for mb in range(microbatches)]
+    order += [("B", mb, c) for c in reversed(range(chunks)) for mb in range(microbatches)]
     return order
 
 
 @register_schedule("1f1b")
-def one_f_one_b(stage: int, stages: int, microbatches: int) -> Order:
-    """1F1B (PipeDream-Flush, Narayanan et al. 2021).
+def one_f_one_b(stage: int, stages: int, microbatches: int, chunks: int = 1) -> Order:
+    """1F1B (PipeDream-Flush, Narayanan et al. 2021), interleaved when ``chunks > 1``.
 
     Warm up with ``stages - stage - 1`` forwards (the microbatches needed to fill
     the pipeline below this stage), then alternate one forward and one backward,
     then drain the remaining backwards. A stage holds at most
     ``min(stages - stage, microbatches)`` microbatches' activations.
     """
+    if chunks > 1:
+        return _interleaved(stage, stages, microbatches, chunks)
     warmup = min(stages - stage - 1, microbatches)
-    order: Order = [("F", mb) for mb in range(warmup)]
+    order: Order = [("F", mb, 0) for mb in range(warmup)]
     for i in range(microbatches - warmup):
-        order.append(("F", warmup + i))
-        order.append(("B", i))
-    order += [("B", mb) for mb in range(microbatches - warmup, microbatches)]
+        order.append(("F", warmup + i, 0))
+        order.append(("B", i, 0))
+    order += [("B", mb, 0) for mb in range(microbatches - warmup, microbatches)]
+    return order
+
+
+def _interleaved(stage: int, stages: int, microbatches: int, chunks: int) -> Order:
+    """Interleaved 1F1B (Narayanan et al. 2021, section 2.2; Megatron-LM's schedule).
+
+    Work units go in groups of ``stages`` microbatches: a group runs through chunk
+    0, then chunk 1, and so on (backwards through the chunks in reverse). The
+    warm-up is ``2 (stages - stage - 1) + (chunks - 1) stages`` units, every
+    forward when there are only ``stages`` microbatches. The pipeline bubble
+    shrinks by the factor ``chunks``, for ``chunks`` times the point-to-point
+    messages. ``microbatches`` must be a multiple of ``stages``.
+    """
+    if microbatches % stages:
+        raise ValueError(
+            f"interleaved 1F1B needs microbatches ({microbatches}) divisible by stages ({stages})"
+        )
+    total = microbatches * chunks
+
+    def unit(k: int, kind: Literal["F", "B"]) -> Step:
+        group, r = divmod(k, stages * chunks)
+        chunk = r // stages
+        return kind, group * stages + r % stages, chunk if kind == "F" else chunks - 1 - chunk
+
+    if microbatches == stages:
+        warmup = total
+    else:
+        warmup = min(2 * (stages - stage - 1) + (chunks - 1) * stages, total)
+    order: Order = [unit(k, "F") for k in range(warmup)]
+    for i in range(total - warmup):
+        order.append(unit(warmup + i, "F"))
+        order.append(unit(i, "B"))
+    order += [unit(k, "B") for k in range(total - warmup, total)]
     return order

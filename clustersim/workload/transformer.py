@@ -4,10 +4,13 @@
 stage (its TP, CP and DP peers) runs it. A program is:
 
 1. the stage's forwards and backwards, in the order of the pipeline schedule
-   (``schedules``). A forward on stage > 0 starts by receiving the activations
-   from the previous stage, and on stage < pp-1 ends by sending them on; a
-   backward mirrors this with gradients. Tags pair each send with its receive:
-   ``2*microbatch`` for activations, ``2*microbatch + 1`` for gradients;
+   (``schedules``). A forward of any model chunk but the first starts by
+   receiving the activations from the stage of the previous chunk, and of any
+   but the last ends by sending them on; a backward mirrors this with gradients.
+   Without interleaving chunk ``c`` is stage ``c``; with ``virtual_stages: v``
+   the stage of chunk ``c`` is ``c % pp``, so the last stage sends to the first.
+   Tags pair each send with its receive: ``2*microbatch`` for activations,
+   ``2*microbatch + 1`` for gradients (times ``v``, plus the local chunk);
 2. before each layer's backward, its recompute (``parallelism.recompute``):
    ``selective`` reruns the attention core, ``full`` the whole layer forward;
 3. data-parallel gradient reduction in buckets of ``grad_bucket_bytes`` (bf16
@@ -32,7 +35,7 @@ from collections.abc import Callable
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.work import Work
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
-from clustersim.workload.dims import make_dims, stage_layers, stage_pieces
+from clustersim.workload.dims import chunk_layers, make_dims, stage_layers, stage_pieces
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, layer_block
 from clustersim.workload.program import Instr, Kind, Phase, Program
@@ -128,41 +131,53 @@ def _build(
     head = head_block(dm)
     p2p_bytes = float(dm.sp_tokens * dm.hidden * ACT_BYTES)
     programs = []
-    for stage in range(layout.pp):
-        order = schedule(stage, layout.pp, n_mb)
-        layers = stage_layers(model, layout, stage)
-        prog = Program(stage=stage, layers=tuple(layers))
+    pp, vp = layout.pp, layout.vp
+    for stage in range(pp):
+        order = schedule(stage, pp, n_mb, vp)
+        chunks = [chunk_layers(model, layout, stage, k) for k in range(vp)]
+        prog = Program(stage=stage, layers=tuple(stage_layers(model, layout, stage)))
         out = prog.instrs
-        last_b = max((i for i, (kind, _) in enumerate(order) if kind == "B"), default=-1)
+        # A chunk's last backward completes its gradients: its DP buckets start there.
+        last_b = {k: i for i, (kind, _, k) in enumerate(order) if kind == "B"}
+        emit_at = set(last_b.values())
         dp_on = layout.dp > 1
         ready, sizes = grad_buckets(model, layout, stage, par.grad_bucket_bytes)
         sync = _GradSync(ready, "reduce_scatter" if par.zero == 1 else "all_reduce")
-        first, last = stage == 0, stage == layout.pp - 1
-        for i, (kind, mb) in enumerate(order):
+        # Offsets to the stages of the previous and next chunk (the last stage's
+        # next chunk, and the first stage's previous one, wrap around).
+        prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
+        for i, (kind, mb, k) in enumerate(order):
+            c = k * pp + stage
+            first, last = c == 0, c == layout.chunks - 1
+            layers = chunks[k]
             if kind == "F":
                 if first:
                     _stamp(out, embed.fwd, -1, mb)
                 else:
-                    out.append(_p2p(Kind.RECV, "pp.recv.act", mb, peer=-1, nbytes=p2p_bytes))
+                    tag = _tag(mb, c - 1, layout, grad=False)
+                    out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=p2p_bytes, tag=tag))
                 for lay in layers:
                     _stamp(out, layer.fwd, lay, mb)
                 if last:
                     _stamp(out, head.fwd, -1, mb)
                 else:
-                    out.append(_p2p(Kind.SEND, "pp.send.act", mb, peer=+1, nbytes=p2p_bytes))
+                    tag = _tag(mb, c, layout, grad=False)
+                    out.append(_p2p(Kind.SEND, "pp.send.act", mb, nxt, nbytes=p2p_bytes, tag=tag))
                 continue
-            emit = sync.emit if (dp_on and i == last_b) else None
+            emit = sync.emit if (dp_on and i in emit_at) else None
             if last:
                 _backward(out, head, -1, mb, emit)
             else:
-                out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, peer=+1, nbytes=p2p_bytes))
+                tag = _tag(mb, c, layout, grad=True)
+                out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, nxt, nbytes=p2p_bytes, tag=tag))
             for lay in reversed(layers):
                 _stamp(out, layer.recompute, lay, mb)
                 _backward(out, layer, lay, mb, emit)
             if first:
                 _backward(out, embed, -1, mb, emit)
             else:
-                out.append(_p2p(Kind.SEND, "pp.send.grad", mb, peer=-1, nbytes=p2p_bytes))
+                tag = _tag(mb, c - 1, layout, grad=True)
+                out.append(_p2p(Kind.SEND, "pp.send.grad", mb, prev, nbytes=p2p_bytes, tag=tag))
         if dp_on:
             out.append(Instr(Kind.WAIT_ASYNC, "dp.wait", Phase.GRAD_SYNC))
         params = sum(n for _, _, n in stage_pieces(model, layout, stage))
@@ -225,11 +240,18 @@ def _backward(out: list[Instr], block: Block, layer: int, mb: int, emit: Emit | 
             emit(out, layer, mb, pieces)
 
 
-def _p2p(kind: Kind, name: str, mb: int, *, peer: int, nbytes: float) -> Instr:
-    # The previous stage's activations travel forward, gradients backward.
-    grad = (kind == Kind.SEND) == (peer < 0)
-    phase = Phase.BACKWARD if grad else Phase.FORWARD
-    return Instr(kind, name, phase, -1, mb, group="pp", nbytes=nbytes, peer=peer, tag=2 * mb + grad)
+def _p2p(kind: Kind, name: str, mb: int, peer: int, *, nbytes: float, tag: int) -> Instr:
+    # Activations travel to the next chunk, gradients back: tags are odd for gradients.
+    phase = Phase.BACKWARD if tag % 2 else Phase.FORWARD
+    return Instr(kind, name, phase, -1, mb, group="pp", nbytes=nbytes, peer=peer, tag=tag)
+
+
+def _tag(mb: int, boundary: int, layout: Layout, *, grad: bool) -> int:
+    """The tag of microbatch ``mb``'s message across the boundary after chunk ``boundary``.
+
+    It is unique between two stages: ``2 mb + grad`` without interleaving.
+    """
+    return 2 * (mb * layout.vp + boundary // layout.pp) + grad
 
 
 def _adam(params: int) -> Work:

@@ -39,6 +39,37 @@ def test_pipeline_bubble_matches_closed_form(schedule: str) -> None:
     assert s["breakdown_s"]["exposed_comm"] / s["step_time_s"] < 0.02
 
 
+@pytest.mark.parametrize("chunks", [2, 4])
+def test_interleaving_shrinks_the_bubble_by_the_number_of_chunks(chunks: int) -> None:
+    """Interleaved 1F1B (Narayanan et al. 2021): the bubble is (pp - 1) / v slots."""
+    res = load_scenario(PIPE, [f"parallelism.virtual_stages={chunks}", "model.layers=16"])
+    s = simulate(res, record=False).summary
+    m, pp = s["layout"]["microbatches"], s["layout"]["pp"]
+    assert s["layout"]["virtual_stages"] == chunks
+    expected = (pp - 1) / chunks / (m + (pp - 1) / chunks)
+    bubble = s["breakdown_s"]["bubble"] / s["step_time_s"]
+    assert bubble == pytest.approx(expected, rel=0.05)
+    plain = simulate(load_scenario(PIPE, ["model.layers=16"]), record=False).summary
+    assert s["step_time_s"] < plain["step_time_s"]
+    assert s["breakdown_s"]["compute"] == pytest.approx(plain["breakdown_s"]["compute"], rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["parallelism.schedule=gpipe"], "needs schedule 1f1b"),
+        (["parallelism.pp=1"], "set pp > 1"),
+        (["model.layers=12"], "not divisible by pp\\*virtual_stages"),
+        (["training.global_batch_size=96"], "multiple of pp = 4"),
+    ],
+)
+def test_interleaving_rejects_what_it_cannot_cut(sets: list[str], message: str) -> None:
+    res = load_scenario(PIPE, ["parallelism.virtual_stages=2", *sets])
+    with pytest.raises(ScenarioError, match=message) as err:
+        plan(res)
+    assert err.value.path == "parallelism.virtual_stages"
+
+
 def test_breakdown_sums_to_step_time() -> None:
     res = load_scenario(PIPE, ["parallelism.tp=4", "parallelism.pp=2", "parallelism.zero=1"])
     s = simulate(res, record=False).summary

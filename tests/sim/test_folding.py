@@ -35,6 +35,12 @@ SCENARIOS = {
     "tp-dp on one torus": [],
     "pipeline across instances": ["cluster.count=2", "parallelism.pp=4", "parallelism.tp=2"],
     "gpu nodes": ["cluster.instance=p5.48xlarge", "cluster.count=4", "parallelism.tp=8"],
+    "interleaved pipeline": [
+        "cluster.count=2",
+        "parallelism.pp=2",
+        "parallelism.tp=4",
+        "parallelism.virtual_stages=2",
+    ],
 }
 
 

@@ -157,6 +157,26 @@ def test_in_flight_microbatches() -> None:
             assert mem.activations == held[stage] * (2 * per_layer + extra) + transient
 
 
+def test_in_flight_model_chunks_when_interleaved() -> None:
+    """Two chunks of one layer per stage: Megatron's warm-up plus one chunk in flight."""
+    model = tiny()
+    par, train, lay = setup(4, pp=4, global_batch_size=8, virtual_stages=2, recompute="full")
+    dm = make_dims(model, par, train, lay)
+    per_layer = layer_activation_bytes(dm, "full")
+    transient = layer_activation_bytes(dm, "none") - per_layer
+    head = 2 * 2 * 256 * 512 + 4 * 256 * 4096
+    # 2 (pp - stage - 1) + (v - 1) pp warm-up forwards; the last stage's fifth is its
+    # second chunk, which also holds the head's activations.
+    held = [11 * per_layer, 9 * per_layer, 7 * per_layer, 5 * per_layer + head]
+    for stage in range(4):
+        mem = memory_per_rank(model, par, train, lay, stage)
+        assert mem.activations == held[stage] + transient
+    plain = setup(4, pp=4, global_batch_size=8, recompute="full")
+    assert sum(memory_per_rank(model, par, train, lay, st).weights for st in range(4)) == sum(
+        memory_per_rank(model, *plain, st).weights for st in range(4)
+    )
+
+
 def test_check_fits_passes_and_suggests() -> None:
     model = llama3_8b()
     par, train, lay = setup(64, tp=8, zero=0, recompute="none", seq_len=8192, global_batch_size=64)
