@@ -137,11 +137,13 @@ def _run(args: argparse.Namespace) -> int:
     links = result.link_table()
     write_link_table(out / LINK_TABLE, links)
     failed = summary.get("step_failed")
-    if not args.no_report and not failed:  # a report needs a finished step
+    if not args.no_report:
         from clustersim.report import RunData, write_report
 
         data = RunData(summary, resolved, resolved_yaml, frame, links=links)
-        write_report(data, out, html=sc.output.html, chrome=frame is not None)
+        # A report page needs a finished step; the trace shows where the step failed.
+        html = sc.output.html and not failed
+        write_report(data, out, html=html, chrome=frame is not None)
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
     if args.json:
         print(json.dumps(summary, indent=2))

@@ -65,11 +65,18 @@ def write_report(
     max_trace_ranks: int = DEFAULT_MAX_RANKS,
 ) -> list[Path]:
     """Write ``trace.json`` (with ``chrome`` and a trace), the PNGs and ``report.html`` (with
-    ``html``) into ``out``; return the paths written."""
+    ``html``) into ``out``; return the paths written.
+
+    A run whose step failed (``step_failed``) has no report page: call it with
+    ``html=False`` for the trace alone.
+    """
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     trace_note = ""
-    if chrome and data.frame is not None and len(data.frame):
+    injections = data.summary.get("injections") or []
+    failed = data.summary.get("step_failed") or None
+    # A step that failed before any op finished still has its failure to show.
+    if chrome and data.frame is not None and (len(data.frame) or injections):
         info = write_chrome_trace(
             out / "trace.json",
             data.frame,
@@ -82,6 +89,8 @@ def write_report(
                 "scenario": data.name,
                 "clustersim_version": str(data.summary.get("clustersim_version", "")),
             },
+            injections=injections,
+            step_failed=failed,
         )
         written.append(info.path)
         trace_note = (

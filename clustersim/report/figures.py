@@ -30,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from clustersim.report.data import COMPUTE_RESOURCES, RunData, utilisation
+from clustersim.report.injections import applied_injections, mark_injections
 from clustersim.trace.chrome import labels
 
 if TYPE_CHECKING:
@@ -275,7 +276,10 @@ def timeline(data: RunData) -> Figure | None:
     exposed, bubble = exposed_all[keep], bubble_all[keep]
     t_end = float(sub["end_s"].max())
     scale, unit = time_unit(t_end)
-    fig = new_figure(11.0, 1.9 + 0.5 * len(ranks), margins=(1.55, 1.35, 0.75, 0.95))
+    legend_row = 0.3 if applied_injections(data.summary) else 0.0  # their legend's second row
+    fig = new_figure(
+        11.0, 1.9 + 0.5 * len(ranks) + legend_row, margins=(1.55, 1.35, 0.75, 0.95 + legend_row)
+    )
     ax = fig.add_subplot()
     rank_col = sub["rank"].to_numpy()
     for row, rank in enumerate(ranks):
@@ -307,7 +311,8 @@ def timeline(data: RunData) -> Figure | None:
         for k, c in PHASE_COLORS.items()
     ]
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle"))
-    bottom_legend(fig, handles, ncol=7)
+    legend = [*handles, *mark_injections(ax, data.summary, scale)]
+    bottom_legend(fig, legend, ncol=7)
     parts = data.summary["breakdown_s"]
     step = data.step_time_s
     ax.set_title(

@@ -19,6 +19,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from clustersim import __version__
 from clustersim.report.data import RunData, comm_table
 from clustersim.report.figures import Rendered
+from clustersim.report.injections import injection_table, step_table
 
 __all__ = ["render_comparison", "render_report", "template_env", "versions"]
 
@@ -131,6 +132,42 @@ def _cards(s: Mapping[str, Any]) -> list[dict[str, str]]:
     return cards
 
 
+def _change(rel: float | None) -> str:
+    return "" if rel is None else f"{rel:+.1%}"
+
+
+def _injections(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The rows of the "Injected failures" section: none without injections."""
+    injections = [
+        {
+            "index": str(r.index),
+            "at": (
+                _seconds(r.applied_s)
+                if r.applied_s is not None
+                else f"not reached (at {_seconds(r.at_s)}, after the run)"
+            ),
+            "step": "" if r.step is None else str(r.step),
+            "what": r.label,
+            "effect": r.effect,
+            "rerouted": "" if r.detected_s is None else _seconds(r.detected_s),
+        }
+        for r in injection_table(s)
+    ]
+    steps = [
+        {
+            "step": str(r.step),
+            "time": _seconds(r.time_s),
+            "vs_previous": _change(r.vs_previous),
+            "vs_healthy": _change(r.vs_healthy),
+            "injections": ", ".join(f"#{i}" for i in r.injections),
+        }
+        for r in step_table(s)
+    ]
+    # A comparison with healthy steps needs steps that finished before the first injection.
+    vs_healthy = any(row["vs_healthy"] for row in steps)
+    return {"injections": injections, "steps": steps, "steps_vs_healthy": vs_healthy}
+
+
 def render_report(
     data: RunData,
     figures: Sequence[Rendered],
@@ -192,6 +229,7 @@ def render_report(
         "comm": comm,
         "figures": [_uri(f) for f in figures],
         "reliability": _flatten("", s["reliability"]) if s.get("reliability") else [],
+        **_injections(s),
         "run_facts": run_facts,
         "trace_note": trace_note,
         "files": list(files),

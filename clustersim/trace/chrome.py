@@ -11,7 +11,9 @@ Layout of the file:
   members of each collective in order of arrival (the last one is the straggler);
 - counter events (``C``) per chip: modelled HBM use (static state plus the
   activations of the microbatches in flight) and communication rate per group;
-- a ``steps`` process with one slice per training step.
+- a ``steps`` process with one slice per training step;
+- with ``failures.inject``, a ``failures`` process (:mod:`clustersim.trace.injections`):
+  each injection at the time it applied, link stalls until the reroute, a failed step.
 
 A trace of every rank of a large run would not open in a browser, so the file
 shows representative ranks (the first ranks of every pipeline stage, taken in
@@ -31,6 +33,7 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import CategoricalDtype
 
+from clustersim.trace.injections import injection_events, not_reached
 from clustersim.trace.io import atomic_write
 
 __all__ = [
@@ -455,8 +458,14 @@ def write_chrome_trace(
     max_events: int = DEFAULT_MAX_EVENTS,
     max_ranks: int = DEFAULT_MAX_RANKS,
     other: Mapping[str, Any] | None = None,
+    injections: Sequence[Mapping[str, Any]] = (),
+    step_failed: Mapping[str, Any] | None = None,
 ) -> ChromeTraceInfo:
-    """Write ``frame`` (the op-level trace) as Chrome Trace Event JSON to ``path``, atomically."""
+    """Write ``frame`` (the op-level trace) as Chrome Trace Event JSON to ``path``, atomically.
+
+    ``injections`` and ``step_failed`` are the summary's records of ``failures.inject``;
+    they are drawn on a ``failures`` process whatever the event cap.
+    """
     max_events = max(int(max_events), 100)
     rows_total = len(frame)
     per_rank = frame["rank"].value_counts()
@@ -480,6 +489,7 @@ def write_chrome_trace(
     steps_pid = int(frame["chip"].max()) + 1 if len(frame) else 0
     tids = _threads(sub) if len(sub) else np.zeros(0, dtype=np.int64)
     events: list[str] = list(_metadata(sub, tids, chip_name, steps_pid)) if len(sub) else []
+    events += injection_events(injections, step_failed, steps_pid + 1)
     events += _step_events(sub, steps_pid) if len(sub) else []
     events += _x_events(sub, tids) if len(sub) else []
     left = max_events - len(events)
@@ -512,6 +522,9 @@ def write_chrome_trace(
         "note": note,
         **(other or {}),
     }
+    if injections or step_failed:
+        meta["injections"] = len(injections)
+        meta["injections_not_reached"] = ",".join(map(str, not_reached(injections)))
 
     def write(tmp: Path) -> None:
         with tmp.open("w", encoding="utf-8") as fh:
