@@ -15,6 +15,7 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,8 +42,44 @@ class Point:
     values: dict[str, Any] = field(default_factory=dict)  # axis key -> value
 
 
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def _float_text(value: float) -> str | None:
+    """PyYAML's text for a finite float (``SafeRepresenter.represent_float``: the repr in
+    lower case, with ``.0`` before a bare exponent so that YAML 1.1 reads a float),
+    without the emitter's cost; None if it would not read back as this float."""
+    if not math.isfinite(value):
+        return None
+    text = repr(value).lower()
+    if "." not in text and "e" in text:
+        text = text.replace("e", ".0e", 1)
+    # The tag YAML gives this plain text (PyYAML's resolver is untyped).
+    resolved = _RESOLVER.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    return text if resolved == _FLOAT_TAG and float(text) == value else None
+
+
 def yaml_value(value: Any, where: str) -> str:
     """``value`` as the YAML text of a ``--set`` override, checked to read back unchanged."""
+    if type(value) is float:  # a random axis draws many: skip the emitter and the parser
+        fast = _float_text(value)
+        if fast is not None:
+            return fast
+    scalar = type(value) in (int, str, bool)
+    if scalar and (type(value), value) in _SCALAR_TEXTS:  # integers and choices repeat
+        return _SCALAR_TEXTS[type(value), value]
+    text = _dump_checked(value, where)
+    if scalar and len(_SCALAR_TEXTS) < _MAX_CACHED:
+        _SCALAR_TEXTS[type(value), value] = text
+    return text
+
+
+_SCALAR_TEXTS: dict[tuple[type, Any], str] = {}
+_MAX_CACHED = 100_000
+
+
+def _dump_checked(value: Any, where: str) -> str:
     text = yaml.safe_dump(
         value, default_flow_style=True, width=2**31 - 1, sort_keys=False, allow_unicode=True
     ).strip()
@@ -91,16 +128,31 @@ def axis_assignments(axis: AxisSpec) -> list[dict[str, Any]]:
     return [{"seed": seeds.start + i} for i in range(seeds.n)]
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+
 def point_id(base: dict[str, Any], overrides: tuple[str, ...], fidelity: str) -> str:
     """A stable id: a hash of what determines the point's result."""
-    blob = json.dumps(
-        {"base": base, "overrides": list(overrides), "fidelity": fidelity},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=True,
-        default=str,
+    return _point_hasher(base, fidelity)(overrides)
+
+
+def _point_hasher(base: dict[str, Any], fidelity: str) -> Callable[[tuple[str, ...]], str]:
+    """``point_id`` for one base and fidelity: the canonical JSON of
+    ``{"base", "fidelity", "overrides"}`` (keys sorted) is hashed once up to the
+    overrides, so a point hashes only its own."""
+    head = hashlib.sha256(
+        f'{{"base":{_canonical(base)},"fidelity":{_canonical(fidelity)},"overrides":'.encode(
+            "ascii"
+        )
     )
-    return hashlib.sha256(blob.encode("ascii")).hexdigest()[:ID_CHARS]
+
+    def pid(overrides: tuple[str, ...]) -> str:
+        h = head.copy()
+        h.update(_canonical(list(overrides)).encode("ascii") + b"}")
+        return h.hexdigest()[:ID_CHARS]
+
+    return pid
 
 
 def expand(study: Study) -> list[Point]:
@@ -118,6 +170,7 @@ def expand(study: Study) -> list[Point]:
         per_axis.append(entries)
     points: list[Point] = []
     seen: dict[str, int] = {}
+    hasher = _point_hasher(study.base, spec.run.fidelity)
     for index, combo in enumerate(itertools.product(*per_axis)):
         values: dict[str, Any] = {}
         overrides = list(fixed)
@@ -125,7 +178,7 @@ def expand(study: Study) -> list[Point]:
             values.update(assignment)
             overrides.extend(texts)
         ov = tuple(overrides)
-        pid = point_id(study.base, ov, spec.run.fidelity)
+        pid = hasher(ov)
         if pid in seen:  # e.g. a zip or a random axis that repeats a value
             pid = f"{pid}-{index}"
         seen[pid] = index

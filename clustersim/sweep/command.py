@@ -29,7 +29,7 @@ from clustersim.errors import MISSING, ScenarioError
 from clustersim.sweep.run import StudyOutcome, StudyProgress, make_executor, run_study
 from clustersim.sweep.spec import load_study
 
-__all__ = ["RichProgress", "sweep_command"]
+__all__ = ["VALIDATING_DELAY_S", "RichProgress", "sweep_command"]
 
 
 def _slug(name: str) -> str:
@@ -37,28 +37,30 @@ def _slug(name: str) -> str:
     return slug[:80] or "study"
 
 
+VALIDATING_DELAY_S = 1.0
+"""The up-front check shows a bar only once it has taken this long."""
+
+
 class RichProgress(StudyProgress):
-    """A rich bar: points done, failed and remaining, with an ETA."""
+    """A rich bar: the up-front check when it takes more than a moment, then the points
+    done, failed and remaining, with an ETA."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
         self._bar: Any = None
         self._task: Any = None
+        self._checking_since: float | None = None
         self.failed = 0
         self.done = 0
         self.total = 0
 
-    def start(self, total: int, done: int, failed: int, executor: str) -> None:
-        self.total, self.done, self.failed = total, done, failed
-        if done:
-            self.console.print(f"resuming: {done} of {total} points already done", markup=False)
-        if executor:
-            self.console.print(f"running {total - done} points on {executor}", markup=False)
+    def _open(self, label: str, total: int, done: int, note: str) -> None:
+        self.close()
         self._bar = Progress(
-            TextColumn("points"),
+            TextColumn(label),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[failed]} failed, {task.fields[left]} left"),
+            TextColumn("{task.fields[note]}"),
             TimeElapsedColumn(),
             TextColumn("ETA"),
             TimeRemainingColumn(),
@@ -66,15 +68,35 @@ class RichProgress(StudyProgress):
             transient=True,
         )
         self._bar.start()
-        self._task = self._bar.add_task(
-            "points", total=total, completed=done, failed=failed, left=total - done
-        )
+        self._task = self._bar.add_task(label, total=total, completed=done, note=note)
+
+    def validating(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if self._checking_since is None:
+            self._checking_since = now
+        if self._bar is None:
+            if now - self._checking_since < VALIDATING_DELAY_S or done >= total:
+                return
+            self._open("validating", total, done, "")
+        self._bar.update(self._task, completed=done, total=total)
+
+    def start(self, total: int, done: int, failed: int, executor: str) -> None:
+        self.close()  # the check's bar, if it showed
+        self.total, self.done, self.failed = total, done, failed
+        if done:
+            self.console.print(f"resuming: {done} of {total} points already done", markup=False)
+        if executor:
+            self.console.print(f"running {total - done} points on {executor}", markup=False)
+        self._open("points", total, done, self._note())
+
+    def _note(self) -> str:
+        return f"{self.failed} failed, {self.total - self.done} left"
 
     def advance(self, ok: bool) -> None:
         self.done += 1
         self.failed += not ok
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, failed=self.failed, left=self.total - self.done)
+            self._bar.update(self._task, advance=1, note=self._note())
 
     def close(self) -> None:
         if self._bar is not None:

@@ -1,9 +1,10 @@
 """Running a study: expand, validate every point, skip those done, run the rest.
 
-Every point is validated up front (its scenario resolved), so a typo along one
-axis value becomes a failed point at once instead of a crash half-way; the
-valid points then go to the executor, and each record is persisted the moment
-it comes back.
+Every point is validated up front (``check.check_points``: each distinct value of
+each section resolved once, the points that take a bad one resolved whole), so a
+typo along one axis value becomes a failed point at once instead of a crash
+half-way; the valid points then go to the executor, and each record is
+persisted the moment it comes back.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustersim.errors import ScenarioError
-from clustersim.sweep.axes import Point, expand
+from clustersim.sweep.axes import expand
+from clustersim.sweep.check import check_points
 from clustersim.sweep.execute import (
     DaskExecutor,
     Executor,
     LocalExecutor,
     PointTask,
     failed_record,
-    resolve_point,
 )
 from clustersim.sweep.spec import Study
 from clustersim.sweep.store import StudyStore
@@ -35,6 +36,11 @@ __all__ = ["StudyOutcome", "StudyProgress", "make_executor", "run_study"]
 
 class StudyProgress:
     """Callbacks of a running study (the CLI draws a progress bar from them)."""
+
+    def validating(self, done: int, total: int) -> None:
+        """The up-front check of the points: ``done`` of ``total`` checks made (the
+        total may grow as it goes). Called every tenth of a second or so, and once at
+        the end."""
 
     def start(self, total: int, done: int, failed: int, executor: str) -> None:
         """``total`` points, ``done`` of them (``failed`` among them) already finished;
@@ -103,13 +109,10 @@ def run_study(
         }
         skipped = len(records)
         run_cfg = study.spec.run
-        todo: list[PointTask] = []
-        invalid: list[tuple[Point, dict[str, Any]]] = []
-        first_error: ScenarioError | None = None
-        for p in points:
-            if p.id in records:
-                continue
-            task = PointTask(
+        pending = [p for p in points if p.id not in records]
+        invalid = check_points(study, points, progress.validating, skip=records.keys())
+        todo = [
+            PointTask(
                 p.id,
                 study.base,
                 p.overrides,
@@ -118,21 +121,20 @@ def run_study(
                 run_cfg.max_memory,
                 str(out / "runs" / p.id) if keep_runs else None,
             )
-            try:
-                resolve_point(task)
-            except ScenarioError as exc:
-                invalid.append((p, failed_record(p.id, str(exc), "input")))
-                first_error = first_error or exc
-                continue
-            todo.append(task)
+            for p in pending
+            if p.id not in invalid
+        ]
+        first_error = next((invalid[p.id] for p in pending if p.id in invalid), None)
         already_failed = sum(r.get("status") != "ok" for r in records.values())
         executor = executor_factory() if todo else None
         description = executor.description if executor is not None else ""
         progress.start(len(points), skipped, already_failed, description)
         try:
-            for p, rec in invalid:
-                records[p.id] = store.save(p, rec, study)
-                progress.advance(False)
+            for p in pending:
+                if p.id in invalid:
+                    rec = failed_record(p.id, str(invalid[p.id]), "input")
+                    records[p.id] = store.save(p, rec, study)
+                    progress.advance(False)
             if executor is not None:
                 for rec in executor.run(todo):
                     p = by_id[rec["id"]]
@@ -144,6 +146,7 @@ def run_study(
                 executor.close()
         frame = store.write_results(points, records, study)
     finally:
+        progress.close()  # again: also when the check up front raised
         store.close()
     ordered = [records[p.id] for p in points if p.id in records]
     failures = [r for r in ordered if r.get("status") != "ok"]
