@@ -116,8 +116,8 @@ class Network:
             raise SimulationError(
                 f"rank_chip names chips outside 0..{topology.n_chips - 1}: {bad[:8].tolist()}"
             )
+        chips.flags.writeable = False
         self._chips: _IntArray = chips
-        self.rank_chip: tuple[int, ...] = tuple(chips.tolist())
         self.algorithms: dict[str, str] = dict.fromkeys(OPS, "auto")
         for op, name in (algorithms or {}).items():
             algorithm(name, op, path=path)  # validates both names
@@ -130,6 +130,11 @@ class Network:
         self._plans_version = topology.version
         self.collectives_started = 0
         self.sends_started = 0
+
+    @property
+    def rank_chip(self) -> _IntArray:
+        """The chip of each rank (a read-only array: a tuple of 4M ints costs 150 MB)."""
+        return self._chips
 
     # -- counters ----------------------------------------------------------------------------
 
@@ -213,9 +218,9 @@ class Network:
     # -- internals ---------------------------------------------------------------------------
 
     def _chip(self, rank: int) -> int:
-        if not 0 <= rank < len(self.rank_chip):
-            raise SimulationError(f"rank {rank} is outside 0..{len(self.rank_chip) - 1}")
-        return self.rank_chip[rank]
+        if not 0 <= rank < self._chips.size:
+            raise SimulationError(f"rank {rank} is outside 0..{self._chips.size - 1}")
+        return int(self._chips[rank])
 
     def _chips_of(self, ranks: Sequence[int]) -> _IntArray:
         """The chip of each of ``ranks``, as an array."""
@@ -232,7 +237,7 @@ class Network:
         arr = np.asarray(rows, dtype=np.int64)
         if arr.ndim != 2 or arr.shape[1] != width or arr.shape[0] == 0:
             raise SimulationError(f"{what} must be rows of {width} ranks (got shape {arr.shape})")
-        n = len(self.rank_chip)
+        n = self._chips.size
         if arr.min() < 0 or arr.max() >= n:
             raise SimulationError(f"{what} name ranks outside 0..{n - 1}")
         chips: _IntArray = self._chips[arr]
