@@ -11,7 +11,6 @@ import json
 import os
 import re
 import sys
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from rich.table import Table
 from clustersim import catalog
 from clustersim.cli_args import build_parser
 from clustersim.errors import ClusterSimError, ScenarioError
+from clustersim.progress import Bar
 from clustersim.units import UnitError, parse_bytes
 
 __all__ = ["main"]
@@ -65,32 +65,13 @@ class _LazyProgress:
     """A rich progress bar that appears only once a run has taken PROGRESS_DELAY_S."""
 
     def __init__(self, console: Console, label: str) -> None:
-        self.console, self.label = console, label
-        self.t0 = time.perf_counter()
-        self._bar: Any = None
-        self._task: Any = None
+        self.bar = Bar(console, label, delay_s=PROGRESS_DELAY_S, percent=True)
 
     def __call__(self, fraction: float) -> None:
-        if self._bar is None:
-            if time.perf_counter() - self.t0 < PROGRESS_DELAY_S:
-                return
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.percentage:>3.0f}%"),
-                TimeElapsedColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(self.label, total=1.0)
-        self._bar.update(self._task, completed=min(fraction, 1.0))
+        self.bar.update(min(fraction, 1.0), 1.0)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        self.bar.close()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from clustersim.failures.studies import (
     summarise,
     timeline_frame,
 )
+from clustersim.progress import Bar
 from clustersim.units import UnitError, format_seconds, parse_duration
 
 if TYPE_CHECKING:
@@ -98,33 +99,13 @@ class _Bar:
     """A rich progress bar over replications, shown once a study has run a second."""
 
     def __init__(self, console: Console, label: str) -> None:
-        self.console, self.label, self.t0 = console, label, time.perf_counter()
-        self._bar: Any = None
-        self._task: Any = None
+        self.bar = Bar(console, label, delay_s=1.0)
 
     def __call__(self, done: int, total: int) -> None:
-        if self._bar is None:
-            if time.perf_counter() - self.t0 < 1.0:
-                return
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=self.console, transient=True,
-            )  # fmt: skip
-            self._bar.start()
-            self._task = self._bar.add_task(self.label, total=total)
-        self._bar.update(self._task, completed=done)
+        self.bar.update(done, total)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        self.bar.close()
 
 
 def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> int:

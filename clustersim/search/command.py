@@ -6,10 +6,10 @@ import argparse
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
+from clustersim.progress import Bar
 from clustersim.scenario import load_scenario
 from clustersim.search.present import counts_line, search_table
 from clustersim.search.run import search, write_search
@@ -26,37 +26,13 @@ class _Bar:
     """A progress bar over the simulated candidates, on stderr."""
 
     def __init__(self, console: Console) -> None:
-        self.console = console
-        self._bar: Any = None
-        self._task: Any = None
+        self.bar = Bar(console, eta=True, template="simulating {task.description}")
 
     def __call__(self, done: int, total: int, label: str) -> None:
-        if self._bar is None:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("simulating {task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self._bar.start()
-            self._task = self._bar.add_task(label, total=total)
-        self._bar.update(self._task, completed=done, description=label)
+        self.bar.update(done, total, label)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        self.bar.close()
 
 
 def search_command(args: argparse.Namespace) -> int:
