@@ -70,7 +70,7 @@ def component_counts(res: Resolved, kinds: set[str] | None = None) -> dict[str, 
         "link": 0,
     }
     if kinds is None or kinds & {"switch", "link"}:
-        from clustersim.network.topology import build_topology
+        from clustersim.network.registry import build_topology
 
         topo = build_topology(res.instance, res.chip, count)
         out["switch"] = topo.n_nodes - topo.n_chips

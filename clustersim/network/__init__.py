@@ -42,12 +42,8 @@ from clustersim.network.collectives import (
 from clustersim.network.flows import FlowGroup, FlowNetwork
 from clustersim.network.groups import GroupInfo, group_info
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
-from clustersim.network.topology import (
-    Topology,
-    build_topology,
-    register_topology,
-    topology_names,
-)
+from clustersim.network.registry import build_topology, register_topology, topology_names
+from clustersim.network.topology import Topology
 
 __all__ = [
     "OPS",

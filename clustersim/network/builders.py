@@ -2,7 +2,7 @@
 
 A builder makes the scale-up fabric of ``count`` instances: the links inside each
 scale-up *domain* and a path function for the chip pairs of a domain.
-:func:`~clustersim.network.topology.build_topology` then joins the domains by the
+:func:`~clustersim.network.registry.build_topology` then joins the domains by the
 scale-out fabric named in ``efa.fabric`` (:mod:`clustersim.network.fabrics`).
 
 Named by ``instance.fabric.topology`` (the domain is one instance):
@@ -44,13 +44,8 @@ from numpy.typing import ArrayLike
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, UltraServerSpec
 from clustersim.errors import ScenarioError
 from clustersim.network import fabrics
-from clustersim.network.topology import (
-    Node,
-    PathFn,
-    Topology,
-    ecmp_hash,
-    register_topology,
-)
+from clustersim.network.registry import register_topology
+from clustersim.network.topology import Node, PathFn, Topology, ecmp_hash
 
 __all__ = [
     "NEURONSWITCH_SPINES",

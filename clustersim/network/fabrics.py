@@ -51,14 +51,8 @@ from numpy.typing import NDArray
 
 from clustersim.catalog.schema import EfaSpec
 from clustersim.errors import ScenarioError
-from clustersim.network.topology import (
-    EFA_NODE,
-    Int64s,
-    Node,
-    Topology,
-    ecmp_hash,
-    register_fabric,
-)
+from clustersim.network.registry import register_fabric
+from clustersim.network.topology import EFA_NODE, Int64s, Node, Topology, ecmp_hash
 
 __all__ = [
     "SWITCH_HOP_LATENCY_S",

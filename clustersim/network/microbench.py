@@ -22,7 +22,7 @@ from clustersim import catalog
 from clustersim.errors import ScenarioError
 from clustersim.network import Network
 from clustersim.network.collectives import OPS, algorithm_names
-from clustersim.network.topology import build_topology
+from clustersim.network.registry import build_topology
 from clustersim.units import format_bytes
 
 __all__ = ["busbw_factor", "run_collective", "size_sweep"]

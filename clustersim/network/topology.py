@@ -32,11 +32,9 @@ Routes are cached per topology :attr:`~Topology.version`, which every change of
 links or lanes increments; listeners (:meth:`Topology.add_listener`, e.g. a
 :class:`~clustersim.network.flows.FlowNetwork`) are told of every change.
 
-Builders are registered by the name used in ``instance.ultraserver.topology``
-when the instance has one, else ``instance.fabric.topology``
-(:func:`register_topology`); scale-out fabrics by the name in ``efa.fabric``
-(:func:`register_fabric`). The shipped ones live in
-:mod:`clustersim.network.builders` and :mod:`clustersim.network.fabrics`.
+Builders and scale-out fabrics are registered by name in
+:mod:`clustersim.network.registry`, whose :func:`~clustersim.network.registry.build_topology`
+builds a cluster's topology.
 """
 
 from __future__ import annotations
@@ -51,14 +49,11 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.sparse.csgraph import dijkstra
 
-from clustersim.catalog.schema import ChipSpec, EfaSpec, InstanceSpec
-from clustersim.errors import PartitionError, ScenarioError, SimulationError
+from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.links import Int64s, LinkKind, LinkState, LinkTable, Node
 
 __all__ = [
     "EFA_NODE",
-    "Builder",
-    "FabricBuilder",
     "Int64s",
     "LinkKind",
     "LinkState",
@@ -66,26 +61,14 @@ __all__ = [
     "PathFn",
     "ScaleOut",
     "Topology",
-    "build_topology",
-    "check_fabrics",
     "chip_node",
     "ecmp_hash",
-    "fabric_names",
-    "register_fabric",
-    "register_topology",
-    "topology_names",
 ]
 
 PathFn: TypeAlias = Callable[[int, int], Sequence[int]]
 """``(src_chip, dst_chip) -> node ids`` from ``src_chip`` to ``dst_chip`` (chip node id =
 chip index), for two distinct chips of one domain (of any domains when the topology has
 no scale-out fabric)."""
-
-Builder: TypeAlias = Callable[[InstanceSpec, ChipSpec, int], "Topology"]
-"""``(instance, chip, count) -> Topology``: the scale-up fabric of ``count`` instances."""
-
-FabricBuilder: TypeAlias = Callable[["Topology", EfaSpec, float, str], None]
-"""``(topology, efa, link_efficiency, key_path)``: attach a scale-out fabric to every chip."""
 
 EFA_NODE: Node = ("efa",)
 
@@ -503,92 +486,3 @@ class Topology(LinkTable):
                 )
             self._graph = g
         return self._graph
-
-
-# -- registries -----------------------------------------------------------------------------
-
-_BUILDERS: dict[str, Builder] = {}
-_FABRICS: dict[str, FabricBuilder] = {}
-
-
-def register_topology(name: str) -> Callable[[Builder], Builder]:
-    """Register a scale-up builder under the name used in ``fabric.topology`` or
-    ``ultraserver.topology``."""
-
-    def deco(fn: Builder) -> Builder:
-        if name in _BUILDERS:
-            raise ValueError(f"topology {name!r} is already registered")
-        _BUILDERS[name] = fn
-        return fn
-
-    return deco
-
-
-def register_fabric(name: str) -> Callable[[FabricBuilder], FabricBuilder]:
-    """Register a scale-out fabric builder under the name used in ``efa.fabric``."""
-
-    def deco(fn: FabricBuilder) -> FabricBuilder:
-        if name in _FABRICS:
-            raise ValueError(f"fabric {name!r} is already registered")
-        _FABRICS[name] = fn
-        return fn
-
-    return deco
-
-
-def topology_names() -> list[str]:
-    return sorted(_BUILDERS)
-
-
-def fabric_names() -> list[str]:
-    return sorted(_FABRICS)
-
-
-def check_fabrics(
-    instance: InstanceSpec, count: int, *, path: str = "cluster"
-) -> tuple[Builder, FabricBuilder]:
-    """The scale-up builder and scale-out fabric that :func:`build_topology` would use,
-    checked against ``count`` without building anything (errors name ``path`` keys)."""
-    us = instance.ultraserver
-    if us is not None:
-        name, where = us.topology, f"{path}.ultraserver.topology"
-    else:
-        name, where = instance.fabric.topology, f"{path}.neuronlink.topology"
-    builder = _BUILDERS.get(name)
-    if builder is None:
-        raise ScenarioError(where, name, f"unknown topology; valid: {', '.join(topology_names())}")
-    if count < 1:
-        raise ScenarioError(f"{path}.count", count, "must be at least 1")
-    if us is not None and count % us.instances:
-        raise ScenarioError(
-            f"{path}.count",
-            count,
-            f"must be a multiple of {us.instances}: {us.instances} {instance.name} instances "
-            "form one UltraServer",
-        )
-    fabric = _FABRICS.get(instance.efa.fabric)
-    if fabric is None:
-        raise ScenarioError(
-            f"{path}.efa.fabric",
-            instance.efa.fabric,
-            f"unknown scale-out fabric; valid: {', '.join(fabric_names())}",
-        )
-    return builder, fabric
-
-
-def build_topology(
-    instance: InstanceSpec, chip: ChipSpec, count: int, *, path: str = "cluster"
-) -> Topology:
-    """Build ``count`` instances: their scale-up fabric, then the scale-out fabric.
-
-    The scale-up builder is named by ``instance.ultraserver.topology`` when the
-    instance belongs to an UltraServer (``count`` must then fill whole
-    UltraServers), else by ``instance.fabric.topology``. When there is more than
-    one scale-up domain, the fabric named by ``instance.efa.fabric`` joins them.
-    ``path`` prefixes the key paths of errors.
-    """
-    builder, fabric = check_fabrics(instance, count, path=path)
-    topo = builder(instance, chip, count)
-    if topo.n_domains > 1 and topo.scaleout is None:
-        fabric(topo, instance.efa, chip.calibration.link_efficiency, path)
-    return topo

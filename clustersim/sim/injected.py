@@ -20,7 +20,8 @@ import simpy
 
 from clustersim.failures.injection import Injector, StepFailure, resolve
 from clustersim.network import Network
-from clustersim.network.topology import Topology, build_topology
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import Topology
 from clustersim.scenario import Resolved
 from clustersim.scenario.failures import FailuresCfg
 from clustersim.sim.summary_keys import run_identity, simulation_keys

@@ -17,7 +17,7 @@ from clustersim.failures.jobs import validate as validate_reliability
 from clustersim.failures.studies import add_reliability
 from clustersim.hardware.chip import ChipModel
 from clustersim.network import Network, algorithm
-from clustersim.network.topology import build_topology, check_fabrics
+from clustersim.network.registry import build_topology, check_fabrics
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.guard import Limits, check_work

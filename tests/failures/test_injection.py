@@ -20,7 +20,8 @@ from clustersim.failures.injection import (
     resolve,
 )
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.topology import Topology, build_topology, chip_node
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import Topology, chip_node
 from clustersim.scenario.failures import Injection
 
 CAP = 1e9

@@ -21,7 +21,8 @@ from clustersim.network import GroupInfo, Network, resolve_algorithm
 from clustersim.network.algorithms.hierarchical import parallel_steps
 from clustersim.network.builders import add_torus_links, torus_path
 from clustersim.network.collectives import Step
-from clustersim.network.topology import Node, Topology, build_topology, chip_node
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import Node, Topology, chip_node
 
 CAP = 50e9
 LAT = 1e-6

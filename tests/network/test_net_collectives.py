@@ -24,7 +24,8 @@ from clustersim.network import (
 )
 from clustersim.network import collectives as registry
 from clustersim.network.groups import torus_grid
-from clustersim.network.topology import Topology, build_topology, chip_node
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import Topology, chip_node
 
 MIB = 2.0**20
 ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]

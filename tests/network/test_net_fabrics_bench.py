@@ -10,7 +10,7 @@ import simpy
 
 from clustersim import catalog
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.topology import build_topology
+from clustersim.network.registry import build_topology
 
 
 @pytest.mark.benchmark

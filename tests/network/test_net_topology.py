@@ -11,14 +11,8 @@ import pytest
 from clustersim import catalog
 from clustersim.errors import PartitionError, ScenarioError
 from clustersim.network.builders import snake_coords, torus_path
-from clustersim.network.topology import (
-    EFA_NODE,
-    Topology,
-    _row_sums,
-    build_topology,
-    chip_node,
-    topology_names,
-)
+from clustersim.network.registry import build_topology, topology_names
+from clustersim.network.topology import EFA_NODE, Topology, _row_sums, chip_node
 
 
 def torus_neighbours(a: tuple[int, int], b: tuple[int, int], dims: tuple[int, int]) -> bool:

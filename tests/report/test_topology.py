@@ -17,7 +17,8 @@ from clustersim import catalog
 from clustersim.catalog.schema import EfaSpec
 from clustersim.cli import main
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.topology import Topology, build_topology
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import Topology
 from clustersim.report import load_run
 from clustersim.report.data import RunData
 from clustersim.report.figures import FIGURES, render
