@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
+from clustersim._version import __version__
 from clustersim.errors import ClusterSimError, PartitionError, ScenarioError
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
-from clustersim import __version__, catalog
+from clustersim import catalog
+from clustersim._version import __version__
 
 __all__ = ["build_parser"]
 

@@ -94,7 +94,7 @@ def machine_info() -> dict[str, Any]:
     import numpy
     import simpy
 
-    from clustersim import __version__
+    from clustersim._version import __version__
 
     cpu = platform.processor() or platform.machine()
     try:

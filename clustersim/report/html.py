@@ -16,7 +16,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from clustersim import __version__
+from clustersim._version import __version__
 from clustersim.report.data import RunData, comm_table
 from clustersim.report.figures import Rendered
 from clustersim.report.injections import injection_table, step_table

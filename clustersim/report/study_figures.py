@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from clustersim.report.figures import FigureSpec, new_figure, short
-from clustersim.report.study import (
+from clustersim.report.study_data import (
     StudyData,
     distribution_stats,
     is_numeric,

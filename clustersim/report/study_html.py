@@ -7,10 +7,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from clustersim import __version__
+from clustersim._version import __version__
 from clustersim.report.figures import Rendered
 from clustersim.report.html import template_env, versions
-from clustersim.report.study import (
+from clustersim.report.study_data import (
     CONFIDENCE,
     StudyData,
     distribution_stats,

@@ -1,7 +1,8 @@
 """Simulation: plan a scenario (layout, programs, memory), run it, summarise it."""
 
 from clustersim.sim.guard import Estimate, Limits, estimate
-from clustersim.sim.run import FOLD_ABOVE_RANKS, Fidelity, Plan, Result, plan, simulate
+from clustersim.sim.result import Plan, Result
+from clustersim.sim.run import FOLD_ABOVE_RANKS, Fidelity, plan, simulate
 
 __all__ = [
     "FOLD_ABOVE_RANKS",

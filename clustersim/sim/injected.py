@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from clustersim.sim.engine import StepSim
-    from clustersim.sim.run import Plan
+    from clustersim.sim.result import Plan
 
 __all__ = [
     "INJECTION_COLUMNS",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -22,10 +21,9 @@ from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.guard import Limits, check_work
 from clustersim.sim.injected import build_injector, failed_summary
+from clustersim.sim.result import Plan, Result
 from clustersim.sim.summary_keys import run_identity, simulation_keys
 from clustersim.workload import (
-    Layout,
-    MemoryBreakdown,
     build_programs,
     check_fits,
     make_layout,
@@ -33,45 +31,15 @@ from clustersim.workload import (
     model_flops_per_step,
     validate,
 )
-from clustersim.workload.program import Program
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
-    from clustersim.failures.reliability import Outcome
+__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "plan", "simulate"]
 
-__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "Plan", "Result", "plan", "simulate"]
-
-GIB = 2.0**30
 FOLD_ABOVE_RANKS = 256
 """``fidelity: auto`` simulates every rank up to this many, and folds above."""
 Fidelity = Literal["auto", "detailed", "folded"]
-
-
-@dataclass
-class Plan:
-    """Everything decided before simulating: layout, programs, memory per chip."""
-
-    resolved: Resolved
-    layout: Layout
-    chip: ChipModel
-    programs: list[Program]
-    memory: list[MemoryBreakdown]  # per stage, bytes per rank
-
-    @property
-    def peak_memory(self) -> MemoryBreakdown:
-        return max(self.memory, key=lambda m: m.total)
-
-    def memory_gib_per_chip(self) -> dict[str, float]:
-        mem, rpc = self.peak_memory, self.resolved.ranks_per_chip
-        return {
-            "weights": mem.weights * rpc / GIB,
-            "grads": mem.grads * rpc / GIB,
-            "optimizer": mem.optimizer * rpc / GIB,
-            "activations": mem.activations * rpc / GIB,
-            "total": mem.total * rpc / GIB,
-            "capacity": self.resolved.chip.hbm_bytes / GIB,
-        }
 
 
 def plan(
@@ -101,34 +69,6 @@ def plan(
         validate_reliability(res)
     programs = build_programs(res.model, sc.parallelism, sc.training, layout)
     return Plan(res, layout, chip, programs, memory)
-
-
-@dataclass
-class Result:
-    plan: Plan
-    summary: dict[str, Any]
-    sim: StepSim
-    compiled: list[CompiledProgram]
-    reliability: list[Outcome] = field(default_factory=list)
-    """Replications of the long-horizon model, when ``failures`` configures it."""
-
-    def trace_frame(self) -> pd.DataFrame:
-        from clustersim.sim.tracing import trace_frame
-
-        return trace_frame(self)
-
-    @property
-    def network(self) -> Network:
-        """The simulated network: its topology and per-link statistics over the run."""
-        return self.sim.network
-
-    def link_table(self) -> pd.DataFrame:
-        """One row per link: utilisation over the run and where the link sits in the
-        topology (columns in :data:`clustersim.trace.links.LINK_COLUMNS`)."""
-        from clustersim.trace.links import link_frame
-
-        net = self.sim.network
-        return link_frame(net.topology, net.flows.link_utilisation())
 
 
 def simulate(

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from clustersim import __version__
+from clustersim._version import __version__
 from clustersim.workload import microbatches
 
 if TYPE_CHECKING:
     from clustersim.network import Network
     from clustersim.sim.engine import StepSim
-    from clustersim.sim.run import Plan
+    from clustersim.sim.result import Plan
 
 __all__ = ["run_identity", "simulation_keys"]
 

@@ -12,16 +12,26 @@ from clustersim.workload.program import Kind
 if TYPE_CHECKING:
     import pandas as pd
 
-    from clustersim.sim.run import Result
+    from clustersim.sim.engine import CompiledProgram, StepSim
+    from clustersim.workload import Layout
 
 __all__ = ["trace_frame"]
 
 
-def trace_frame(result: Result) -> pd.DataFrame:
-    sim, layout = result.sim, result.plan.layout
-    lnc = result.plan.chip.lnc
+def trace_frame(
+    sim: StepSim,
+    compiled_programs: list[CompiledProgram],
+    layout: Layout,
+    *,
+    lnc: int,
+    ranks_per_chip: int,
+    steps: int,
+    failed_at_s: float | None = None,
+) -> pd.DataFrame:
+    """One row per op of every simulated rank; with ``failed_at_s``, only the ops that
+    finished before the step failed."""
     stages: list[StageColumns] = []
-    for compiled in result.compiled:
+    for compiled in compiled_programs:
         instrs = compiled.program.instrs
         stages.append(
             StageColumns(
@@ -44,7 +54,7 @@ def trace_frame(result: Result) -> pd.DataFrame:
     ranks = sim.ranks
     starts, ends = [], []
     for pos, r in enumerate(ranks):
-        compiled = result.compiled[layout.stage(r)]
+        compiled = compiled_programs[layout.stage(r)]
         warp = sim.slowdown.get(layout.chip_of(r)) if sim.slowdown else None
         op_start, op_end = compiled.op_times(sim.seg_start[pos], sim.seg_end[pos], warp)
         starts.append(op_start)
@@ -54,12 +64,11 @@ def trace_frame(result: Result) -> pd.DataFrame:
         rank_ids=ranks,
         rank_stage=[layout.stage(r) for r in ranks],
         rank_chip=[layout.chip_of(r) for r in ranks],
-        rank_core=[(r % result.plan.resolved.ranks_per_chip) * lnc for r in ranks],
+        rank_core=[(r % ranks_per_chip) * lnc for r in ranks],
         starts=starts,
         ends=ends,
-        steps=result.plan.resolved.scenario.training.steps,
+        steps=steps,
     )
-    failed = result.summary.get("step_failed")
-    if failed:  # keep the ops that finished before the step failed
-        frame = frame[frame["end_s"].le(failed["at_s"])].reset_index(drop=True)
+    if failed_at_s is not None:  # keep the ops that finished before the step failed
+        frame = frame[frame["end_s"].le(failed_at_s)].reset_index(drop=True)
     return frame

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clustersim import __version__
+from clustersim._version import __version__
 from clustersim.errors import ScenarioError
 from clustersim.sweep.axes import ID_CHARS, Point
 from clustersim.sweep.spec import Study, axis_size

@@ -12,7 +12,7 @@ import pytest
 
 from clustersim.cli import main
 from clustersim.errors import ScenarioError
-from clustersim.report.study import (
+from clustersim.report.study_data import (
     distribution_stats,
     is_study_dir,
     load_study_dir,
