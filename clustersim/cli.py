@@ -429,6 +429,12 @@ def _validate(args: argparse.Namespace) -> int:
     return validate_command(args)
 
 
+def _topology(args: argparse.Namespace) -> int:
+    from clustersim.network.fabric_command import topology_command
+
+    return topology_command(args)
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from clustersim.sweep.command import sweep_command
 
@@ -458,6 +464,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "bench": _bench,
     "reliability": _reliability,
     "sweep": _sweep,
+    "topology": _topology,
     "search": _search,
     "validate": _validate,
 }

@@ -66,6 +66,21 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("scenario", type=Path)
     check.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
 
+    topo = sub.add_parser(
+        "topology", help="the fabric as a graph: export the built one (GraphML, GML, JSON)"
+    )
+    topo_sub = topo.add_subparsers(dest="topology_command", required=True, metavar="ACTION")
+    export = topo_sub.add_parser(
+        "export", help="write a scenario's fabric (chips, switches, links) as a networkx graph"
+    )
+    export.add_argument("scenario", type=Path, help="scenario YAML file")
+    export.add_argument("--out", type=Path, required=True, help="file to write")
+    export.add_argument(
+        "--format", choices=("graphml", "gml", "json"),
+        help="graph format (default: from the suffix of --out; json is node-link JSON)",
+    )  # fmt: skip
+    export.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+
     cat = sub.add_parser("catalog", help="list or show catalog entries")
     cat.add_argument("kind", nargs="?", choices=catalog.KINDS)
     cat.add_argument("name", nargs="?")
