@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from clustersim.network.topology import Topology, build_topology
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import Topology
 from clustersim.scenario import Resolved
 
 __all__ = ["scenario_topology"]
