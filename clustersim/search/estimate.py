@@ -40,7 +40,8 @@ from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload import Layout, make_dims, microbatches, model_flops_per_step
 from clustersim.workload.dims import stage_layers, stage_pieces
-from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block, layer_block
+from clustersim.workload.layers import LayerBlocks
+from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.program import Kind
 from clustersim.workload.transformer import (
     ADAM_HBM_BYTES_PER_PARAM,
@@ -259,7 +260,9 @@ class Estimator:
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
-            layer = layer_block(dm, self.train.precision, par.recompute)
+            layer = LayerBlocks(
+                self.model, dm, precision=self.train.precision, recompute=par.recompute
+            ).dense
             embed, head = embed_block(dm), head_block(dm)
             bwd = self._tpls_s(layer.bwd, layout)
             rec = self._tpls_s(layer.recompute, layout)

@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clustersim.catalog.schema import ModelSpec
+from clustersim.catalog.schema import MLASpec, ModelSpec
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload.layout import Layout
 
 __all__ = [
     "VOCAB_PAD",
     "Dims",
+    "attention_pieces",
     "chunk_layers",
     "embed_pieces",
     "head_pieces",
@@ -65,20 +66,41 @@ def _mlp_up_cols(model: ModelSpec) -> int:
 
 
 def layer_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
-    """Parameters of one layer held by one TP rank, per weight.
+    """Parameters of one dense layer held by one TP rank, per weight.
 
     Listed in the order their gradients complete in the backward pass (the MLP
     first), which is the order gradient buckets fill.
     """
-    h, d = model.hidden, model.head_dim
-    qkv_cols = (model.heads // tp + 2 * kv_heads_per_rank(model, tp)) * d
+    h = model.hidden
     norm = norm_params(model)
     return (
         ("mlp.down", model.ffn_hidden // tp * h),
         ("mlp.up", h * _mlp_up_cols(model) // tp),
         ("mlp.norm", norm),
-        ("attn.out", model.heads // tp * d * h),
-        ("attn.qkv", h * qkv_cols),
+        *attention_pieces(model, tp),
+    )
+
+
+def attention_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
+    """One TP rank's attention parameters, in gradient completion order (the output first).
+
+    Under MLA (``clustersim.workload.mla``) the down-projections and latent norms are
+    replicated on every TP rank; the up-projections and the output are split by heads.
+    """
+    h, d, a = model.hidden, model.head_dim, model.heads // tp
+    norm = norm_params(model)
+    mla = model.mla
+    if mla is None:
+        qkv_cols = (a + 2 * kv_heads_per_rank(model, tp)) * d
+        return (("attn.out", a * d * h), ("attn.qkv", h * qkv_cols), ("attn.norm", norm))
+    q_in = mla.q_lora_rank or h  # without query compression, queries come from h
+    up = q_in * a * mla.qk_head_dim + mla.kv_lora_rank * a * (mla.qk_nope_head_dim + mla.v_head_dim)
+    down = h * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
+    return (
+        ("attn.out", a * mla.v_head_dim * h),
+        ("attn.up", up),
+        ("attn.latent_norm", mla.q_lora_rank + mla.kv_lora_rank),
+        ("attn.down", down),
         ("attn.norm", norm),
     )
 
@@ -187,6 +209,7 @@ class Dims:
     swiglu: bool
     layernorm: bool
     learned_positions: bool
+    mla: MLASpec | None = None
 
     @property
     def tokens(self) -> int:
@@ -250,4 +273,5 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         swiglu=model.activation == "swiglu",
         layernorm=model.norm == "layernorm",
         learned_positions=model.position == "learned",
+        mla=model.mla,
     )

@@ -9,7 +9,8 @@ FLOPs per token = 6N + 12*L*H*Q*T, where
   still runs;
 - 12*L*H*Q*T is the attention score and value matmuls (forward and backward) of
   L layers, H heads of dimension Q (H*Q = hidden) over a sequence of T tokens,
-  counted without the causal mask's savings, as PaLM does.
+  counted without the causal mask's savings, as PaLM does. Under multi-head latent
+  attention queries and keys (Q_qk) are wider than values (Q_v): 6*L*H*(Q_qk + Q_v)*T.
 
 Model FLOPs exclude recomputation; the hardware FLOPs of the programs include it,
 which is what HFU uses. The programs count causal attention at half (flash
@@ -39,7 +40,10 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, *, causal: bool = Fals
     ``causal=True`` halves the attention term (6*L*H*Q*T), counting only the
     unmasked scores, as the programs' hardware FLOPs do; PaLM's MFU does not.
     """
-    attention = (6.0 if causal else 12.0) * model.layers * model.heads * model.head_dim * seq_len
+    # 12*H*Q*T with Q the head width; under MLA queries and keys are wider than values,
+    # so the score and value matmuls count half each: 6*H*(Q_qk + Q_v)*T.
+    widths = model.qk_head_dim + model.head_dim
+    attention = (3.0 if causal else 6.0) * model.layers * model.heads * widths * seq_len
     return 6.0 * model_matmul_params(model) + attention
 
 

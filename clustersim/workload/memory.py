@@ -33,6 +33,7 @@ from clustersim.workload.dims import (
     stage_pieces,
 )
 from clustersim.workload.layout import Layout, validate
+from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.schedules import get_schedule, peak_in_flight
 
 __all__ = [
@@ -66,7 +67,10 @@ def _mlp_params(model: ModelSpec, width: int) -> int:
 def _layer_params(model: ModelSpec, layer: int, *, active: bool = False) -> int:
     """Parameters of one layer; ``active`` counts only the experts a token uses."""
     h, d = model.hidden, model.head_dim
-    attn = h * (model.heads + 2 * model.kv_heads) * d + model.heads * d * h
+    if model.mla is None:
+        attn = h * (model.heads + 2 * model.kv_heads) * d + model.heads * d * h
+    else:
+        attn = mla_layer_params(model, model.mla)
     norms = 2 * norm_params(model)
     moe = model.moe
     if moe is None or layer < moe.dense_layers:
@@ -151,6 +155,9 @@ def layer_activation_bytes(dm: Dims, recompute: str) -> int:
     T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
     if recompute == "full":
         return 2 * Ts * h
+    if dm.mla is not None:
+        mlp = 2 * 2 * Ts * h + 2 * T * (dm.up_cols + dm.ffn_local)
+        return mla_activation_bytes(dm, dm.mla, recompute) + mlp
     inputs = 4 * 2 * Ts * h
     qkv = 2 * T * dm.qkv_cols
     core_out = 2 * T * dm.attn_cols + 4 * T * dm.heads_local

@@ -50,14 +50,28 @@ per rank, V vocabulary per rank):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from clustersim.hardware.work import Work
 from clustersim.workload.dims import Dims
 from clustersim.workload.program import Kind, Phase
 
-__all__ = ["ACT_BYTES", "Block", "Tpl", "embed_block", "head_block", "layer_block"]
+__all__ = [
+    "ACT_BYTES",
+    "Block",
+    "Part",
+    "Tpl",
+    "activation_work",
+    "attention_part",
+    "compose",
+    "core_templates",
+    "embed_block",
+    "flash_core",
+    "head_block",
+    "layer_block",
+    "mlp_part",
+]
 
 ACT_BYTES = 2
 """Bytes per activation, gradient and weight element in HBM and on the wire (bf16)."""
@@ -173,59 +187,68 @@ class _TP:
         return [_coll("tp", kind, Phase.BACKWARD, self.nbytes)]
 
 
-def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flash") -> Block:
-    """Templates of one transformer layer (identical for every layer)."""
-    T, Ts, h, d = dm.tokens, dm.sp_tokens, dm.hidden, dm.head_dim
-    a, g, b = dm.heads_local, dm.kv_heads_local, dm.micro
+@dataclass(frozen=True)
+class Part:
+    """Half a transformer layer: the attention or the feed-forward sublayer.
+
+    ``forward(phase)`` gives its forward templates (called again for a full
+    recompute); ``bwd`` its backward, with ``ready`` marking, by index into
+    ``bwd``, the parameter pieces complete there; ``core(phase)`` the ops that
+    selective recompute reruns (the attention core), or none.
+    """
+
+    forward: Callable[[str], list[Tpl]]
+    bwd: tuple[Tpl, ...]
+    ready: Mapping[int, tuple[str, ...]]
+    core: Callable[[str], list[Tpl]] | None = None
+
+
+def flash_core(
+    dm: Dims, prec: str, qk_dim: int, v_dim: int, kv_heads: int
+) -> tuple[Work, Work, Work, Work, Work, Work, Work]:
+    """The flash-attention core with query/key heads of ``qk_dim`` and value heads of ``v_dim``.
+
+    Returns (qk, softmax, pv, S and dP, softmax backward, dQ, dK and dV); see the
+    module doc. ``kv_heads`` are the key/value heads on this rank.
+    """
+    T, a, b = dm.tokens, dm.heads_local, dm.micro
     s, q = dm.seq, dm.q_rows
-    core_prec = "bf16" if precision == "fp8" else precision
-    tp = _TP(dm)
-
-    norm = _norm(dm, Ts)
-    residual = _residual(Ts, h)
-    qkv = _Linear.of(T, h, dm.qkv_cols, precision)
-    out = _Linear.of(T, dm.attn_cols, h, precision)
-    up = _Linear.of(T, h, dm.up_cols, precision)
-    down = _Linear.of(T, dm.ffn_local, h, precision)
-
-    rope_elems = T * (a + g) * d
-    rope = Work(
-        vector_ops=float(3 * rope_elems),  # x*cos + rotate(x)*sin
-        hbm_bytes=float(ACT_BYTES * (2 * rope_elems + 2 * T * d)),  # q, k in and out; cos, sin
-    )
-    q_bytes = ACT_BYTES * T * a * d  # Q or O on this rank
-    kv_bytes = ACT_BYTES * b * s * g * d  # K or V of the whole sequence (gathered over cp)
+    q_bytes = ACT_BYTES * T * a * qk_dim  # Q (or dQ) on this rank
+    o_bytes = ACT_BYTES * T * a * v_dim  # O (or dO)
+    k_bytes = ACT_BYTES * b * s * kv_heads * qk_dim  # K of the whole sequence (gathered over cp)
+    v_bytes = ACT_BYTES * b * s * kv_heads * v_dim
     lse_bytes = 4 * T * a
     half_s, half_q = max(s // 2, 1), max(q // 2, 1)
     heads = b * a  # independent attention problems: sequences x local heads
-    qk = Work((q, d, half_s), heads, core_prec, hbm_bytes=float(q_bytes + kv_bytes))
+    qk = Work((q, qk_dim, half_s), heads, prec, hbm_bytes=float(q_bytes + k_bytes))
     scores = T * half_s * a
     softmax = Work(scalar_ops=float(scores), vector_ops=float(2 * scores))
-    pv = Work((q, half_s, d), heads, core_prec, hbm_bytes=float(kv_bytes + q_bytes + lse_bytes))
-    # Backward: recompute S and compute dP (same shape), then dQ, then dK and dV.
+    pv = Work((q, half_s, v_dim), heads, prec, hbm_bytes=float(v_bytes + o_bytes + lse_bytes))
+    # Backward: recompute S = QK^T and compute dP = dO V^T (one matmul of both
+    # contractions), then dQ, then dK and dV.
+    # Equal widths: two matmuls of one shape (as dense models have always been lowered).
+    sdp_shape, n = ((q, qk_dim, half_s), 2) if qk_dim == v_dim else ((q, qk_dim + v_dim, half_s), 1)
     s_dp = Work(
-        (q, d, half_s),
-        2 * heads,
-        core_prec,
-        hbm_bytes=float(2 * q_bytes + 2 * kv_bytes + lse_bytes),
+        sdp_shape,
+        n * heads,
+        prec,
+        hbm_bytes=float(q_bytes + o_bytes + k_bytes + v_bytes + lse_bytes),
     )
-    softmax_b = replace(_twice(softmax), hbm_bytes=float(q_bytes))  # D = rowsum(dO * O) reads O
-    dq = Work((q, half_s, d), heads, core_prec, hbm_bytes=float(q_bytes))
-    dkv = Work((s, half_q, d), 2 * heads, core_prec, hbm_bytes=float(2 * kv_bytes))
-    if attention == "unfused":
-        qk, softmax, pv, s_dp, softmax_b, dq, dkv = _unfused_core(dm, core_prec)
+    softmax_b = replace(_twice(softmax), hbm_bytes=float(o_bytes))  # D = rowsum(dO * O) reads O
+    dq = Work((q, half_s, qk_dim), heads, prec, hbm_bytes=float(q_bytes))
+    dkv_shape = (s, half_q, qk_dim) if qk_dim == v_dim else (s, half_q, qk_dim + v_dim)
+    dkv = Work(dkv_shape, n * heads, prec, hbm_bytes=float(k_bytes + v_bytes))
+    return qk, softmax, pv, s_dp, softmax_b, dq, dkv
 
-    act_elems = T * dm.ffn_local
-    if dm.swiglu:  # silu(gate) on the scalar engine, times up on the vector engine
-        act = Work(
-            scalar_ops=float(act_elems),
-            vector_ops=float(act_elems),
-            hbm_bytes=float(3 * ACT_BYTES * act_elems),
-        )
-    else:
-        act = Work(scalar_ops=float(act_elems), hbm_bytes=float(2 * ACT_BYTES * act_elems))
 
-    cp_nbytes = dm.cp * T * 2 * g * d * ACT_BYTES  # K and V of the whole sequence
+def core_templates(
+    dm: Dims,
+    works: tuple[Work, Work, Work, Work, Work, Work, Work],
+    cp_nbytes: float,
+    recompute: str,
+) -> tuple[Callable[[str], list[Tpl]], list[Tpl]]:
+    """The attention core's forward (by phase) and backward, with the CP collectives."""
+    qk, softmax, pv, s_dp, softmax_b, dq, dkv = works
     cp_on = dm.cp > 1
 
     def core(phase: str) -> list[Tpl]:
@@ -236,6 +259,43 @@ def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flas
             _compute("attn.core.softmax", phase, softmax),
             _compute("attn.core.pv", phase, pv),
         ]
+
+    B = Phase.BACKWARD
+    bwd: list[Tpl] = []
+    if cp_on and recompute == "none":  # no recompute gathered K and V for us
+        bwd.append(_coll("cp", "all_gather", B, cp_nbytes))
+    bwd += [
+        _compute("attn.core.bwd.qk_dp", B, s_dp),
+        _compute("attn.core.bwd.softmax", B, softmax_b),
+        _compute("attn.core.bwd.dq", B, dq),
+        _compute("attn.core.bwd.dkv", B, dkv),
+    ]
+    if cp_on:
+        bwd.append(_coll("cp", "reduce_scatter", B, cp_nbytes))
+    return core, bwd
+
+
+def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "flash") -> Part:
+    """Grouped-query attention: norm, QKV, RoPE, the core, the output projection."""
+    T, Ts, h, d = dm.tokens, dm.sp_tokens, dm.hidden, dm.head_dim
+    a, g = dm.heads_local, dm.kv_heads_local
+    core_prec = "bf16" if precision == "fp8" else precision
+    tp = _TP(dm)
+    norm = _norm(dm, Ts)
+    residual = _residual(Ts, h)
+    qkv = _Linear.of(T, h, dm.qkv_cols, precision)
+    out = _Linear.of(T, dm.attn_cols, h, precision)
+    rope_elems = T * (a + g) * d
+    rope = Work(
+        vector_ops=float(3 * rope_elems),  # x*cos + rotate(x)*sin
+        hbm_bytes=float(ACT_BYTES * (2 * rope_elems + 2 * T * d)),  # q, k in and out; cos, sin
+    )
+    if attention == "unfused":
+        works = _unfused_core(dm, core_prec)
+    else:
+        works = flash_core(dm, core_prec, d, d, g)
+    cp_nbytes = dm.cp * T * 2 * g * d * ACT_BYTES  # K and V of the whole sequence
+    core, core_bwd = core_templates(dm, works, cp_nbytes, recompute)
 
     def rope_fwd(phase: str) -> list[Tpl]:
         """RoPE on Q and K; none with learned positions (they are added at the embedding)."""
@@ -251,6 +311,40 @@ def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flas
             _compute("attn.out", phase, out.fwd),
             *tp.exit_fwd(phase),
             _compute("attn.residual", phase, residual),
+        ]
+
+    B = Phase.BACKWARD
+    bwd: list[Tpl] = []
+    ready: dict[int, tuple[str, ...]] = {}
+
+    def mark(piece: str) -> None:
+        ready[len(bwd) - 1] = (piece,)
+
+    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd()]
+    bwd += [_compute("attn.out.dgrad", B, out.dgrad), _compute("attn.out.wgrad", B, out.wgrad)]
+    mark("attn.out")
+    bwd += core_bwd
+    if not dm.learned_positions:
+        bwd += [_compute("attn.rope", B, _twice(rope))]
+    bwd += [_compute("attn.qkv.dgrad", B, qkv.dgrad), _compute("attn.qkv.wgrad", B, qkv.wgrad)]
+    mark("attn.qkv")
+    bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
+    mark("attn.norm")
+    return Part(forward, tuple(bwd), ready, core)
+
+
+def mlp_part(dm: Dims, precision: str) -> Part:
+    """The dense MLP: norm, up (gate and up under SwiGLU), activation, down."""
+    T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
+    tp = _TP(dm)
+    norm = _norm(dm, Ts)
+    residual = _residual(Ts, h)
+    up = _Linear.of(T, h, dm.up_cols, precision)
+    down = _Linear.of(T, dm.ffn_local, h, precision)
+    act = activation_work(T * dm.ffn_local, dm.swiglu)
+
+    def forward(phase: str) -> list[Tpl]:
+        return [
             _compute("mlp.norm", phase, norm),
             *tp.enter_fwd(phase),
             _compute("mlp.up", phase, up.fwd),
@@ -275,35 +369,43 @@ def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flas
     mark("mlp.up")
     bwd += [*tp.enter_bwd(), _compute("mlp.norm", B, _twice(norm))]
     mark("mlp.norm")
-    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd()]
-    bwd += [_compute("attn.out.dgrad", B, out.dgrad), _compute("attn.out.wgrad", B, out.wgrad)]
-    mark("attn.out")
-    if cp_on and recompute == "none":  # no recompute gathered K and V for us
-        bwd.append(_coll("cp", "all_gather", B, cp_nbytes))
-    bwd += [
-        _compute("attn.core.bwd.qk_dp", B, s_dp),
-        _compute("attn.core.bwd.softmax", B, softmax_b),
-        _compute("attn.core.bwd.dq", B, dq),
-        _compute("attn.core.bwd.dkv", B, dkv),
-    ]
-    if cp_on:
-        bwd.append(_coll("cp", "reduce_scatter", B, cp_nbytes))
-    if not dm.learned_positions:
-        bwd += [_compute("attn.rope", B, _twice(rope))]
-    bwd += [_compute("attn.qkv.dgrad", B, qkv.dgrad), _compute("attn.qkv.wgrad", B, qkv.wgrad)]
-    mark("attn.qkv")
-    bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
-    mark("attn.norm")
+    return Part(forward, tuple(bwd), ready)
 
+
+def activation_work(elems: int, swiglu: bool) -> Work:
+    """The MLP activation over ``elems`` outputs of the up projection's width."""
+    if swiglu:  # silu(gate) on the scalar engine, times up on the vector engine
+        return Work(
+            scalar_ops=float(elems),
+            vector_ops=float(elems),
+            hbm_bytes=float(3 * ACT_BYTES * elems),
+        )
+    return Work(scalar_ops=float(elems), hbm_bytes=float(2 * ACT_BYTES * elems))
+
+
+def compose(attn: Part, ffn: Part, recompute: str) -> Block:
+    """One layer from its two sublayers: attention then feed-forward, backward in reverse."""
+    F = Phase.FORWARD
+    fwd = (*attn.forward(F), *ffn.forward(F))
+    bwd = (*ffn.bwd, *attn.bwd)
+    ready = dict(ffn.ready)
+    ready.update({i + len(ffn.bwd): pieces for i, pieces in attn.ready.items()})
     if recompute == "none":
-        rec: list[Tpl] = []
+        rec: tuple[Tpl, ...] = ()
     elif recompute == "selective":
-        rec = core(Phase.RECOMPUTE)
+        rec = tuple(attn.core(Phase.RECOMPUTE)) if attn.core is not None else ()
     elif recompute == "full":
-        rec = forward(Phase.RECOMPUTE)
+        rec = (*attn.forward(Phase.RECOMPUTE), *ffn.forward(Phase.RECOMPUTE))
     else:
         raise ValueError(f"unknown recompute {recompute!r}")
-    return Block(tuple(forward(Phase.FORWARD)), tuple(bwd), tuple(rec), ready)
+    return Block(fwd, bwd, rec, ready)
+
+
+def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flash") -> Block:
+    """Templates of one dense transformer layer (identical for every layer)."""
+    return compose(
+        attention_part(dm, precision, recompute, attention), mlp_part(dm, precision), recompute
+    )
 
 
 def _unfused_core(dm: Dims, prec: str) -> tuple[Work, Work, Work, Work, Work, Work, Work]:

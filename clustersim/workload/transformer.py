@@ -36,8 +36,9 @@ from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.work import Work
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload.dims import chunk_layers, make_dims, stage_layers, stage_pieces
+from clustersim.workload.layers import LayerBlocks
 from clustersim.workload.layout import Layout, validate
-from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, layer_block
+from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block
 from clustersim.workload.program import Instr, Kind, Phase, Program
 from clustersim.workload.schedules import get_schedule
 
@@ -126,7 +127,9 @@ def _build(
     dm = make_dims(model, par, train, layout)
     n_mb = microbatches(par, train, layout)
     schedule = get_schedule(par.schedule)
-    layer = layer_block(dm, train.precision, par.recompute, par.attention)
+    blocks = LayerBlocks(
+        model, dm, precision=train.precision, recompute=par.recompute, attention=par.attention
+    )
     embed = embed_block(dm)
     head = head_block(dm)
     p2p_bytes = float(dm.sp_tokens * dm.hidden * ACT_BYTES)
@@ -157,7 +160,7 @@ def _build(
                     tag = _tag(mb, c - 1, layout, grad=False)
                     out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=p2p_bytes, tag=tag))
                 for lay in layers:
-                    _stamp(out, layer.fwd, lay, mb)
+                    _stamp(out, blocks[lay].fwd, lay, mb)
                 if last:
                     _stamp(out, head.fwd, -1, mb)
                 else:
@@ -171,8 +174,9 @@ def _build(
                 tag = _tag(mb, c, layout, grad=True)
                 out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, nxt, nbytes=p2p_bytes, tag=tag))
             for lay in reversed(layers):
-                _stamp(out, layer.recompute, lay, mb)
-                _backward(out, layer, lay, mb, emit)
+                block = blocks[lay]
+                _stamp(out, block.recompute, lay, mb)
+                _backward(out, block, lay, mb, emit)
             if first:
                 _backward(out, embed, -1, mb, emit)
             else:
