@@ -74,9 +74,10 @@ def test_mla_needs_kv_heads_equal_heads() -> None:
 
 @pytest.mark.parametrize("tp", [1, 2])
 def test_layer_flops_by_hand(tp: int) -> None:
-    """Per token: 6 FLOPs per matmul parameter (the replicated down-projections run on
-    each rank's sequence shard, so TP duplicates no work), plus causal flash attention per head: forward QK^T and PV, 2 d_qk s/2 and
-    2 d_v s/2; backward S and dQ and dK of d_qk, dP and dV of d_v."""
+    """Per token: 6 FLOPs per matmul parameter (the replicated down-projections run
+    on each rank's sequence shard, so TP duplicates no work), plus causal flash
+    attention per head: forward QK^T and PV, 2 d_qk s/2 and 2 d_v s/2; backward S,
+    dQ and dK of d_qk, dP and dV of d_v."""
     model = mla_model()
     seq = 128
     par, train, layout = setup(tp, 1, tp=tp, seq_len=seq, global_batch_size=2, recompute="none")
