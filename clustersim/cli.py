@@ -430,7 +430,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _topology(args: argparse.Namespace) -> int:
-    from clustersim.network.fabric_command import topology_command
+    from clustersim.sim.fabric_command import topology_command
 
     return topology_command(args)
 

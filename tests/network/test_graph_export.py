@@ -37,7 +37,7 @@ training: {{seq_len: 1024, global_batch_size: 32, steps: 1}}
 
 
 def family_topology(family: str) -> Topology:
-    from clustersim.network.graphcheck import scenario_topology
+    from clustersim.sim.fabric import scenario_topology
 
     return scenario_topology(load_scenario(scenario_text(FAMILIES[family])))
 

@@ -17,8 +17,8 @@ __all__ = ["topology_command"]
 
 
 def topology_command(args: argparse.Namespace) -> int:
-    from clustersim.network.graphcheck import scenario_topology
     from clustersim.scenario import load_scenario
+    from clustersim.sim.fabric import scenario_topology
 
     if args.topology_command != "export":  # argparse allows only export today
         raise ScenarioError("topology", args.topology_command, "unknown action; valid: export")
