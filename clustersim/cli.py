@@ -2,6 +2,10 @@
 
 Exit codes: 0 ok, 2 bad input (one line on stderr naming the key path and the
 value), 1 internal error.
+
+Each subcommand imports what it needs when it runs, so ``clustersim --help`` loads
+nothing but argparse, and ``collective`` loads the network without the reliability
+model, pandas or matplotlib (``tests/test_cli_imports.py`` holds it to that).
 """
 
 from __future__ import annotations
@@ -14,17 +18,15 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from rich.console import Console
-from rich.table import Table
-
-from clustersim import catalog
 from clustersim.cli_args import build_parser
 from clustersim.errors import ClusterSimError, ScenarioError
-from clustersim.progress import Bar
 from clustersim.units import UnitError, parse_bytes
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = ["main"]
 
@@ -65,6 +67,8 @@ class _LazyProgress:
     """A rich progress bar that appears only once a run has taken PROGRESS_DELAY_S."""
 
     def __init__(self, console: Console, label: str) -> None:
+        from clustersim.progress import Bar
+
         self.bar = Bar(console, label, delay_s=PROGRESS_DELAY_S, percent=True)
 
     def __call__(self, fraction: float) -> None:
@@ -75,6 +79,9 @@ class _LazyProgress:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import yaml
+    from rich.console import Console
+
     from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, simulate
     from clustersim.sim.injected import injection_frame
@@ -156,6 +163,8 @@ def _injection_notes(s: dict[str, Any]) -> list[str]:
 
 def _check_out(out: Path, name: str, *, force: bool) -> None:
     """Refuse to mix one scenario's results with another's in the same directory."""
+    import yaml
+
     if out.exists() and not out.is_dir():
         raise ScenarioError("--out", str(out), "output path exists and is not a directory")
     if force:
@@ -183,6 +192,8 @@ def _check_out(out: Path, name: str, *, force: bool) -> None:
 
 
 def _summary_table(s: dict[str, Any], out: Path) -> Table:
+    from rich.table import Table
+
     lay, mem, cost, step = s["layout"], s["memory_gib_per_chip"], s["cost"], s["step_time_s"]
     title = f"{s['scenario']}: {s['chips']} x {s['chip']} ({s['instances']} x {s['instance']})"
     t = Table(title=title, show_header=False, title_justify="left")
@@ -222,6 +233,9 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, plan
 
@@ -313,6 +327,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> int:
+    import yaml
+    from rich.console import Console
+
+    from clustersim import catalog
+
     con = Console()
     if args.kind is None:
         for kind in catalog.KINDS:
@@ -339,6 +358,9 @@ def _schema(_args: argparse.Namespace) -> int:
 
 
 def _collective(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from clustersim.errors import MISSING
     from clustersim.network.microbench import run_collective, size_sweep
     from clustersim.units import UnitError, format_bytes, parse_bytes
@@ -394,6 +416,8 @@ def _collective(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     from clustersim.bench import bench_tables, run_bench, select_cases
 
     names = select_cases(args.only, quick=args.quick)

@@ -1,6 +1,8 @@
 """The command line's arguments: one argparse parser per subcommand.
 
 Usage errors are one line on stderr with exit code 2, like every other bad input.
+Building the parser imports nothing of the simulator (``--help`` stays fast): the
+few names it shows are spelled here, and tests hold them to their sources.
 """
 
 from __future__ import annotations
@@ -9,10 +11,15 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
-from clustersim import catalog
 from clustersim._version import __version__
 
-__all__ = ["build_parser"]
+__all__ = ["CATALOG_KINDS", "RELIABILITY_FILES", "build_parser"]
+
+CATALOG_KINDS = ("chips", "instances", "models")
+"""``clustersim.catalog.KINDS``, without importing the catalogs."""
+RELIABILITY_FILES = ("reliability.json", "reliability_timeline.parquet")
+"""What ``reliability --out`` writes: ``failures.command.RESULT_FILE`` and
+``failures.TIMELINE_FILE``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
 
     cat = sub.add_parser("catalog", help="list or show catalog entries")
-    cat.add_argument("kind", nargs="?", choices=catalog.KINDS)
+    cat.add_argument("kind", nargs="?", choices=CATALOG_KINDS)
     cat.add_argument("name", nargs="?")
 
     sub.add_parser("schema", help="print the JSON Schema of scenario files")
@@ -208,10 +215,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="days to months of a job under failures: goodput, ETTR, interruptions, "
         "$ per useful token; Monte Carlo and checkpoint-interval studies",
     )
-    from clustersim.failures.command import add_arguments as reliability_arguments
-
-    reliability_arguments(rel)
+    _reliability_arguments(rel)
     return p
+
+
+def _reliability_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", type=Path, help="scenario YAML file with a failures section")
+    p.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set failures.spares=8 (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--seed", type=int, help="base random seed (overrides the scenario's)")
+    p.add_argument(
+        "--seeds", type=int, metavar="N", help="Monte Carlo seeds (default failures.seeds)"
+    )
+    p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
+    p.add_argument(
+        "--step-time", metavar="T",
+        help="healthy step time, e.g. 6.6s (default: simulate one step first)",
+    )  # fmt: skip
+    p.add_argument("--degraded-step-time", metavar="T", help="step time with a link or lane down")
+    p.add_argument(
+        "--checkpoint-study", action="store_true",
+        help="also sweep the checkpoint interval around Daly's and find the simulated optimum",
+    )  # fmt: skip
+    p.add_argument("--points", type=int, default=17, metavar="N", help="study intervals (17)")
+    p.add_argument("--out", type=Path, help="write {} and {} here".format(*RELIABILITY_FILES))
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
 
 def _positive(text: str) -> int:

@@ -13,7 +13,6 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -36,38 +35,11 @@ from clustersim.units import UnitError, format_seconds, parse_duration
 if TYPE_CHECKING:
     from clustersim.scenario import Resolved
 
-__all__ = ["RESULT_FILE", "add_arguments", "reliability_command"]
+__all__ = ["RESULT_FILE", "reliability_command"]
 
 RESULT_FILE = "reliability.json"
 MeasureStep = Callable[["Resolved"], dict[str, Any]]
 """Simulates one step of a scenario and returns its summary."""
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The command's options (called by ``cli.py``)."""
-    p.add_argument("scenario", type=Path, help="scenario YAML file with a failures section")
-    p.add_argument(
-        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-        help="override a scenario key, e.g. --set failures.spares=8 (repeatable)",
-    )  # fmt: skip
-    p.add_argument("--seed", type=int, help="base random seed (overrides the scenario's)")
-    p.add_argument(
-        "--seeds", type=int, metavar="N", help="Monte Carlo seeds (default failures.seeds)"
-    )
-    p.add_argument("--workers", type=int, metavar="N", help="worker processes (default: all cores)")
-    p.add_argument(
-        "--step-time", metavar="T",
-        help="healthy step time, e.g. 6.6s (default: simulate one step first)",
-    )  # fmt: skip
-    p.add_argument("--degraded-step-time", metavar="T", help="step time with a link or lane down")
-    p.add_argument(
-        "--checkpoint-study", action="store_true",
-        help="also sweep the checkpoint interval around Daly's and find the simulated optimum",
-    )  # fmt: skip
-    p.add_argument("--points", type=int, default=17, metavar="N", help="study intervals (17)")
-    p.add_argument("--out", type=Path, help=f"write {RESULT_FILE} and {TIMELINE_FILE} here")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
 
 def _duration(option: str, text: str | None) -> float | None:
