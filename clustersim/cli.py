@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from clustersim.scenario import Resolved
+    from clustersim.sim import Plan
+
 __all__ = ["main"]
 
 PROGRESS_DELAY_S = 2.0
@@ -259,7 +262,8 @@ def _check(args: argparse.Namespace) -> int:
     place = Table(title="rank placement (first groups)", title_justify="left")
     for col in ("group", "ranks", "chips"):
         place.add_column(col)
-    for name in ("tp", "cp", "dp", "pp"):
+    hsdp = ("dp_shard", "dp_replicate") if lay.replicas > 1 else ()
+    for name in ("tp", "cp", "dp", *hsdp, "pp"):
         size = len(lay.group(name, 0))
         if size == 1:
             continue
@@ -278,12 +282,31 @@ def _check(args: argparse.Namespace) -> int:
         mem.add_column(key, justify="right")
     mem.add_row(*(f"{v:.2f}" for v in gib.values()))
     con.print(mem)
+    con.print(_sharding_line(res, pl))
     from clustersim.workload import check_fits
 
     sc = res.scenario
     check_fits(res.model, sc.parallelism, sc.training, lay, pl.chip.hbm_bytes_per_rank)
     con.print("[green]ok[/]: the scenario is valid and fits in HBM")
     return 0
+
+
+def _sharding_line(res: Resolved, pl: Plan) -> str:
+    """How ZeRO shards the worst stage's state, part by part, in GiB per rank."""
+    from clustersim.workload.sharding import sharded_state
+
+    par, lay = res.scenario.parallelism, pl.layout
+    stage = max(range(lay.pp), key=lambda k: pl.memory[k].total)
+    state = sharded_state(res.model, par, lay, stage)
+    head = f"zero {par.zero}"
+    if par.zero and lay.dp > 1:
+        head += f" over dp_shard {lay.shard} ({lay.replicas} replica{'s' * (lay.replicas > 1)})"
+    if par.zero == 3:
+        cfg = par.fsdp
+        head += f", unit {cfg.unit}, prefetch {cfg.prefetch}"
+        head += "" if cfg.reshard_after_forward else ", kept gathered to backward"
+    parts = ", ".join(f"{name} {v / 2**30:.2f}" for name, v in state.parts)
+    return f"sharding: {head}" + (f"; per rank (GiB): {parts}" if parts else "")
 
 
 def _span(values: Sequence[int]) -> str:

@@ -79,6 +79,10 @@ def test_check(tiny_yaml: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "rank placement" in out
     assert "memory per chip" in out
+    assert main(["check", str(tiny_yaml), "--set", "parallelism.zero=3"]) == 0
+    out = capsys.readouterr().out
+    assert "sharding: zero 3 over dp_shard" in out
+    assert "prefetch buffer" in out
 
 
 def test_catalog(capsys: pytest.CaptureFixture[str]) -> None:
@@ -108,6 +112,11 @@ def test_schema(capsys: pytest.CaptureFixture[str]) -> None:
         (["parallelism.colour=red"], "parallelism.colour"),
         (["training.seq_len=-5"], "training.seq_len"),
         (["cluster.chip.hbm_bytes=100MiB"], "parallelism"),
+        (["parallelism.zero=3", "parallelism.dp_shard=3"], "parallelism.dp_shard"),
+        (["parallelism.zero=3", "parallelism.fsdp.unit=block"], "parallelism.fsdp.unit"),
+        (["parallelism.zero=3", "parallelism.fsdp.prefetch=-1"], "parallelism.fsdp.prefetch"),
+        (["parallelism.zero=1", "parallelism.dp_shard=1"], "parallelism.dp_shard"),
+        (["parallelism.zero=4"], "parallelism.zero"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(

@@ -14,6 +14,7 @@ __all__ = [
     "ClusterCfg",
     "CostCfg",
     "FailuresCfg",
+    "FsdpCfg",
     "OutputCfg",
     "ParallelismCfg",
     "Scenario",
@@ -44,6 +45,32 @@ class ClusterCfg(Strict):
     collectives: dict[str, str] = Field(default_factory=dict)
 
 
+FSDP_UNITS: tuple[str, ...] = ("layer", "stage")
+"""What one FSDP unit gathers: a transformer block (the embedding and the LM head are
+units of their own), or every parameter of the rank's pipeline stage at once."""
+
+
+@register_model
+class FsdpCfg(Strict):
+    """How ``zero: 3`` gathers parameters (PyTorch FSDP2 semantics).
+
+    ``unit``: one of ``FSDP_UNITS``. ``reshard_after_forward``: free a unit's gathered
+    parameters after its forward and gather them again before its backward.
+    ``prefetch``: units gathered ahead of the one computing (0: gather on demand).
+    """
+
+    unit: str = "layer"
+    reshard_after_forward: bool = True
+    prefetch: int = Field(default=1, ge=0, le=64)
+
+    @field_validator("unit")
+    @classmethod
+    def _known_unit(cls, value: str) -> str:
+        if value not in FSDP_UNITS:
+            raise ValueError(f"unknown FSDP unit {value!r}; valid: {', '.join(FSDP_UNITS)}")
+        return value
+
+
 @register_model
 class ParallelismCfg(Strict):
     """The parallel layout. ``dp`` may be omitted: it then fills the ranks left."""
@@ -53,7 +80,12 @@ class ParallelismCfg(Strict):
     dp: int | None = Field(default=None, ge=1, le=100_000_000)
     cp: int = Field(default=1, ge=1, le=1_000_000)
     ep: int = Field(default=1, ge=1, le=1_000_000)
-    zero: Literal[0, 1] = 0
+    # 1 shards the optimizer state, 2 the gradients too, 3 the parameters too (FSDP),
+    # over the shard group of dp_shard DP ranks (default: all of dp); the other
+    # dp / dp_shard replicas all-reduce their shards (hybrid sharding, HSDP).
+    zero: Literal[0, 1, 2, 3] = 0
+    dp_shard: int | None = Field(default=None, ge=1, le=100_000_000)
+    fsdp: FsdpCfg = Field(default_factory=FsdpCfg)
     microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     # Model chunks per stage: 2 or more cuts the layers into pp x virtual_stages chunks,

@@ -283,6 +283,12 @@ class StepSim:
         offsets = {ins.peer for _, _, ins in segments if ins is not None and ins.peer}
         peer = {d: self._peer(rank, d) for d in offsets}
         seq = dict.fromkeys(groups, 0)
+        # Async collectives that a WAIT_ASYNC of their group and collective waits for.
+        windows: dict[tuple[str, str], list[simpy.Event]] = {
+            (ins.group, ins.collective): []
+            for kind, _, ins in segments
+            if kind == Kind.WAIT_ASYNC and ins is not None and ins.group
+        }
         slow = self.slowdown.get(self.layout.chip_of(rank)) if self.slowdown else None
         stretch = 0.0
         COMPUTE, COLLECTIVE, ASYNC, WAIT, SEND, RECV = (
@@ -313,13 +319,24 @@ class StepSim:
                     if kind == ASYNC:
                         ev.callbacks.append(_record_end(seg_end, base + j, env))
                         pending.append(ev)
+                        window = windows.get((group, ins.collective))
+                        if window is not None:
+                            window.append(ev)
                         continue
                     yield ev
                     exposed += env.now - t0
                 elif kind == WAIT:
-                    if pending:
+                    if ins.group:  # the oldest of one group's collectives (prefetching)
+                        window = windows[(ins.group, ins.collective)]
+                        due = len(window) - ins.tag
+                        if due > 0:
+                            yield simpy.AllOf(env, window[:due])
+                            del window[:due]
+                    elif pending:
                         yield simpy.AllOf(env, pending)
                         pending = []
+                        for window in windows.values():
+                            window.clear()
                     exposed += env.now - t0
                 elif kind == SEND:
                     self._send(rank, peer[ins.peer], ins)
@@ -337,6 +354,8 @@ class StepSim:
                     report((step + j / nseg) / self.steps)
             if pending:  # a program that never waits still finishes its collectives
                 yield simpy.AllOf(env, pending)
+            for window in windows.values():
+                window.clear()
             acc.compute_s += compiled.compute_s
             acc.optimizer_s += compiled.optimizer_s
             work = compiled.compute_s + compiled.optimizer_s

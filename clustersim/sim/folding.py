@@ -51,7 +51,16 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
         return grid.transpose(0, 2, 1).reshape(-1, layout.cp)
     if name == "dp":
         return grid.reshape(layout.dp, -1).T.copy()
-    raise ValueError(f"no replica groups for {name!r} (tp, cp or dp)")
+    if name == "dp_shard":  # dp index = replica * shard + shard index
+        rest = layout.cp * layout.tp
+        return (
+            grid.reshape(layout.replicas, layout.shard, rest)
+            .transpose(0, 2, 1)
+            .reshape(-1, layout.shard)
+        )
+    if name == "dp_replicate":
+        return grid.reshape(layout.replicas, -1).T.copy()
+    raise ValueError(f"no replica groups for {name!r} (tp, cp, dp, dp_shard or dp_replicate)")
 
 
 def replica_pairs(layout: Layout, stage: int, offset: int) -> IntArray:

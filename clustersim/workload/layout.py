@@ -8,6 +8,11 @@ latency-critical collectives stay on the fastest links.
 
 Expert parallelism, once MoE lowering exists, will be carved out of DP (as in
 Megatron): an EP group is ``ep`` consecutive DP indices.
+
+Sharded data parallelism (``zero`` 1-3) shards over ``dp_shard`` consecutive DP
+indices (the ``dp_shard`` group, nearest in rank order, so on the scale-up fabric
+first); the ``dp / dp_shard`` groups of equal shard index (``dp_replicate``) hold
+the same shards and all-reduce them (hybrid sharding, HSDP).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 
 __all__ = ["GROUP_NAMES", "Layout", "make_layout", "validate"]
 
-GROUP_NAMES: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep")
+GROUP_NAMES: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep", "dp_shard", "dp_replicate")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,18 @@ class Layout:
     ranks_per_chip: int
     vp: int = 1
     """Model chunks per pipeline stage (``parallelism.virtual_stages``)."""
+    dp_shard: int = 0
+    """DP ranks that share one copy of the sharded state; 0 means all of ``dp``."""
+
+    @property
+    def shard(self) -> int:
+        """Size of the ``dp_shard`` group (``parallelism.dp_shard``, default ``dp``)."""
+        return self.dp_shard or self.dp
+
+    @property
+    def replicas(self) -> int:
+        """Size of the ``dp_replicate`` group: ``dp / dp_shard``."""
+        return self.dp // self.shard
 
     @property
     def chunks(self) -> int:
@@ -50,6 +67,8 @@ class Layout:
             raise ValueError(f"every size must be >= 1 in {self}")
         if self.dp % self.ep:
             raise ValueError(f"ep must divide dp in {self}")
+        if self.dp_shard < 0 or self.dp % self.shard:
+            raise ValueError(f"dp_shard must divide dp in {self}")
 
     @property
     def chips(self) -> int:
@@ -90,17 +109,20 @@ class Layout:
 
     def _stride_size(self, name: str) -> tuple[int, int]:
         """Rank stride between neighbours along ``name``, and the group size."""
-        if name == "tp":
-            return 1, self.tp
-        if name == "cp":
-            return self.tp, self.cp
-        if name == "dp":
-            return self.tp * self.cp, self.dp
-        if name == "pp":
-            return self.tp * self.cp * self.dp, self.pp
-        if name == "ep":
-            return self.tp * self.cp, self.ep
-        raise ValueError(f"unknown group {name!r}; valid: {', '.join(GROUP_NAMES)}")
+        tp, tpcp = self.tp, self.tp * self.cp
+        table = {
+            "tp": (1, tp),
+            "cp": (tp, self.cp),
+            "dp": (tpcp, self.dp),
+            "pp": (tpcp * self.dp, self.pp),
+            "ep": (tpcp, self.ep),
+            "dp_shard": (tpcp, self.shard),
+            "dp_replicate": (tpcp * self.shard, self.replicas),
+        }
+        try:
+            return table[name]
+        except KeyError:
+            raise ValueError(f"unknown group {name!r}; valid: {', '.join(GROUP_NAMES)}") from None
 
     def group(self, name: str, rank: int) -> tuple[int, ...]:
         """The ranks that share every coordinate of ``rank`` but ``name``, in order of it.
@@ -121,6 +143,10 @@ class Layout:
         stride, size = self._stride_size(name)
         if name == "ep":
             return rank // stride % self.dp % self.ep
+        if name == "dp_shard":
+            return rank // stride % self.dp % self.shard
+        if name == "dp_replicate":
+            return rank // stride % self.replicas
         return rank // stride % size
 
     def _check_rank(self, rank: int) -> None:
@@ -178,6 +204,13 @@ def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
             ep,
             f"expert parallelism is carved out of data parallelism, so ep must divide dp = {dp}",
         )
+    if par.dp_shard is not None and dp % par.dp_shard:
+        raise ScenarioError(
+            "parallelism.dp_shard",
+            par.dp_shard,
+            f"the shard group is a part of data parallelism, so dp_shard must divide dp = {dp}; "
+            f"valid: {_divisors(dp)}",
+        )
     return Layout(
         tp=tp,
         pp=pp,
@@ -187,6 +220,7 @@ def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
         ranks=ranks,
         ranks_per_chip=ranks_per_chip,
         vp=par.virtual_stages,
+        dp_shard=par.dp_shard or 0,
     )
 
 
@@ -245,6 +279,13 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
             train.global_batch_size,
             f"must be a multiple of dp*microbatch_size = {layout.dp}*{par.microbatch_size} "
             f"= {per_step}",
+        )
+    if layout.shard != layout.dp and par.zero < 2:
+        raise ScenarioError(
+            "parallelism.dp_shard",
+            layout.shard,
+            f"hybrid sharding (dp_shard < dp = {layout.dp}) shards gradients or parameters; "
+            f"set parallelism.zero: 2 or 3 (zero is {par.zero}), or omit dp_shard",
         )
     if layout.vp > 1:
         _validate_interleaving(model, par, train, layout)

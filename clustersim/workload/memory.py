@@ -8,7 +8,8 @@ Assumptions (mixed-precision training as in Megatron-LM and NeuronX Distributed)
 - gradients: bf16, 2 B per parameter (Megatron's default ``grad_reduce_in_fp32
   = False``). ZeRO-1 keeps the whole gradient buffer on every rank;
 - optimizer: Adam with an FP32 master copy, 4 + 4 + 4 = 12 B per parameter,
-  divided over the DP ranks under ZeRO-1;
+  divided over the shard group under ZeRO-1 and above (ZeRO-2 and 3, with the
+  gathered units and buffers they need: ``sharding``);
 - activations: see ``layer_activation_bytes``. A stage holds the activations of
   as many microbatches as its schedule has in flight at its peak (1F1B:
   min(pp - stage, M); GPipe: M; interleaved, the peak of the model chunks whose
@@ -35,6 +36,7 @@ from clustersim.workload.dims import (
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.schedules import get_schedule, peak_in_flight
+from clustersim.workload.sharding import sharded_state
 
 __all__ = [
     "GRAD_BYTES_PER_PARAM",
@@ -194,8 +196,7 @@ def memory_per_rank(
     model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout, stage: int
 ) -> MemoryBreakdown:
     """HBM bytes one rank of ``stage`` needs (see the module docstring for assumptions)."""
-    params = rank_param_count(model, layout, stage)
-    opt_params = -(-params // layout.dp) if par.zero == 1 else params
+    state = sharded_state(model, par, layout, stage)
     dm = make_dims(model, par, train, layout)
     n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
     order = get_schedule(par.schedule)(stage, layout.pp, n_mb, layout.vp)
@@ -208,9 +209,9 @@ def memory_per_rank(
     # The layer in backward holds everything recompute regenerated for it.
     transient = layer_activation_bytes(dm, "none") - layer_activation_bytes(dm, par.recompute)
     return MemoryBreakdown(
-        weights=float(WEIGHT_BYTES_PER_PARAM * params),
-        grads=float(GRAD_BYTES_PER_PARAM * params),
-        optimizer=float(OPTIMIZER_BYTES_PER_PARAM * opt_params),
+        weights=state.weights,
+        grads=state.grads,
+        optimizer=state.optimizer,
         activations=float(held + transient),
     )
 
@@ -318,7 +319,10 @@ def check_fits(
         f"(over by {(need - capacity) / GIB:.1f} GiB; stage {stage}, per rank: {parts} GiB); "
     )
     fits: list[str] = []
-    for label, p2, l2 in _alternatives(model, par, layout):
+    # Sharding the parameters too (FSDP) is tried alone, not in the combined path.
+    fsdp = [("zero: 3", par.model_copy(update={"zero": 3}), layout)]
+    fsdp = fsdp if layout.dp > 1 and par.zero < 3 else []
+    for label, p2, l2 in [*_alternatives(model, par, layout), *fsdp]:
         if _valid(model, p2, train, l2):
             need2 = _chip_peak(model, p2, train, l2)[0]
             if need2 <= capacity:

@@ -21,7 +21,10 @@ class Kind(IntEnum):
     SEND = 2  # start sending ``nbytes`` to the rank ``peer`` stages away (non-blocking)
     RECV = 3  # wait for the matching SEND from the rank ``peer`` stages away
     ASYNC_COLLECTIVE = 4  # start a collective over ``group`` without waiting (DP buckets)
-    WAIT_ASYNC = 5  # wait for every ASYNC_COLLECTIVE started so far
+    # wait for every ASYNC_COLLECTIVE started so far; with ``group`` (and
+    # ``collective``) set, only for those of that group and collective, all but the
+    # ``tag`` started last (an FSDP prefetch window)
+    WAIT_ASYNC = 5
 
 
 class Phase:

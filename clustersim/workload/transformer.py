@@ -41,6 +41,7 @@ from clustersim.workload.layout import Layout, validate
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block
 from clustersim.workload.program import Instr, Kind, Phase, Program
 from clustersim.workload.schedules import get_schedule
+from clustersim.workload.sharding import shard_program
 
 __all__ = [
     "ADAM_HBM_BYTES_PER_PARAM",
@@ -141,11 +142,16 @@ def _build(
         prog = Program(stage=stage, layers=tuple(stage_layers(model, layout, stage)))
         out = prog.instrs
         # A chunk's last backward completes its gradients: its DP buckets start there.
+        # ZeRO-2 reduce-scatters every microbatch's gradients into the shards; ZeRO-3
+        # reduces per FSDP unit (``sharding.shard_program``).
         last_b = {k: i for i, (kind, _, k) in enumerate(order) if kind == "B"}
         emit_at = set(last_b.values())
+        if par.zero == 2:
+            emit_at = {i for i, (kind, _, _) in enumerate(order) if kind == "B"}
         dp_on = layout.dp > 1
         ready, sizes = grad_buckets(model, layout, stage, par.grad_bucket_bytes)
-        sync = _GradSync(ready, "reduce_scatter" if par.zero == 1 else "all_reduce")
+        dp_group = "dp_shard" if par.zero >= 2 else "dp"
+        sync = _GradSync(ready, "reduce_scatter" if par.zero >= 1 else "all_reduce", dp_group)
         # Offsets to the stages of the previous and next chunk (the last stage's
         # next chunk, and the first stage's previous one, wrap around).
         prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
@@ -167,7 +173,7 @@ def _build(
                     tag = _tag(mb, c, layout, grad=False)
                     out.append(_p2p(Kind.SEND, "pp.send.act", mb, nxt, nbytes=p2p_bytes, tag=tag))
                 continue
-            emit = sync.emit if (dp_on and i in emit_at) else None
+            emit = sync.emit if (dp_on and par.zero < 3 and i in emit_at) else None
             if last:
                 _backward(out, head, -1, mb, emit)
             else:
@@ -185,18 +191,20 @@ def _build(
         if dp_on:
             out.append(Instr(Kind.WAIT_ASYNC, "dp.wait", Phase.GRAD_SYNC))
         params = sum(n for _, _, n in stage_pieces(model, layout, stage))
-        if par.zero == 1:
-            params = -(-params // layout.dp)
+        if par.zero >= 1:
+            params = -(-params // layout.shard)
+        if dp_on and par.zero >= 2:
+            shard_program(prog, model, par, layout, n_mb)
         out.append(Instr(Kind.COMPUTE, "optimizer", Phase.OPTIMIZER, work=_adam(params)))
-        if dp_on and par.zero == 1:
+        if dp_on and par.zero in (1, 2):
             for nbytes in sizes:
                 out.append(
                     Instr(
                         Kind.COLLECTIVE,
-                        "dp.all_gather",
+                        f"{dp_group}.all_gather",
                         Phase.PARAM_SYNC,
                         collective="all_gather",
-                        group="dp",
+                        group=dp_group,
                         nbytes=float(nbytes),
                     )
                 )
@@ -207,10 +215,13 @@ def _build(
 class _GradSync:
     """Emits the DP gradient buckets that a backward op completes."""
 
-    def __init__(self, ready: dict[BucketKey, list[int]], collective: str) -> None:
+    def __init__(
+        self, ready: dict[BucketKey, list[int]], collective: str, group: str = "dp"
+    ) -> None:
         self.ready = ready
         self.collective = collective
-        self.name = f"dp.{collective}"
+        self.group = group
+        self.name = f"{group}.{collective}"
 
     def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
         for piece in pieces:
@@ -223,7 +234,7 @@ class _GradSync:
                         layer,
                         mb,
                         collective=self.collective,
-                        group="dp",
+                        group=self.group,
                         nbytes=float(nbytes),
                     )
                 )

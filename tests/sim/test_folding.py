@@ -11,15 +11,30 @@ from clustersim.sim.folding import replica_groups, replica_pairs, representative
 from clustersim.workload import Layout
 
 LAYOUT = Layout(tp=4, pp=2, dp=3, cp=2, ep=1, ranks=48, ranks_per_chip=4)
+HSDP = Layout(tp=2, pp=2, dp=6, cp=2, ep=1, ranks=48, ranks_per_chip=4, dp_shard=3)
 
 
-@pytest.mark.parametrize("name", ["tp", "cp", "dp"])
-def test_replica_groups_match_layout_groups(name: str) -> None:
-    for stage in range(LAYOUT.pp):
-        rows = replica_groups(LAYOUT, name, stage)
-        expected = sorted(g for g in LAYOUT.groups(name) if LAYOUT.stage(g[0]) == stage)
+@pytest.mark.parametrize(
+    ("layout", "name"),
+    [
+        *((LAYOUT, name) for name in ("tp", "cp", "dp")),
+        *((HSDP, name) for name in ("tp", "cp", "dp", "dp_shard", "dp_replicate")),
+    ],
+)
+def test_replica_groups_match_layout_groups(layout: Layout, name: str) -> None:
+    for stage in range(layout.pp):
+        rows = replica_groups(layout, name, stage)
+        expected = sorted(g for g in layout.groups(name) if layout.stage(g[0]) == stage)
         assert sorted(tuple(int(r) for r in row) for row in rows) == expected
-        assert tuple(rows[0]) == LAYOUT.group(name, representatives(LAYOUT)[stage])
+        assert tuple(rows[0]) == layout.group(name, representatives(layout)[stage])
+
+
+def test_hsdp_groups() -> None:
+    """A shard group is dp_shard consecutive DP indices; replicas share a shard index."""
+    assert HSDP.group("dp_shard", 0) == (0, 4, 8)
+    assert HSDP.group("dp_replicate", 0) == (0, 12)
+    assert HSDP.group("dp_replicate", 13) == (1, 13)
+    assert HSDP.group("dp", 0) == tuple(range(0, 24, 4))
 
 
 def test_replica_pairs_are_stage_neighbours() -> None:
@@ -42,9 +57,23 @@ SCENARIOS = {
         "parallelism.virtual_stages=2",
     ],
 }
+# Sharded layouts. Not in the sampled-links test: a dp_replicate group strides over
+# a torus, so the first flows of one replica do not show every link it loads.
+SHARDED = {
+    "fsdp with tp": ["parallelism.zero=3", "parallelism.pp=1"],
+    "hsdp, pipeline across instances": [
+        "cluster.count=2",
+        "parallelism.zero=3",
+        "parallelism.dp_shard=4",
+        "parallelism.tp=2",
+    ],
+    "zero-2 hsdp": ["parallelism.zero=2", "parallelism.dp_shard=2", "parallelism.tp=2"],
+}
 
 
-@pytest.mark.parametrize("sets", list(SCENARIOS.values()), ids=list(SCENARIOS))
+@pytest.mark.parametrize(
+    "sets", [*SCENARIOS.values(), *SHARDED.values()], ids=[*SCENARIOS, *SHARDED]
+)
 def test_folded_agrees_with_detailed(tiny_yaml: object, sets: list[str]) -> None:
     res = load_scenario(str(tiny_yaml), sets)
     detailed = simulate(res, fidelity="detailed", record=False).summary

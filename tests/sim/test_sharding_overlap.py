@@ -1,0 +1,83 @@
+"""FSDP's exposed communication in an idealised case, computed by hand.
+
+One p5.48xlarge (8 GPUs on NVSwitch), tp 1, dp 8, one microbatch, and a model whose
+units compute for much longer than their gathers take. With the whole stage as
+one unit the step exposes its first gather and its reduce-scatter (nothing is left
+to compute after the backward); the backward's gather is prefetched under the
+forward. Without prefetching it exposes both gathers. With a unit per layer and a
+prefetch window of one, only the start (the embedding's gather, then the first
+layer's, which the embedding's short compute cannot hide) and the end (the last
+units' reduce-scatters) are exposed. ZeRO-1 exposes its last bucket's
+reduce-scatter and its whole parameter gather after the optimizer (a blocking
+collective here), so FSDP's exposed time is its first and last units' traffic,
+below ZeRO-1's, not ZeRO-1's plus the first gather.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clustersim.network.microbench import run_collective
+from clustersim.scenario import load_scenario
+from clustersim.sim import simulate
+from clustersim.workload import make_layout
+from clustersim.workload.sharding import stage_units
+
+TEXT = """\
+name: fsdp-overlap
+cluster: {instance: p5.48xlarge, count: 1}
+model: {name: wide, layers: 4, hidden: 4096, heads: 32, kv_heads: 8, ffn_hidden: 14336,
+        vocab: 8192}
+parallelism: {tp: 1, pp: 1, zero: 3, recompute: none}
+training: {seq_len: 8192, global_batch_size: 8, steps: 1}
+output: {trace: false, html: false}
+"""
+
+
+def _coll_s(op: str, nbytes: float) -> float:
+    return float(run_collective("p5.48xlarge", 1, op, [nbytes])[0]["time_s"])
+
+
+def _run(tmp_path: object, *sets: str) -> dict[str, object]:
+    path = Path(str(tmp_path)) / "s.yaml"
+    path.write_text(TEXT)
+    return simulate(load_scenario(str(path), list(sets)), fidelity="detailed").summary
+
+
+def _exposed(summary: dict[str, object]) -> float:
+    parts = summary["breakdown_s"]
+    assert isinstance(parts, dict)
+    return float(parts["exposed_comm"])
+
+
+def test_one_unit_exposes_its_first_gather_and_its_reduce_scatter(tmp_path: object) -> None:
+    summary = _run(tmp_path, "parallelism.fsdp.unit=stage")
+    res = load_scenario(str(tmp_path) + "/s.yaml", [])
+    (params,) = stage_units(
+        res.model, make_layout(res.scenario.parallelism, 8, 1), 0, "stage"
+    ).values()
+    gather, scatter = _coll_s("all_gather", 2 * params), _coll_s("reduce_scatter", 2 * params)
+    assert _exposed(summary) == pytest.approx(gather + scatter, rel=0.02)
+    on_demand = _run(tmp_path, "parallelism.fsdp.unit=stage", "parallelism.fsdp.prefetch=0")
+    assert _exposed(on_demand) == pytest.approx(2 * gather + scatter, rel=0.02)
+
+
+def test_layer_units_expose_only_the_first_and_last_units(tmp_path: object) -> None:
+    fsdp = _exposed(_run(tmp_path))
+    zero1 = _exposed(_run(tmp_path, "parallelism.zero=1"))
+    res = load_scenario(str(tmp_path) + "/s.yaml", [])
+    units = stage_units(res.model, make_layout(res.scenario.parallelism, 8, 1), 0, "layer")
+    embed, layer = 2 * units["embed"], 2 * units["L0"]
+    # The embedding computes for microseconds: it hides neither the first layer's
+    # gather in the forward nor the first layer's reduce-scatter at the end.
+    ends = _coll_s("all_gather", embed) + _coll_s("all_gather", layer)
+    ends += _coll_s("reduce_scatter", layer) + _coll_s("reduce_scatter", embed)
+    assert fsdp == pytest.approx(ends, rel=0.1)
+    # ZeRO-1 exposes its last bucket's reduce-scatter and the whole gather after the
+    # optimizer, which FSDP spreads under the next step's compute.
+    whole = _coll_s("all_gather", 2 * sum(units.values()))
+    assert zero1 > whole > fsdp
+    on_demand = _exposed(_run(tmp_path, "parallelism.fsdp.prefetch=0"))
+    assert on_demand > 3 * fsdp
