@@ -36,6 +36,14 @@ __all__ = ["main"]
 PROGRESS_DELAY_S = 2.0
 
 
+def _with_chip_model(args: argparse.Namespace) -> list[str]:
+    """``--set`` overrides, with ``--chip-model`` as the ``chip_model`` key."""
+    sets = list(args.sets)
+    if getattr(args, "chip_model", None):
+        sets.append(f"chip_model={args.chip_model}")
+    return sets
+
+
 def _slug(name: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
     return slug[:80] or "scenario"
@@ -90,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     from clustersim.sim.injected import injection_frame
     from clustersim.trace import LINK_TABLE, atomic_write_text, write_link_table, write_parquet
 
-    res = load_scenario(args.scenario, args.sets, args.seed)
+    res = load_scenario(args.scenario, _with_chip_model(args), args.seed)
     sc = res.scenario
     out = args.out or Path(sc.output.dir or Path("reports") / _slug(sc.name))
     _check_out(out, sc.name, force=args.force)
@@ -410,7 +418,7 @@ def _collective(args: argparse.Namespace) -> int:
         rows = run_collective(
             args.instance, integer("--count", args.count) or 0, args.op, sizes,
             algorithm=args.algorithm, ranks=integer("--ranks", args.ranks),
-            lnc=integer("--lnc", args.lnc),
+            lnc=integer("--lnc", args.lnc), chip_model=args.chip_model or "roofline",
         )  # fmt: skip
     except ScenarioError as exc:
         if exc.path.startswith("-"):

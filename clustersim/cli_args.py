@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulate every rank, or one per pipeline stage with all ranks' traffic "
         "(auto: folded above 256 ranks)",
     )  # fmt: skip
+    _chip_model(run)
     run.add_argument(
         "--max-events", type=float, default=60e6, metavar="N",
         help="refuse runs estimated above N simulated events (default 6e7)",
@@ -133,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--ranks", help="group size (default: every rank)")
     coll.add_argument("--lnc", help="logical core grouping (default: one rank per chip)")
     coll.add_argument("--json", action="store_true", help="print the rows as JSON")
+    _chip_model(coll)
 
     bench = sub.add_parser(
         "bench", help="measure event rate, big-cluster steps, a 1,024-rank all-reduce, scaling"
@@ -193,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     sweep.add_argument("--quiet", action="store_true", help="print nothing on success")
     sweep.add_argument("--json", action="store_true", help="print the outcome as JSON")
+    _chip_model(sweep)
     srch = sub.add_parser(
         "search", help="find the fastest or cheapest parallel layout for a model on N chips"
     )
@@ -210,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     srch.add_argument("--out", type=Path, help="output directory (default reports/<name>-search/)")
     srch.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     srch.add_argument("--json", action="store_true", help="print the counts and top rows as JSON")
+    _chip_model(srch)
     rel = sub.add_parser(
         "reliability",
         help="days to months of a job under failures: goodput, ETTR, interruptions, "
@@ -243,6 +247,14 @@ def _reliability_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="write {} and {} here".format(*RELIABILITY_FILES))
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
+
+
+def _chip_model(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--chip-model", choices=("roofline", "engines"), default=None,
+        help="roofline (an op lasts as long as its busiest engine or its HBM traffic) or "
+        "engines (ops as tile streams on each engine); sets the scenario key chip_model",
+    )  # fmt: skip
 
 
 def _positive(text: str) -> int:

@@ -23,6 +23,7 @@ __all__ = [
     "CoreSpec",
     "Duration",
     "EfaSpec",
+    "EnginesSpec",
     "FabricSpec",
     "InstanceSpec",
     "MLASpec",
@@ -119,6 +120,42 @@ class Calibration(Strict):
     link_efficiency: Fraction = 1.0
 
 
+class EngineClocks(Strict):
+    """Clock of each engine in GHz: instruction floors are counted in its cycles."""
+
+    tensor: Positive
+    vector: Positive
+    scalar: Positive
+    gpsimd: Positive
+
+
+class EnginesSpec(Strict):
+    """What the tile-level engine model (``chip_model: engines``) needs of a core.
+
+    - ``units``: tiles one engine runs at once (1 on a NeuronCore; the SMs of a GPU,
+      whose tiles run in waves).
+    - ``lanes``: elements an engine moves per cycle and unit (the 128 SBUF partitions
+      of a NeuronCore; the FP32 cores of an SM).
+    - ``matmul_tile``: (stationary, contraction, moving) sizes of one matmul
+      instruction: 128 x 128 against 128 x 512 on the systolic array (one PSUM bank).
+    - ``instr_min_cycles``: the fewest cycles any Tensor, Vector or Scalar instruction takes.
+    - ``psum_banks``: accumulation groups in flight.
+    - ``dma_queues`` x ``dma_queue_Bps``: the core's DMA engines; ``dma_setup_s`` the
+      set-up of one transfer; ``dma_tile_bytes`` the transfer that saturates a queue.
+    """
+
+    units: PositiveInt = 1
+    lanes: PositiveInt = 128
+    clock_ghz: EngineClocks
+    matmul_tile: tuple[PositiveInt, PositiveInt, PositiveInt] = (128, 128, 512)
+    instr_min_cycles: int = Field(default=0, ge=0, le=100_000)
+    psum_banks: PositiveInt = 8
+    dma_queues: PositiveInt = 1
+    dma_queue_Bps: LinkRate
+    dma_setup_s: Duration = 0.0
+    dma_tile_bytes: Bytes = Field(default=512 * 1024, gt=0)
+
+
 class ChipSpec(Strict):
     name: str
     vendor: Literal["aws", "nvidia", "google"]
@@ -134,6 +171,9 @@ class ChipSpec(Strict):
     chip_to_chip_bw_Bps: LinkRate
     power_w: Power
     calibration: Calibration
+    engines: EnginesSpec | None = None
+    """The tile-level description for ``chip_model: engines``; chips without one run
+    the roofline model only."""
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -64,6 +64,7 @@ def run_collective(
     neuronlink: Mapping[str, Any] | None = None,
     efa: Mapping[str, Any] | None = None,
     ultraserver: Mapping[str, Any] | None = None,
+    chip_model: str = "roofline",
 ) -> list[dict[str, Any]]:
     """Time ``op`` on each of ``sizes`` (bytes) over ``count`` x ``instance``.
 
@@ -75,7 +76,9 @@ def run_collective(
 
     Returns one row per size: ``op``, ``size_bytes``, ``time_s``,
     ``algbw_GBps``, ``busbw_GBps``, ``algorithm`` (what ran: ``auto``'s choice)
-    and ``ranks``.
+    and ``ranks``. ``chip_model`` (``roofline`` or ``engines``) is the chip model the
+    scenario key names; ``engines`` needs the chip's engine description. A lone
+    collective meets no compute, so both give the same times.
     """
     if op not in OPS:
         raise ScenarioError("op", op, f"unknown collective; valid: {', '.join(OPS)}")
@@ -92,6 +95,12 @@ def run_collective(
     }
     inst = catalog.instance(instance, over or None, "instance")
     chip_spec = catalog.chip(inst.chip, dict(chip) if chip else None, "chip")
+    if chip_model not in ("roofline", "engines"):
+        raise ScenarioError("chip_model", chip_model, "expected roofline or engines")
+    if chip_model == "engines" and chip_spec.engines is None:
+        raise ScenarioError(
+            "chip_model", chip_model, f"chip {chip_spec.name} has no engine description"
+        )
     if lnc is not None and lnc not in chip_spec.lnc_options:
         valid = ", ".join(map(str, chip_spec.lnc_options))
         raise ScenarioError("lnc", lnc, f"{chip_spec.name} supports lnc {valid}")

@@ -151,6 +151,9 @@ class Scenario(Strict):
     failures: FailuresCfg = Field(default_factory=FailuresCfg)
     cost: CostCfg = Field(default_factory=CostCfg)
     output: OutputCfg = Field(default_factory=OutputCfg)
+    # roofline: an op lasts as long as its busiest engine or its HBM traffic; engines:
+    # ops lowered into tile streams on each engine (needs the chip's `engines` entry)
+    chip_model: Literal["roofline", "engines"] = "roofline"
 
     @field_validator("name")
     @classmethod

@@ -36,7 +36,8 @@ class _Bar:
 
 
 def search_command(args: argparse.Namespace) -> int:
-    res = load_scenario(args.scenario, args.sets)
+    sets = [*args.sets, *([f"chip_model={args.chip_model}"] if args.chip_model else [])]
+    res = load_scenario(args.scenario, sets)
     err = Console(stderr=True)
     bar = None if args.json else _Bar(err)
     try:

@@ -20,7 +20,10 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.hardware.chip import RESOURCES, ChipModel
+from clustersim.hardware.engines import EngineChip
+from clustersim.hardware.tiles import ENGINE_NAMES, TiledOp
 from clustersim.network import Network
+from clustersim.sim.engines_exec import SegmentRun, run_segment
 from clustersim.sim.folding import replica_groups, replica_pairs, representatives
 from clustersim.workload import Layout
 from clustersim.workload.layout import GROUP_NAMES
@@ -57,6 +60,10 @@ class CompiledProgram:
     compute_s: float  # forward, backward and recompute ops per step
     optimizer_s: float
     steps_view: list[tuple[Kind, float, Instr | None]] = field(default_factory=list)
+    engine_runs: list[SegmentRun | None] = field(default_factory=list)
+    """With the engine model: each segment's run on the engines (None for communication)."""
+    engine_busy_s: np.ndarray | None = None
+    """With the engine model: seconds per step each engine (``ENGINE_NAMES``, then HBM) works."""
 
     def __post_init__(self) -> None:
         # The rank loop unpacks tuples: cheaper than attribute access per segment.
@@ -92,7 +99,20 @@ class CompiledProgram:
         return starts, ends
 
 
-def compile_program(program: Program, chip: ChipModel) -> CompiledProgram:
+def compile_program(
+    program: Program,
+    chip: ChipModel,
+    engines: EngineChip | None = None,
+    *,
+    fuse_attention: bool = True,
+    segment_cache: dict[tuple[TiledOp, ...], SegmentRun] | None = None,
+) -> CompiledProgram:
+    """Resolve a program's op durations on ``chip`` (the roofline model), or with
+    ``engines`` on the engine model: each run of compute ops is simulated on the
+    core's engines once per distinct sequence of ops (``segment_cache``, shareable
+    across stages) and replayed as one timeout. ``fuse_attention``: the attention
+    core's ops stream into each other (flash attention), on the engine model.
+    """
     instrs = program.instrs
     n = len(instrs)
     durations = np.zeros(n)
@@ -111,6 +131,13 @@ def compile_program(program: Program, chip: ChipModel) -> CompiledProgram:
         flops += ins.work.tensor_flops
         if ins.phase == Phase.RECOMPUTE:
             recompute += ins.work.tensor_flops
+    runs: list[SegmentRun | None] = []
+    busy: np.ndarray | None = None
+    if engines is not None:
+        runs, busy = _engine_durations(
+            instrs, engines, durations, bound, fuse=fuse_attention,
+            cache={} if segment_cache is None else segment_cache,
+        )  # fmt: skip
 
     segments: list[_Segment] = []
     i = 0
@@ -130,8 +157,61 @@ def compile_program(program: Program, chip: ChipModel) -> CompiledProgram:
     optimizer_s = float(durations[phases == Phase.OPTIMIZER].sum())
     compute_s = float(durations[np.isin(phases, _COMPUTE_PHASES)].sum())
     return CompiledProgram(
-        program, durations, bound, segments, flops, recompute, compute_s, optimizer_s
+        program, durations, bound, segments, flops, recompute, compute_s, optimizer_s,
+        engine_runs=runs, engine_busy_s=busy,
+    )  # fmt: skip
+
+
+def _fused(prev: Instr | None, ins: Instr) -> bool:
+    """Does ``ins`` stream from ``prev`` (both in one flash-attention kernel)?"""
+    return (
+        prev is not None
+        and ins.name.startswith("attn.core.")
+        and prev.name.startswith("attn.core.")
+        and (prev.layer, prev.microbatch, prev.phase) == (ins.layer, ins.microbatch, ins.phase)
     )
+
+
+def _engine_durations(
+    instrs: list[Instr],
+    engines: EngineChip,
+    durations: np.ndarray,
+    bound: np.ndarray,
+    *,
+    fuse: bool,
+    cache: dict[tuple[TiledOp, ...], SegmentRun],
+) -> tuple[list[SegmentRun | None], np.ndarray]:
+    """Overwrite ``durations`` and ``bound`` of compute ops with the engine model's;
+    return each segment's run (None for communication) and the engines' busy seconds."""
+    n = len(instrs)
+    runs: list[SegmentRun | None] = []
+    busy = np.zeros(len(ENGINE_NAMES) + 1)
+    i = 0
+    while i < n:
+        if instrs[i].kind != Kind.COMPUTE:
+            runs.append(None)
+            i += 1
+            continue
+        j = i
+        ops: list[TiledOp] = []
+        prev: Instr | None = None
+        while j < n and instrs[j].kind == Kind.COMPUTE:
+            ins = instrs[j]
+            assert ins.work is not None
+            fused = fuse and bool(ops) and _fused(prev, ins)
+            ops.append(engines.lower(ins.work, fused, ops[-1].tiles if fused else 0))
+            prev = ins
+            j += 1
+        key = tuple(ops)
+        run = cache.get(key)
+        if run is None:
+            run = cache[key] = run_segment(ops, engines.hbm_rank_Bps, engines.sbuf_bytes_per_core)
+        durations[i:j] = np.diff(run.op_end_s, prepend=0.0)
+        bound[i:j] = [op.bound for op in ops]
+        busy += run.busy_s
+        runs.append(run)
+        i = j
+    return runs, busy
 
 
 def _succeed(event: simpy.Event) -> None:
@@ -181,6 +261,7 @@ class StepSim:
     progress: Progress | None = None
     folded: bool = False
     slowdown: Mapping[int, Callable[[float, float], float]] | None = None
+    chip_model: str = "roofline"
     ranks: list[int] = field(default_factory=list)
     seg_start: list[np.ndarray] = field(default_factory=list)
     seg_end: list[np.ndarray] = field(default_factory=list)

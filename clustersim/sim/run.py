@@ -15,10 +15,13 @@ from clustersim.failures.injection import StepFailure, fold_with
 from clustersim.failures.jobs import validate as validate_reliability
 from clustersim.failures.studies import add_reliability
 from clustersim.hardware.chip import ChipModel
+from clustersim.hardware.engines import EngineChip
+from clustersim.hardware.tiles import ENGINE_NAMES, TiledOp
 from clustersim.network import Network, algorithm
 from clustersim.network.registry import build_topology, check_fabrics
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
+from clustersim.sim.engines_exec import SegmentRun
 from clustersim.sim.guard import Limits, check_work
 from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.sim.result import Plan, Result
@@ -42,6 +45,20 @@ FOLD_ABOVE_RANKS = 256
 Fidelity = Literal["auto", "detailed", "folded"]
 
 
+def check_chip_model(res: Resolved) -> None:
+    """``chip_model: engines`` needs the chip's engine description (``engines`` in the catalog)."""
+    if res.scenario.chip_model == "engines" and res.chip.engines is None:
+        from clustersim import catalog
+
+        described = [n for n in catalog.names("chips") if catalog.chip(n).engines is not None]
+        raise ScenarioError(
+            "chip_model",
+            "engines",
+            f"chip {res.chip.name} has no engine description (give cluster.chip.engines, or "
+            f"use roofline; chips with one: {', '.join(described)})",
+        )
+
+
 def plan(
     res: Resolved, *, check_memory: bool = True, limits: Limits | None = None, folded: bool = False
 ) -> Plan:
@@ -58,6 +75,7 @@ def plan(
     for op, name in sc.cluster.collectives.items():
         algorithm(name, op)  # a ScenarioError naming cluster.collectives.<op> if unknown
     check_fabrics(res.instance, sc.cluster.count)
+    check_chip_model(res)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
         check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)
@@ -69,6 +87,20 @@ def plan(
         validate_reliability(res)
     programs = build_programs(res.model, sc.parallelism, sc.training, layout)
     return Plan(res, layout, chip, programs, memory)
+
+
+def compile_programs(pl: Plan) -> list[CompiledProgram]:
+    """The plan's programs with op durations on its chip model (``chip_model``)."""
+    sc = pl.resolved.scenario
+    if sc.chip_model != "engines":
+        return [compile_program(p, pl.chip) for p in pl.programs]
+    engines = EngineChip(pl.resolved.chip, pl.resolved.lnc)
+    cache: dict[tuple[TiledOp, ...], SegmentRun] = {}
+    fuse = sc.parallelism.attention == "flash"
+    return [
+        compile_program(p, pl.chip, engines, fuse_attention=fuse, segment_cache=cache)
+        for p in pl.programs
+    ]
 
 
 def simulate(
@@ -100,10 +132,11 @@ def simulate(
     rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
     network = Network(env, topology, rank_chip, sc.cluster.collectives)
     injector = build_injector(env, topology, sc.failures)
-    compiled = [compile_program(p, pl.chip) for p in pl.programs]
+    compiled = compile_programs(pl)
     sim = StepSim(
         env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded,
         slowdown=injector.slowdown if injector is not None else None,
+        chip_model=sc.chip_model,
     )  # fmt: skip
     try:
         sim.run()
@@ -175,4 +208,16 @@ def summarise(
             tokens_per_step=tokens,
         ),
         **simulation_keys(sim, network, wall_s),
+        **engine_busy(compiled, step_s),
     }
+
+
+def engine_busy(compiled: list[CompiledProgram], step_s: float) -> dict[str, Any]:
+    """``engine_busy``: with the engine model, the fraction of the step each engine of a
+    rank's cores works (``tensor, vector, scalar, gpsimd, dma``) and its HBM share is
+    busy, averaged over the pipeline stages. Empty with the roofline model."""
+    busy = [c.engine_busy_s for c in compiled if c.engine_busy_s is not None]
+    if not busy or step_s <= 0:
+        return {}
+    mean = np.mean(busy, axis=0) / step_s
+    return {"engine_busy": dict(zip((*ENGINE_NAMES, "hbm"), map(float, mean), strict=True))}

@@ -51,6 +51,7 @@ def simulation_keys(sim: StepSim, network: Network, wall_s: float) -> dict[str, 
         "events_per_s": events / wall_s if wall_s > 0 else 0.0,
         "wall_s": wall_s,
         "fidelity": "folded" if sim.folded else "detailed",
+        "chip_model": sim.chip_model,
         "simulated_ranks": len(sim.ranks),
         "clustersim_version": __version__,
     }

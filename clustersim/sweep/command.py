@@ -106,6 +106,8 @@ class RichProgress(StudyProgress):
 
 def sweep_command(args: argparse.Namespace) -> int:
     study = load_study(args.study, allow_outside=args.allow_outside)
+    if args.chip_model:  # --chip-model: the base scenario's chip_model, for every point
+        study.base["chip_model"] = args.chip_model
     out: Path = args.out or Path("reports") / _slug(study.name)
     if args.scheduler is not None and args.dask_local is not None:
         raise ScenarioError(
