@@ -91,11 +91,11 @@ class _LazyProgress:
 
 def _run(args: argparse.Namespace) -> int:
     import yaml
-    from rich.console import Console
 
     from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, simulate
     from clustersim.sim.injected import injection_frame
+    from clustersim.terminal import console
     from clustersim.trace import LINK_TABLE, atomic_write_text, write_link_table, write_parquet
 
     res = load_scenario(args.scenario, _with_chip_model(args), args.seed)
@@ -106,7 +106,7 @@ def _run(args: argparse.Namespace) -> int:
         limits = Limits(max_events=args.max_events, max_memory_bytes=parse_bytes(args.max_memory))
     except UnitError as exc:
         raise ScenarioError("--max-memory", args.max_memory, str(exc)) from None
-    err = Console(stderr=True)
+    err = console(stderr=True)
     progress = None if (args.quiet or args.json) else _LazyProgress(err, f"simulating {sc.name}")
     try:
         result = simulate(res, progress=progress, limits=limits, fidelity=args.fidelity)
@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     elif not args.quiet:
-        con = Console()
+        con = console()
         if failed:
             con.print(
                 f"{sc.name}: step {failed['step']} failed at {failed['at_s'] * 1e3:.3f} ms "
@@ -244,11 +244,11 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, plan
+    from clustersim.terminal import console
 
     res = load_scenario(args.scenario, args.sets)
     # Programs are built per stage, as a folded run would: bound that work too.
@@ -258,7 +258,7 @@ def _check(args: argparse.Namespace) -> int:
 
         check_injections(res)
     lay = pl.layout
-    con = Console()
+    con = console()
     cluster = (
         f"{res.scenario.cluster.count} x {res.instance.name} = {res.chips} {res.chip.name} chips"
     )
@@ -358,23 +358,20 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _catalog(args: argparse.Namespace) -> int:
-    import yaml
-    from rich.console import Console
-
     from clustersim import catalog
+    from clustersim.terminal import print_yaml
 
-    con = Console()
     if args.kind is None:
         for kind in catalog.KINDS:
-            con.print(f"[bold]{kind}[/]: {', '.join(catalog.names(kind))}")
+            print(f"{kind}: {', '.join(catalog.names(kind))}")
         return 0
     if args.name is None:
         for name in catalog.names(args.kind):
-            con.print(name)
+            print(name)
         return 0
     loader = {"chips": catalog.chip, "instances": catalog.instance, "models": catalog.model}
     spec = loader[args.kind](args.name, None, f"catalog {args.kind}")
-    con.print(yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), markup=False)
+    print_yaml(spec.model_dump(mode="json"))
     return 0
 
 
@@ -389,11 +386,11 @@ def _schema(_args: argparse.Namespace) -> int:
 
 
 def _collective(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from clustersim.errors import MISSING
     from clustersim.network.microbench import run_collective, size_sweep
+    from clustersim.terminal import console
     from clustersim.units import UnitError, format_bytes, parse_bytes
 
     def parse(option: str, text: str, kind: Callable[[str], float]) -> float:
@@ -439,7 +436,7 @@ def _collective(args: argparse.Namespace) -> int:
             format_bytes(r["size_bytes"]), f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
             f"{r['busbw_GBps']:.2f}", r["algorithm"],
         )  # fmt: skip
-    Console().print(t)
+    console().print(t)
     return 0
 
 
@@ -447,9 +444,8 @@ def _collective(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from clustersim.bench import bench_tables, run_bench, select_cases
+    from clustersim.terminal import console
 
     names = select_cases(args.only, quick=args.quick)
     if not 0 < args.timeout < float("inf"):
@@ -458,7 +454,7 @@ def _bench(args: argparse.Namespace) -> int:
         max_rss = parse_bytes(args.max_rss)
     except UnitError as exc:
         raise ScenarioError("--max-rss", args.max_rss, str(exc)) from None
-    err = Console(stderr=True)
+    err = console(stderr=True)
     err.print(
         f"bench: {len(names)} cases, each in a fresh process, at most {args.timeout:g} s each: "
         + ", ".join(names)
@@ -472,7 +468,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    con = Console()
+    con = console()
     for table in bench_tables(result):
         con.print(table)
     return 0

@@ -30,6 +30,7 @@ from clustersim.failures.studies import (
     timeline_frame,
 )
 from clustersim.progress import Bar
+from clustersim.terminal import console
 from clustersim.units import UnitError, format_seconds, parse_duration
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> 
     _count("--points", args.points, 1000)
     step = _duration("--step-time", args.step_time)
     degraded = _duration("--degraded-step-time", args.degraded_step_time)
-    err = Console(stderr=True)
+    err = console(stderr=True)
     quiet = args.quiet or args.json
     step_source = "given"
     if step is None:
@@ -156,7 +157,7 @@ def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> 
     if args.json:
         print(json.dumps(result, indent=2))
     elif not args.quiet:
-        con = Console()
+        con = console()
         for table in tables(result):
             con.print(table)
         if args.out is not None:

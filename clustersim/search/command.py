@@ -13,6 +13,7 @@ from clustersim.progress import Bar
 from clustersim.scenario import load_scenario
 from clustersim.search.present import counts_line, search_table
 from clustersim.search.run import search, write_search
+from clustersim.terminal import console
 
 __all__ = ["search_command"]
 
@@ -38,7 +39,7 @@ class _Bar:
 def search_command(args: argparse.Namespace) -> int:
     sets = [*args.sets, *([f"chip_model={args.chip_model}"] if args.chip_model else [])]
     res = load_scenario(args.scenario, sets)
-    err = Console(stderr=True)
+    err = console(stderr=True)
     bar = None if args.json else _Bar(err)
     try:
         result = search(
@@ -59,7 +60,7 @@ def search_command(args: argparse.Namespace) -> int:
         meta["files"] = [str(p) for p in paths]
         print(json.dumps(meta, indent=2))
         return 0
-    con = Console()
+    con = console()
     con.print(counts_line(result), markup=False, highlight=False)
     con.print(search_table(result, args.top))
     con.print(f"full table: {paths[0]} ({paths[1].name}, {paths[2].name})", markup=False)

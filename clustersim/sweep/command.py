@@ -28,6 +28,7 @@ from rich.table import Table
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.sweep.run import StudyOutcome, StudyProgress, make_executor, run_study
 from clustersim.sweep.spec import load_study
+from clustersim.terminal import console
 
 __all__ = ["VALIDATING_DELAY_S", "RichProgress", "sweep_command"]
 
@@ -119,7 +120,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     def factory() -> Any:
         return make_executor(args.workers, args.scheduler, args.dask_local)
 
-    err = Console(stderr=True)
+    err = console(stderr=True)
     progress = None if (args.quiet or args.json) else RichProgress(err)
     t0 = time.perf_counter()
     outcome = run_study(
@@ -143,7 +144,7 @@ def sweep_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(_outcome_json(outcome, time.perf_counter() - t0), indent=2))
     elif not args.quiet:
-        Console().print(_outcome_table(outcome))
+        console().print(_outcome_table(outcome))
     return 0
 
 

@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from clustersim.terminal import console
 from clustersim.validation import MEAN_TOLERANCE, Row, mean_training_error, passed, validate
 
 __all__ = ["rows_table", "validate_command"]
@@ -54,7 +55,7 @@ def rows_table(rows: list[Row]) -> Table:
 
 def validate_command(args: argparse.Namespace) -> int:
     """Handler of ``clustersim validate [--json] [--only NAME ...] [--quick]``."""
-    err = Console(stderr=True)
+    err = console(stderr=True)
     t0 = time.perf_counter()
 
     def progress(name: str) -> None:
@@ -75,7 +76,7 @@ def validate_command(args: argparse.Namespace) -> int:
         }
         print(json.dumps(out, indent=2))
         return 0 if ok else 1
-    con = Console()
+    con = console()
     con = Console(width=max(con.width, 160))  # the table's natural width
     con.print(rows_table(rows))
     notes = [f"{r.name}: {r.note}" for r in rows if r.note]
