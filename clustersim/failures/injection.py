@@ -46,6 +46,7 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import ScenarioError, SimulationError
+from clustersim.network.custom import GraphTopology
 from clustersim.network.links import node_name
 from clustersim.network.topology import Topology
 from clustersim.scenario.failures import Degrade, Injection, Straggle
@@ -167,6 +168,8 @@ class _Names:
     def ids(self) -> dict[str, int]:
         if self._ids is None:
             self._ids = {node_name(self.topo.node(i)): i for i in range(self.topo.n_nodes)}
+            if isinstance(self.topo, GraphTopology):  # the graph's own names, too
+                self._ids.update(self.topo.aliases)
         return self._ids
 
     def switches(self) -> list[str]:

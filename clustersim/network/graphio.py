@@ -199,8 +199,8 @@ def read_fabric(path: Path, where: str, fmt: Format | None = None) -> nx.Graph:
 
     The format is ``fmt`` or follows the suffix. Errors are ScenarioErrors at ``where``.
     """
-    kind = format_of(path, fmt, where)
     text = _read_text(path, where)
+    kind = format_of(path, fmt, where)
     readers: dict[Format, Callable[[str, str], nx.Graph]] = {
         "graphml": _parse_graphml,
         "gml": _parse_gml,
@@ -304,4 +304,17 @@ def _parse_json(text: str, where: str) -> nx.Graph:
         if not isinstance(item, dict):
             raise ScenarioError(where, item, "not node-link JSON: nodes and edges are objects")
     g: nx.Graph = nx.node_link_graph(data, edges=edges)
+    listed = data.get(edges, [])
+    if not g.is_multigraph() and g.number_of_edges() < len(listed):
+        seen: set[Any] = set()
+        for item in listed:  # networkx keeps the last of duplicates: name the first
+            a, b = item.get("source"), item.get("target")
+            pair = (a, b) if g.is_directed() else frozenset((str(a), str(b)))
+            if pair in seen:
+                raise ScenarioError(
+                    f"{where}[edge {str(a)[:60]!r} -> {str(b)[:60]!r}]",
+                    MISSING,
+                    "a duplicate edge; parallel cables are lanes of one edge (lanes: N)",
+                )
+            seen.add(pair)
     return g

@@ -356,11 +356,23 @@ def load_scenario(
         raise ScenarioError(label, MISSING, "the scenario is empty")
     if not isinstance(data, dict):
         raise ScenarioError("", data, "a scenario must be a mapping of keys to values")
+    if label != "<scenario>":
+        _relative_to(data, Path(source).parent)
     for assignment in overrides:
         apply_set(data, assignment)
     if seed is not None:
         data["seed"] = seed
     return resolve(data)
+
+
+def _relative_to(data: dict[str, Any], base: Path) -> None:
+    """A relative ``cluster.fabric_file`` names a file beside the scenario file."""
+    cluster = data.get("cluster")
+    if not isinstance(cluster, dict):
+        return
+    name = cluster.get("fabric_file")
+    if isinstance(name, str) and name and not Path(name).is_absolute() and "\0" not in name:
+        cluster["fabric_file"] = str(base / name)
 
 
 def _read(path: Path) -> str:

@@ -32,6 +32,7 @@ class ClusterCfg(Strict):
     ``chip``, ``neuronlink`` (the scale-up fabric: NeuronLink, or NVLink on GPU
     nodes), ``efa`` and ``ultraserver`` are mappings merged over the catalog entry.
     ``collectives`` picks an algorithm per collective type (``auto`` by default).
+    ``fabric_file`` names a fabric graph that replaces the built fabric.
     """
 
     instance: str
@@ -43,6 +44,9 @@ class ClusterCfg(Strict):
     ultraserver: Overrides = Field(default_factory=dict)
     prices_usd_per_hour: Overrides = Field(default_factory=dict)
     collectives: dict[str, str] = Field(default_factory=dict)
+    # A fabric graph (GraphML, GML or node-link JSON) that replaces the built fabric;
+    # relative to the scenario file (clustersim.sim.fabric).
+    fabric_file: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
 FSDP_UNITS: tuple[str, ...] = ("layer", "stage")

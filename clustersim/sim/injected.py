@@ -20,10 +20,10 @@ import simpy
 
 from clustersim.failures.injection import Injector, StepFailure, resolve
 from clustersim.network import Network
-from clustersim.network.registry import build_topology
 from clustersim.network.topology import Topology
 from clustersim.scenario import Resolved
 from clustersim.scenario.failures import FailuresCfg
+from clustersim.sim.fabric import scenario_topology
 from clustersim.sim.summary_keys import run_identity, simulation_keys
 from clustersim.workload import model_flops_per_step
 
@@ -62,7 +62,7 @@ def build_injector(env: simpy.Environment, topology: Topology, cfg: FailuresCfg)
 def check_injections(res: Resolved) -> None:
     """Check ``failures.inject`` against the scenario's topology (for ``clustersim check``)."""
     sc = res.scenario
-    resolve(sc.failures.inject, build_topology(res.instance, res.chip, sc.cluster.count))
+    resolve(sc.failures.inject, scenario_topology(res))
 
 
 def failed_summary(

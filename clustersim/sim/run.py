@@ -18,10 +18,12 @@ from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.engines import EngineChip
 from clustersim.hardware.tiles import ENGINE_NAMES, TiledOp
 from clustersim.network import Network, algorithm
-from clustersim.network.registry import build_topology, check_fabrics
+from clustersim.network.custom import GraphTopology
+from clustersim.network.registry import check_fabrics
 from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.engines_exec import SegmentRun
+from clustersim.sim.fabric import fabric_spec, scenario_topology
 from clustersim.sim.guard import Limits, check_work
 from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.sim.result import Plan, Result
@@ -74,7 +76,10 @@ def plan(
         check_work(res, layout.dp, limits, folded=folded)
     for op, name in sc.cluster.collectives.items():
         algorithm(name, op)  # a ScenarioError naming cluster.collectives.<op> if unknown
-    check_fabrics(res.instance, sc.cluster.count)
+    if sc.cluster.fabric_file is None:
+        check_fabrics(res.instance, sc.cluster.count)
+    else:
+        fabric_spec(res)  # read and checked: a ScenarioError naming cluster.fabric_file
     check_chip_model(res)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
@@ -125,10 +130,20 @@ def simulate(
         raise ScenarioError("--fidelity", fidelity, "expected auto, detailed or folded")
     folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
     folded = fold_with(res.scenario.failures.inject, folded, fidelity)
-    pl = plan(res, limits=limits or Limits(), folded=folded)
     sc = res.scenario
+    topology = None
+    refused: str | None = None
+    if sc.cluster.fabric_file is not None:  # read first: its graph decides whether to fold
+        topology = scenario_topology(res)
+        if folded and isinstance(topology, GraphTopology) and topology.fold_refusal:
+            refused = topology.fold_refusal
+            if fidelity == "folded":
+                raise ScenarioError("--fidelity", fidelity, f"cannot fold: {refused}")
+            folded = False
+    pl = plan(res, limits=limits or Limits(), folded=folded)
     env = simpy.Environment()
-    topology = build_topology(res.instance, res.chip, sc.cluster.count)
+    if topology is None:
+        topology = scenario_topology(res)
     rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
     network = Network(env, topology, rank_chip, sc.cluster.collectives)
     injector = build_injector(env, topology, sc.failures)
@@ -149,6 +164,13 @@ def simulate(
     if injector is not None:
         summary["step_times_s"] = [float(t) for t in sim.step_times_s]
         summary["injections"] = injector.records
+    if sc.cluster.fabric_file is not None:
+        summary["fabric_file"] = {
+            "path": sc.cluster.fabric_file,
+            "nodes": topology.n_nodes,
+            "links": topology.n_links - topology.n_chips,
+            "fold_refused": refused,
+        }
     outcomes = add_reliability(res, summary)
     return Result(pl, summary, sim, compiled, outcomes)
 
