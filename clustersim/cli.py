@@ -294,7 +294,15 @@ def _check(args: argparse.Namespace) -> int:
     from clustersim.workload import check_fits
 
     sc = res.scenario
-    check_fits(res.model, sc.parallelism, sc.training, lay, pl.chip.hbm_bytes_per_rank)
+    check_fits(
+        res.model,
+        sc.parallelism,
+        sc.training,
+        lay,
+        pl.chip.hbm_bytes_per_rank,
+        moe=sc.moe,
+        seed=sc.seed,
+    )
     con.print("[green]ok[/]: the scenario is valid and fits in HBM")
     return 0
 

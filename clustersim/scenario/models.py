@@ -9,12 +9,14 @@ from pydantic import Field, field_validator
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Bytes, Strict
 from clustersim.scenario.failures import FailuresCfg
+from clustersim.scenario.moe import MoECfg
 
 __all__ = [
     "ClusterCfg",
     "CostCfg",
     "FailuresCfg",
     "FsdpCfg",
+    "MoECfg",
     "OutputCfg",
     "ParallelismCfg",
     "Scenario",
@@ -90,6 +92,8 @@ class ParallelismCfg(Strict):
     zero: Literal[0, 1, 2, 3] = 0
     dp_shard: int | None = Field(default=None, ge=1, le=100_000_000)
     fsdp: FsdpCfg = Field(default_factory=FsdpCfg)
+    # Expert tensor parallelism: the experts' own TP degree (absent: the same as tp).
+    etp: int | None = Field(default=None, ge=1, le=1_000_000)
     microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
     schedule: Literal["1f1b", "gpipe"] = "1f1b"
     # Model chunks per stage: 2 or more cuts the layers into pp x virtual_stages chunks,
@@ -153,6 +157,7 @@ class Scenario(Strict):
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
     training: TrainingCfg
     failures: FailuresCfg = Field(default_factory=FailuresCfg)
+    moe: MoECfg = Field(default_factory=MoECfg)
     cost: CostCfg = Field(default_factory=CostCfg)
     output: OutputCfg = Field(default_factory=OutputCfg)
     # roofline: an op lasts as long as its busiest engine or its HBM traffic; engines:

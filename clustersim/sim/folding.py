@@ -2,6 +2,9 @@
 
 Every rank of a stage runs the same program, and the fabric treats the DP
 replicas and TP/CP peers of a stage alike, so their timelines are the same.
+Under skewed MoE routing the stage's program is that of the rank holding the
+busiest experts (``workload.moe``), so every rank is that representative: the
+step is paced by it, since every rank waits for it at each combine all-to-all.
 A folded run simulates one representative per stage (TP, CP and DP index 0)
 with a multiplicity of ``tp * cp * dp``. The network still carries every
 rank's traffic: when a representative starts a collective, the same collective
@@ -45,6 +48,8 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
     same algorithm step maps onto every row alike.
     """
     grid = _stage_grid(layout, stage)
+    if name in ("ep", "etp", "edp"):
+        return _expert_groups(layout, grid, name)
     if name == "tp":
         return grid.reshape(-1, layout.tp)
     if name == "cp":
@@ -60,7 +65,18 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
         )
     if name == "dp_replicate":
         return grid.reshape(layout.replicas, -1).T.copy()
-    raise ValueError(f"no replica groups for {name!r} (tp, cp, dp, dp_shard or dp_replicate)")
+    valid = "tp, cp, dp, dp_shard, dp_replicate, ep, etp or edp"
+    raise ValueError(f"no replica groups for {name!r} ({valid})")
+
+
+def _expert_groups(layout: Layout, grid: IntArray, name: str) -> IntArray:
+    """The MoE numbering of the stage's ranks: [edp_i, ep_i, etp_i], etp fastest."""
+    moe = grid.reshape(layout.edp, layout.ep, layout.etp)
+    if name == "etp":
+        return moe.reshape(-1, layout.etp)
+    if name == "ep":
+        return moe.transpose(0, 2, 1).reshape(-1, layout.ep)
+    return moe.reshape(layout.edp, -1).T.copy()
 
 
 def replica_pairs(layout: Layout, stage: int, offset: int) -> IntArray:

@@ -83,14 +83,26 @@ def plan(
     check_chip_model(res)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:
-        check_fits(res.model, sc.parallelism, sc.training, layout, chip.hbm_bytes_per_rank)
+        check_fits(
+            res.model,
+            sc.parallelism,
+            sc.training,
+            layout,
+            chip.hbm_bytes_per_rank,
+            moe=sc.moe,
+            seed=sc.seed,
+        )
     memory = [
-        memory_per_rank(res.model, sc.parallelism, sc.training, layout, stage)
+        memory_per_rank(
+            res.model, sc.parallelism, sc.training, layout, stage, moe=sc.moe, seed=sc.seed
+        )
         for stage in range(layout.pp)
     ]
     if sc.failures.reliability:
         validate_reliability(res)
-    programs = build_programs(res.model, sc.parallelism, sc.training, layout)
+    programs = build_programs(
+        res.model, sc.parallelism, sc.training, layout, moe=sc.moe, seed=sc.seed
+    )
     return Plan(res, layout, chip, programs, memory)
 
 

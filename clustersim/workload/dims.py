@@ -24,21 +24,28 @@ from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload.layout import Layout
 
 __all__ = [
+    "EXPERT_PIECES",
     "VOCAB_PAD",
     "Dims",
     "attention_pieces",
     "chunk_layers",
     "embed_pieces",
     "head_pieces",
+    "is_moe_layer",
     "kv_heads_per_rank",
     "layer_pieces",
     "make_dims",
+    "moe_layer_pieces",
     "norm_params",
+    "optimizer_params",
     "padded_vocab",
     "stage_layer_counts",
     "stage_layers",
     "stage_pieces",
 ]
+
+EXPERT_PIECES = ("moe.experts.down", "moe.experts.up")
+"""Parameter pieces of the routed experts: reduced and sharded over ``edp``, not ``dp``."""
 
 VOCAB_PAD = 128
 """Megatron pads the vocabulary to a multiple of ``VOCAB_PAD * tp``."""
@@ -79,6 +86,31 @@ def layer_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
         ("mlp.norm", norm),
         *attention_pieces(model, tp),
     )
+
+
+def moe_layer_pieces(model: ModelSpec, layout: Layout) -> tuple[tuple[str, int], ...]:
+    """One rank's parameters of an MoE layer, in gradient completion order.
+
+    The rank holds ``experts / ep`` routed experts, each split over ``etp``; the
+    shared experts are split over TP like a dense MLP; the router is replicated.
+    """
+    moe = model.moe
+    assert moe is not None  # callers check
+    h, f = model.hidden, moe.expert_ffn_hidden
+    up = (2 if model.activation == "swiglu" else 1) * h
+    local, f_l = moe.experts // layout.ep, f // layout.etp
+    out: list[tuple[str, int]] = []
+    if moe.shared_experts:
+        fs = moe.shared_experts * f // layout.tp
+        out += [("moe.shared.down", fs * h), ("moe.shared.up", up * fs)]
+    out += [("moe.experts.down", local * f_l * h), ("moe.experts.up", local * up * f_l)]
+    out += [("moe.router", h * moe.experts), ("mlp.norm", norm_params(model))]
+    return (*out, *attention_pieces(model, layout.tp))
+
+
+def is_moe_layer(model: ModelSpec, layer: int) -> bool:
+    """Whether ``layer`` has a mixture of experts (past the model's dense-first layers)."""
+    return model.moe is not None and layer >= model.moe.dense_layers
 
 
 def attention_pieces(model: ModelSpec, tp: int) -> tuple[tuple[str, int], ...]:
@@ -175,11 +207,13 @@ def stage_pieces(model: ModelSpec, layout: Layout, stage: int) -> list[tuple[int
     tp = layout.tp
     out: list[tuple[int, str, int]] = []
     pieces = layer_pieces(model, tp)
+    moe = moe_layer_pieces(model, layout) if model.moe is not None else pieces
     for chunk in reversed(range(layout.vp)):
         if stage == layout.pp - 1 and chunk == layout.vp - 1:
             out += [(-1, name, n) for name, n in head_pieces(model, tp)]
         for layer in reversed(chunk_layers(model, layout, stage, chunk)):
-            out += [(layer, name, n) for name, n in pieces]
+            mine = moe if is_moe_layer(model, layer) else pieces
+            out += [(layer, name, n) for name, n in mine]
         if stage == 0 and chunk == 0:
             out += [(-1, name, n) for name, n in embed_pieces(model, tp)]
     return out
@@ -210,6 +244,7 @@ class Dims:
     layernorm: bool
     learned_positions: bool
     mla: MLASpec | None = None
+    etp: int = 1  # expert tensor parallelism (MoE layers)
 
     @property
     def tokens(self) -> int:
@@ -274,4 +309,16 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         layernorm=model.norm == "layernorm",
         learned_positions=model.position == "learned",
         mla=model.mla,
+        etp=layout.etp,
     )
+
+
+def optimizer_params(model: ModelSpec, layout: Layout, stage: int, zero: int) -> int:
+    """Parameters whose Adam step one rank runs: with ZeRO its shard of the stage's
+    dense parameters over the ``dp_shard`` group and of its experts' over ``edp``."""
+    pieces = stage_pieces(model, layout, stage)
+    expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
+    dense = sum(n for _, _, n in pieces) - expert
+    if zero >= 1:
+        return -(-dense // layout.shard) + -(-expert // layout.edp)
+    return dense + expert

@@ -10,11 +10,31 @@ kind, so the simulator's per-``Work`` duration cache still hits.
 from __future__ import annotations
 
 from clustersim.catalog.schema import ModelSpec
-from clustersim.workload.dims import Dims
+from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.workload.dims import Dims, make_dims
+from clustersim.workload.layout import Layout
 from clustersim.workload.mla import mla_attention_part
+from clustersim.workload.moe import moe_part, stage_routing
 from clustersim.workload.ops import Block, Part, attention_part, compose, mlp_part
 
-__all__ = ["LayerBlocks"]
+__all__ = ["LayerBlocks", "moe_sublayer"]
+
+
+def moe_sublayer(
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    *,
+    cfg: MoECfg | None = None,
+    seed: int = 0,
+) -> Part | None:
+    """The MoE sublayer of the model's MoE layers, with its routing; none for a dense model."""
+    if model.moe is None:
+        return None
+    dm = make_dims(model, par, train, layout)
+    route = stage_routing(model, par, train, layout, cfg=cfg, seed=seed)
+    return moe_part(dm, model.moe, route, train.precision)
 
 
 class LayerBlocks:

@@ -6,8 +6,12 @@ ranks, which lands on one chip or on neighbouring chips (ranks are placed on
 chips in order, ``ranks_per_chip`` at a time), so the most frequent and
 latency-critical collectives stay on the fastest links.
 
-Expert parallelism, once MoE lowering exists, will be carved out of DP (as in
-Megatron): an EP group is ``ep`` consecutive DP indices.
+Expert parallelism is carved out of DP x CP, as in Megatron-Core: the MoE layers
+renumber a stage's ``tp*cp*dp`` ranks as (etp fastest, then ep, then edp), so an
+EP group is ``ep`` ranks ``etp`` apart, an expert-TP group ``etp`` consecutive
+ranks, and the expert-data-parallel group (which reduces the experts' gradients)
+the ``tp*cp*dp / (etp*ep)`` ranks ``etp*ep`` apart. With ``etp = tp`` (the
+default) an EP group is ``ep`` consecutive (cp, dp) indices.
 
 Sharded data parallelism (``zero`` 1-3) shards over ``dp_shard`` consecutive DP
 indices (the ``dp_shard`` group, nearest in rank order, so on the scale-up fabric
@@ -25,7 +29,17 @@ from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 
 __all__ = ["GROUP_NAMES", "Layout", "make_layout", "validate"]
 
-GROUP_NAMES: tuple[str, ...] = ("tp", "cp", "dp", "pp", "ep", "dp_shard", "dp_replicate")
+GROUP_NAMES: tuple[str, ...] = (
+    "tp",
+    "cp",
+    "dp",
+    "pp",
+    "ep",
+    "dp_shard",
+    "dp_replicate",
+    "etp",
+    "edp",
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,9 @@ class Layout:
         """Size of the ``dp_replicate`` group: ``dp / dp_shard``."""
         return self.dp // self.shard
 
+    etp: int = 0
+    """Expert tensor parallelism (``parallelism.etp``); 0 means the same as ``tp``."""
+
     @property
     def chunks(self) -> int:
         """Model chunks in all: ``pp x vp``; chunk ``c`` runs on stage ``c % pp``."""
@@ -61,14 +78,21 @@ class Layout:
 
     def __post_init__(self) -> None:
         # Internal consistency only: user input is checked by ``make_layout``.
+        if self.etp == 0:
+            object.__setattr__(self, "etp", self.tp)  # frozen: filled once, here
         if self.tp * self.pp * self.dp * self.cp != self.ranks:
             raise ValueError(f"tp*pp*dp*cp != ranks in {self}")
-        if min(self.tp, self.pp, self.dp, self.cp, self.ep, self.ranks_per_chip) < 1:
+        if min(self.tp, self.pp, self.dp, self.cp, self.ep, self.etp, self.ranks_per_chip) < 1:
             raise ValueError(f"every size must be >= 1 in {self}")
-        if self.dp % self.ep:
-            raise ValueError(f"ep must divide dp in {self}")
         if self.dp_shard < 0 or self.dp % self.shard:
             raise ValueError(f"dp_shard must divide dp in {self}")
+        if self.ranks_per_stage % (self.ep * self.etp):
+            raise ValueError(f"etp*ep must divide tp*cp*dp in {self}")
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: the stage's ranks over etp*ep."""
+        return self.ranks_per_stage // (self.ep * self.etp)
 
     @property
     def chips(self) -> int:
@@ -115,9 +139,11 @@ class Layout:
             "cp": (tp, self.cp),
             "dp": (tpcp, self.dp),
             "pp": (tpcp * self.dp, self.pp),
-            "ep": (tpcp, self.ep),
+            "ep": (self.etp, self.ep),
             "dp_shard": (tpcp, self.shard),
             "dp_replicate": (tpcp * self.shard, self.replicas),
+            "etp": (1, self.etp),
+            "edp": (self.etp * self.ep, self.edp),
         }
         try:
             return table[name]
@@ -127,7 +153,8 @@ class Layout:
     def group(self, name: str, rank: int) -> tuple[int, ...]:
         """The ranks that share every coordinate of ``rank`` but ``name``, in order of it.
 
-        An EP group is the run of ``ep`` consecutive DP indices containing ``rank``.
+        The expert groups (``ep``, ``etp``, ``edp``) follow the MoE numbering of the
+        module doc.
         """
         self._check_rank(rank)
         stride, size = self._stride_size(name)
@@ -141,8 +168,8 @@ class Layout:
     def _index(self, name: str, rank: int) -> int:
         """Position of ``rank`` inside its group along ``name``."""
         stride, size = self._stride_size(name)
-        if name == "ep":
-            return rank // stride % self.dp % self.ep
+        if name in ("ep", "etp", "edp"):
+            return rank % self.ranks_per_stage // stride % size
         if name == "dp_shard":
             return rank // stride % self.dp % self.shard
         if name == "dp_replicate":
@@ -198,11 +225,25 @@ def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
                 dp,
                 f"tp*pp*dp*cp = {tp}*{pp}*{dp}*{cp} = {total} but the cluster has {have}; {hint}",
             )
-    if dp % ep:
+    etp = par.etp if par.etp is not None else tp
+    per_stage = tp * cp * dp
+    if per_stage % etp:
+        raise ScenarioError(
+            "parallelism.etp",
+            etp,
+            f"expert tensor parallelism must divide tp*cp*dp = {tp}*{cp}*{dp} = {per_stage}",
+        )
+    if per_stage % (etp * ep):
+        carved = (
+            f"dp*cp = {dp}*{cp} = {dp * cp}"
+            if etp == tp
+            else (f"tp*cp*dp / etp = {per_stage // etp}")
+        )
         raise ScenarioError(
             "parallelism.ep",
             ep,
-            f"expert parallelism is carved out of data parallelism, so ep must divide dp = {dp}",
+            f"expert parallelism is carved out of data (and context) parallelism, so ep must "
+            f"divide {carved}",
         )
     if par.dp_shard is not None and dp % par.dp_shard:
         raise ScenarioError(
@@ -221,6 +262,7 @@ def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
         ranks_per_chip=ranks_per_chip,
         vp=par.virtual_stages,
         dp_shard=par.dp_shard or 0,
+        etp=etp,
     )
 
 
@@ -233,13 +275,8 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
     """
     tp, pp, cp = layout.tp, layout.pp, layout.cp
     if model.moe is not None:
-        raise ScenarioError(
-            "model",
-            model.name,
-            "MoE lowering is not supported yet; model.moe is catalog data only. "
-            "Choose a dense model",
-        )
-    if layout.ep > 1:
+        _validate_moe(model, par, layout)
+    elif layout.ep > 1:
         raise ScenarioError(
             "parallelism.ep",
             layout.ep,
@@ -300,6 +337,52 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
             "training.seq_len",
             train.seq_len,
             f"must be a multiple of {why} = {seq_multiple}",
+        )
+
+
+def _validate_moe(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> None:
+    moe = model.moe
+    assert moe is not None  # the caller checked
+    ep, etp = layout.ep, layout.etp
+    if ep > moe.experts:
+        raise ScenarioError(
+            "parallelism.ep",
+            ep,
+            f"{model.name} has {moe.experts} experts per layer: ep can be at most that",
+        )
+    if moe.experts % ep:
+        raise ScenarioError(
+            "parallelism.ep",
+            ep,
+            f"{model.name}'s {moe.experts} experts must split evenly over ep; "
+            f"valid ep: {_divisors(moe.experts)}",
+        )
+    if moe.expert_ffn_hidden % etp:
+        raise ScenarioError(
+            "parallelism.etp",
+            etp,
+            f"{model.name}'s expert width {moe.expert_ffn_hidden} is not divisible by etp",
+        )
+    if moe.shared_experts and (moe.shared_experts * moe.expert_ffn_hidden) % layout.tp:
+        raise ScenarioError(
+            "parallelism.tp",
+            layout.tp,
+            f"{model.name}'s shared-expert width is not divisible by tp",
+        )
+    if par.zero >= 2:
+        raise ScenarioError(
+            "parallelism.zero",
+            par.zero,
+            "MoE models are lowered with ZeRO 0 or 1 (the experts' state sharded over their "
+            "expert-data-parallel group); sharding gradients or parameters is not modelled for "
+            "them yet",
+        )
+    if (layout.tp > 1 or etp > 1) and not par.sequence_parallel:
+        raise ScenarioError(
+            "parallelism.sequence_parallel",
+            par.sequence_parallel,
+            "MoE layers with tensor parallelism need sequence parallelism (as Megatron-Core "
+            "requires): each rank routes its own sequence shard",
         )
 
 

@@ -24,17 +24,20 @@ from dataclasses import dataclass
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
-from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.workload.dims import (
     Dims,
     chunk_layers,
+    is_moe_layer,
     make_dims,
     norm_params,
+    optimizer_params,
     stage_layers,
     stage_pieces,
 )
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
+from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
 from clustersim.workload.schedules import get_schedule, peak_in_flight
 from clustersim.workload.sharding import sharded_state
 
@@ -170,6 +173,14 @@ def layer_activation_bytes(dm: Dims, recompute: str) -> int:
     return total
 
 
+def _mlp_activation_bytes(dm: Dims, recompute: str) -> int:
+    """The dense MLP's share of ``layer_activation_bytes``: its norm input, its up
+    projection's input, the gate and up outputs and the down projection's input."""
+    if recompute == "full":
+        return 0
+    return 2 * 2 * dm.sp_tokens * dm.hidden + 2 * dm.tokens * (dm.up_cols + dm.ffn_local)
+
+
 def _head_activation_bytes(dm: Dims) -> int:
     """The last stage's final-norm and LM-head inputs, and the FP32 softmax of the logits."""
     return 2 * 2 * dm.sp_tokens * dm.hidden + 4 * dm.tokens * dm.vocab_local
@@ -193,25 +204,58 @@ class MemoryBreakdown:
 
 
 def memory_per_rank(
-    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout, stage: int
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    stage: int,
+    *,
+    moe: MoECfg | None = None,
+    seed: int = 0,
 ) -> MemoryBreakdown:
-    """HBM bytes one rank of ``stage`` needs (see the module docstring for assumptions)."""
+    """HBM bytes one rank of ``stage`` needs (see the module docstring for assumptions).
+
+    ``moe`` and ``seed`` set MoE layers' token routing: the busiest rank's loads.
+    """
     state = sharded_state(model, par, layout, stage)
+    optimizer = state.optimizer
+    if model.moe is not None:  # the experts' Adam state is sharded over edp, not dp
+        optimizer = float(
+            OPTIMIZER_BYTES_PER_PARAM * optimizer_params(model, layout, stage, par.zero)
+        )
     dm = make_dims(model, par, train, layout)
     n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
     order = get_schedule(par.schedule)(stage, layout.pp, n_mb, layout.vp)
     # What one microbatch's forward of each local chunk leaves in HBM until its backward.
     per_layer = layer_activation_bytes(dm, par.recompute)
-    per_chunk = [len(chunk_layers(model, layout, stage, k)) * per_layer for k in range(layout.vp)]
+    full = layer_activation_bytes(dm, "none")
+    per_moe, moe_full, buffers = per_layer, full, 0
+    if model.moe is not None:
+        route = stage_routing(model, par, train, layout, cfg=moe, seed=seed)
+        # The attention half as in a dense layer; the MoE half replaces the MLP's.
+        attn = per_layer - _mlp_activation_bytes(dm, par.recompute)
+        per_moe = attn + moe_activation_bytes(dm, model.moe, route, par.recompute)
+        moe_full = full - _mlp_activation_bytes(dm, "none")
+        moe_full += moe_activation_bytes(dm, model.moe, route, "none")
+        buffers = dispatch_buffer_bytes(dm, route)
+    per_chunk = [
+        sum(
+            per_moe if is_moe_layer(model, i) else per_layer
+            for i in chunk_layers(model, layout, stage, k)
+        )
+        for k in range(layout.vp)
+    ]
     if stage == layout.pp - 1:
         per_chunk[-1] += _head_activation_bytes(dm)
     held = peak_in_flight(order, per_chunk)
-    # The layer in backward holds everything recompute regenerated for it.
-    transient = layer_activation_bytes(dm, "none") - layer_activation_bytes(dm, par.recompute)
+    # The layer in backward holds everything recompute regenerated for it, and an MoE
+    # layer's all-to-all its send and receive buffers.
+    has_moe = any(is_moe_layer(model, i) for i in stage_layers(model, layout, stage))
+    transient = max(full - per_layer, (moe_full - per_moe + buffers) if has_moe else 0)
     return MemoryBreakdown(
         weights=state.weights,
         grads=state.grads,
-        optimizer=state.optimizer,
+        optimizer=optimizer,
         activations=float(held + transient),
     )
 
@@ -225,14 +269,21 @@ def peak_memory(
 
 
 def _chip_peak(
-    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    route: _Route = (None, 0),
 ) -> tuple[float, int, MemoryBreakdown]:
     """Bytes on the fullest chip, the worst stage on it, and that stage's per-rank breakdown.
 
     Ranks fill chips in order, so a chip may straddle two stages; only chips at
     stage boundaries can differ from a chip inside a stage.
     """
-    per_stage = [memory_per_rank(model, par, train, layout, k) for k in range(layout.pp)]
+    moe, seed = route
+    per_stage = [
+        memory_per_rank(model, par, train, layout, k, moe=moe, seed=seed) for k in range(layout.pp)
+    ]
     rpc, size = layout.ranks_per_chip, layout.ranks_per_stage
     candidates = {c for k in range(layout.pp) for c in (k * size // rpc, k * size // rpc + 1)}
     best = (-1.0, 0, per_stage[0])
@@ -251,6 +302,7 @@ def _chip_peak(
 
 
 Change = tuple[str, ParallelismCfg, Layout]
+_Route = tuple[MoECfg | None, int]  # MoE routing and the seed that draws its skew
 
 
 def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list[Change]:
@@ -271,16 +323,20 @@ def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list
             continue
         size = 2 * getattr(layout, dim)
         new_par = par.model_copy(update={dim: size, "dp": layout.dp // 2})
-        new_layout = Layout(
-            tp=new_par.tp,
-            pp=new_par.pp,
-            dp=layout.dp // 2,
-            cp=layout.cp,
-            ep=1,
-            ranks=layout.ranks,
-            ranks_per_chip=layout.ranks_per_chip,
-            vp=layout.vp,
-        )
+        try:
+            new_layout = Layout(
+                tp=new_par.tp,
+                pp=new_par.pp,
+                dp=layout.dp // 2,
+                cp=layout.cp,
+                ep=layout.ep,
+                ranks=layout.ranks,
+                ranks_per_chip=layout.ranks_per_chip,
+                vp=layout.vp,
+                etp=new_par.etp if new_par.etp is not None else new_par.tp,
+            )
+        except ValueError:  # ep no longer divides what is left of dp x cp
+            continue
         out.append((f"{dim}: {size} (dp: {layout.dp // 2})", new_par, new_layout))
     return out
 
@@ -299,6 +355,9 @@ def check_fits(
     train: TrainingCfg,
     layout: Layout,
     hbm_bytes_per_rank: float,
+    *,
+    moe: MoECfg | None = None,
+    seed: int = 0,
 ) -> None:
     """Raise ``ScenarioError`` at ``parallelism`` if the fullest chip overflows its HBM.
 
@@ -308,7 +367,8 @@ def check_fits(
     """
     rpc = layout.ranks_per_chip
     capacity = hbm_bytes_per_rank * rpc
-    need, stage, mem = _chip_peak(model, par, train, layout)
+    route = (moe, seed)
+    need, stage, mem = _chip_peak(model, par, train, layout, route)
     if need <= capacity:
         return
     parts = ", ".join(
@@ -324,19 +384,25 @@ def check_fits(
     fsdp = fsdp if layout.dp > 1 and par.zero < 3 else []
     for label, p2, l2 in [*_alternatives(model, par, layout), *fsdp]:
         if _valid(model, p2, train, l2):
-            need2 = _chip_peak(model, p2, train, l2)[0]
+            need2 = _chip_peak(model, p2, train, l2, route)[0]
             if need2 <= capacity:
                 fits.append(f"{label} ({need2 / GIB:.1f} GiB)")
     if fits:
         problem += "fits with " + " or ".join(fits)
     else:
-        problem += _combined(model, par, train, layout, capacity)
+        problem += _combined(model, par, train, layout, capacity, route=route)
     value = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp}
     raise ScenarioError("parallelism", value, problem)
 
 
 def _combined(
-    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout, capacity: float
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    capacity: float,
+    *,
+    route: _Route,
 ) -> str:
     """Apply the alternatives one after another until the layout fits."""
     new_par, new_layout = par, layout
@@ -353,7 +419,7 @@ def _combined(
             break
         _, new_par, new_layout = options[0]
         changed = True
-        need = _chip_peak(model, new_par, train, new_layout)[0]
+        need = _chip_peak(model, new_par, train, new_layout, route)[0]
         if need <= capacity:
             text = _describe(par, layout, new_par, new_layout)
             return f"no single change fits; try together: {text} ({need / GIB:.1f} GiB)"

@@ -34,9 +34,16 @@ from collections.abc import Callable
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.work import Work
-from clustersim.scenario.models import ParallelismCfg, TrainingCfg
-from clustersim.workload.dims import chunk_layers, make_dims, stage_layers, stage_pieces
-from clustersim.workload.layers import LayerBlocks
+from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.workload.dims import (
+    EXPERT_PIECES,
+    chunk_layers,
+    make_dims,
+    optimizer_params,
+    stage_layers,
+    stage_pieces,
+)
+from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block
 from clustersim.workload.program import Instr, Kind, Phase, Program
@@ -71,14 +78,21 @@ BucketKey = tuple[int, str]  # (layer, piece)
 
 
 def grad_buckets(
-    model: ModelSpec, layout: Layout, stage: int, bucket_bytes: float
+    model: ModelSpec,
+    layout: Layout,
+    stage: int,
+    bucket_bytes: float,
+    *,
+    experts: bool | None = None,
 ) -> tuple[dict[BucketKey, list[int]], list[int]]:
     """Cut the stage's gradient stream into buckets.
 
     The rank's bf16 gradients, taken in the order the backward completes them,
     are cut into buckets of ``bucket_bytes`` (the last one smaller); a bucket is
     ready when the piece holding its last byte is. Returns the bucket sizes
-    keyed by that piece, and all sizes in order.
+    keyed by that piece, and all sizes in order. ``experts`` keeps only the
+    routed experts' pieces (True: reduced over ``edp``) or only the others
+    (False: over ``dp``), as Megatron-Core keeps two gradient buffers.
     """
     size = max(int(bucket_bytes), 1)
     ready: dict[BucketKey, list[int]] = {}
@@ -86,6 +100,8 @@ def grad_buckets(
     open_bytes = 0
     key: BucketKey = (-1, "")
     for layer, name, params in stage_pieces(model, layout, stage):
+        if experts is not None and (name in EXPERT_PIECES) != experts:
+            continue
         key = (layer, name)
         left = params * ACT_BYTES
         while open_bytes + left >= size:
@@ -107,29 +123,49 @@ def _stamp(out: list[Instr], tpls: tuple[Tpl, ...], layer: int, mb: int) -> None
 
 
 def build_programs(
-    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    *,
+    moe: MoECfg | None = None,
+    seed: int = 0,
 ) -> list[Program]:
-    """One program per pipeline stage; raises ``ScenarioError`` for an invalid layout."""
+    """One program per pipeline stage; raises ``ScenarioError`` for an invalid layout.
+
+    ``moe`` and ``seed`` set the token routing of MoE layers (``workload.moe``).
+    """
     validate(model, par, train, layout)
     # Hundreds of thousands of small acyclic objects: the cyclic collector would
     # rescan them again and again (half the build time) and can free nothing.
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build(model, par, train, layout)
+        return _build(model, par, train, layout, moe=moe, seed=seed)
     finally:
         if enabled:
             gc.enable()
 
 
 def _build(
-    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    *,
+    moe: MoECfg | None,
+    seed: int,
 ) -> list[Program]:
     dm = make_dims(model, par, train, layout)
     n_mb = microbatches(par, train, layout)
     schedule = get_schedule(par.schedule)
     blocks = LayerBlocks(
-        model, dm, precision=train.precision, recompute=par.recompute, attention=par.attention
+        model,
+        dm,
+        precision=train.precision,
+        recompute=par.recompute,
+        attention=par.attention,
+        moe_part=moe_sublayer(model, par, train, layout, cfg=moe, seed=seed),
     )
     embed = embed_block(dm)
     head = head_block(dm)
@@ -148,10 +184,13 @@ def _build(
         emit_at = set(last_b.values())
         if par.zero == 2:
             emit_at = {i for i, (kind, _, _) in enumerate(order) if kind == "B"}
-        dp_on = layout.dp > 1
-        ready, sizes = grad_buckets(model, layout, stage, par.grad_bucket_bytes)
         dp_group = "dp_shard" if par.zero >= 2 else "dp"
-        sync = _GradSync(ready, "reduce_scatter" if par.zero >= 1 else "all_reduce", dp_group)
+        collective = "reduce_scatter" if par.zero >= 1 else "all_reduce"
+        syncs = _grad_syncs(
+            model, layout, stage, par.grad_bucket_bytes, collective=collective, dp_group=dp_group
+        )
+        sync = _Syncs(syncs)
+        dp_on = bool(syncs)
         # Offsets to the stages of the previous and next chunk (the last stage's
         # next chunk, and the first stage's previous one, wrap around).
         prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
@@ -190,37 +229,76 @@ def _build(
                 out.append(_p2p(Kind.SEND, "pp.send.grad", mb, prev, nbytes=p2p_bytes, tag=tag))
         if dp_on:
             out.append(Instr(Kind.WAIT_ASYNC, "dp.wait", Phase.GRAD_SYNC))
-        params = sum(n for _, _, n in stage_pieces(model, layout, stage))
-        if par.zero >= 1:
-            params = -(-params // layout.shard)
+        params = optimizer_params(model, layout, stage, par.zero)
         if dp_on and par.zero >= 2:
             shard_program(prog, model, par, layout, n_mb)
         out.append(Instr(Kind.COMPUTE, "optimizer", Phase.OPTIMIZER, work=_adam(params)))
-        if dp_on and par.zero in (1, 2):
-            for nbytes in sizes:
-                out.append(
-                    Instr(
-                        Kind.COLLECTIVE,
-                        f"{dp_group}.all_gather",
-                        Phase.PARAM_SYNC,
-                        collective="all_gather",
-                        group=dp_group,
-                        nbytes=float(nbytes),
+        if par.zero in (1, 2):
+            for grad_sync in syncs:
+                for nbytes in grad_sync.sizes:
+                    out.append(
+                        Instr(
+                            Kind.COLLECTIVE,
+                            f"{grad_sync.group}.all_gather",
+                            Phase.PARAM_SYNC,
+                            collective="all_gather",
+                            group=grad_sync.group,
+                            nbytes=float(nbytes),
+                        )
                     )
-                )
         programs.append(prog)
     return programs
 
 
+def _grad_syncs(
+    model: ModelSpec,
+    layout: Layout,
+    stage: int,
+    bucket_bytes: float,
+    *,
+    collective: str,
+    dp_group: str,
+) -> list[_GradSync]:
+    """The gradient streams of a stage: over ``dp_group``, and the routed experts'
+    over ``edp`` (MoE models, which ``validate`` keeps to ZeRO 0 and 1)."""
+    out = []
+    moe = model.moe is not None
+    streams = [(dp_group, layout.dp, False if moe else None)]
+    if moe:
+        streams.append(("edp", layout.edp, True))
+    for group, size, experts in streams:
+        if size <= 1:
+            continue
+        ready, sizes = grad_buckets(model, layout, stage, bucket_bytes, experts=experts)
+        out.append(_GradSync(ready, collective, group, sizes))
+    return out
+
+
+class _Syncs:
+    """Emits every gradient stream's buckets that a backward op completes."""
+
+    def __init__(self, syncs: list[_GradSync]) -> None:
+        self.syncs = syncs
+
+    def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
+        for sync in self.syncs:
+            sync.emit(out, layer, mb, pieces)
+
+
 class _GradSync:
-    """Emits the DP gradient buckets that a backward op completes."""
+    """Emits the gradient buckets of one stream that a backward op completes."""
 
     def __init__(
-        self, ready: dict[BucketKey, list[int]], collective: str, group: str = "dp"
+        self,
+        ready: dict[BucketKey, list[int]],
+        collective: str,
+        group: str = "dp",
+        sizes: list[int] | None = None,
     ) -> None:
         self.ready = ready
         self.collective = collective
         self.group = group
+        self.sizes = sizes or []
         self.name = f"{group}.{collective}"
 
     def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:

@@ -170,10 +170,19 @@ def test_seq_len_with_cp_only() -> None:
     _expect("training.seq_len", "multiple of cp = 2", tiny(), **kw)
 
 
-def test_moe_model_rejected() -> None:
+def test_moe_layout_checks() -> None:
     moe = MoESpec(experts=8, top_k=2, expert_ffn_hidden=1024)
-    problem = "MoE lowering is not supported yet; model.moe is catalog data only"
-    _expect("model", problem, tiny(moe=moe))
+    _expect("parallelism.ep", "at most", tiny(moe=moe), tp=1, ep=16)
+    moe6 = MoESpec(experts=6, top_k=2, expert_ffn_hidden=1024)
+    _expect("parallelism.ep", "split evenly", tiny(moe=moe6), tp=1, ep=4)
+    _expect("parallelism.etp", "expert width", tiny(moe=moe), tp=1, etp=3, ranks=48)
+    _expect(
+        "parallelism.sequence_parallel",
+        "sequence parallelism",
+        tiny(moe=moe),
+        tp=2,
+        sequence_parallel=False,
+    )
 
 
 def test_ep_on_dense_model_rejected() -> None:

@@ -1,0 +1,383 @@
+"""Mixture-of-experts layers: token routing, the MoE sublayer's op templates, its memory.
+
+One MoE sublayer on one rank, per microbatch (T_s the rank's tokens: its sequence
+shard under sequence parallelism; h hidden; E experts, k routed per token, E_l =
+E / ep on this rank; f the expert width, f_l = f / etp on this rank):
+
+1. ``mlp.norm``, then the router: the gate matmul (T_s, h, E) and the scoring
+   (softmax over the experts, or DeepSeek-V3's sigmoid normalised over the
+   chosen ones), top-k as k passes of max over the E scores;
+2. ``moe.permute``: the k copies of each token gathered in expert order;
+3. dispatch: an all-to-all over the EP group (``ep``), then under expert TP an
+   all-gather of what arrived over ``etp``;
+4. the experts as grouped GEMMs: E_l matmuls (t, h, 2 f_l) (gate and up, SwiGLU),
+   the activation, E_l matmuls (t, f_l, h), where t is the tokens per local
+   expert, padded up to the kernel's row tile (``ROW_TILE``): few tokens per
+   expert waste the tile, and very few make each matmul latency-bound;
+5. combine: under expert TP a reduce-scatter over ``etp``, then the all-to-all
+   back;
+6. ``moe.unpermute``: the k expert outputs of each token weighted and summed;
+7. shared experts (``moe.shared_experts``), a dense SwiGLU MLP of
+   ``shared_experts * f`` split over TP like the dense MLP, and the residual.
+
+The backward mirrors it: the all-to-alls carry the gradients the other way, the
+grouped GEMMs run dgrad and wgrad. Expert weights' gradients are reduced over
+the expert-data-parallel group (``edp``), the others over ``dp``.
+
+**Token load.** The tokens one EP group routes per microbatch (ep x T_s, each to
+k experts) are spread over the experts by expected counts (no sampling noise):
+
+- ``moe.balanced`` (what published benchmarks force) or ``skew: 0``: N k / E each;
+- ``skew: s``: expert popularity follows a Zipf law of exponent s over a seeded
+  random order of the experts, and no expert takes more than one copy of each
+  token (the excess is spread over the others);
+- ``capacity_factor: c``: each expert keeps at most c N k / E and drops the rest
+  (no compute, no traffic); absent means dropless.
+
+Local experts are contiguous (rank i of the EP group holds experts i E_l ..
+(i+1) E_l - 1, as in Megatron-Core). The stage's program is that of the rank
+whose experts receive the most: it receives and computes the most, and every
+other rank waits for it at the combine all-to-all, so it sets the pace. The
+all-to-alls are lowered as uniform ones whose per-rank buffer is that rank's
+receive volume (at least what each rank sends): exact under balanced routing,
+and under skew the busiest rank's traffic at the cost of overstating the
+others'.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from clustersim.catalog.schema import ModelSpec, MoESpec
+from clustersim.hardware.work import Work
+from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.workload.dims import Dims, make_dims
+from clustersim.workload.layout import Layout
+from clustersim.workload.ops import (
+    _TP,
+    ACT_BYTES,
+    Part,
+    Tpl,
+    _coll,
+    _compute,
+    _Linear,
+    _norm,
+    _residual,
+    _twice,
+    activation_work,
+)
+from clustersim.workload.program import Phase
+
+__all__ = [
+    "ROW_TILE",
+    "Routing",
+    "dispatch_buffer_bytes",
+    "expert_loads",
+    "moe_activation_bytes",
+    "moe_part",
+    "routing",
+    "stage_routing",
+]
+
+ROW_TILE = 128
+"""Token rows a grouped-GEMM kernel computes per tile: each expert's tokens are padded up
+to a multiple of it. 128 is the M tile of CUTLASS's and Transformer Engine's grouped
+GEMMs on Hopper, and the partition count of a NeuronCore's SBUF (arXiv 2412.19437 pads
+DeepSeek-V3's expert GEMMs alike); a modelling choice, not a measured figure."""
+
+
+def expert_loads(experts: int, top_k: int, tokens: float, skew: float, seed: int) -> np.ndarray:
+    """Expected token copies each expert receives when ``tokens`` tokens pick ``top_k`` each.
+
+    Popularity is Zipf with exponent ``skew`` over a random order of the experts
+    drawn from ``seed``; no expert takes more than ``tokens`` (one copy of each).
+    """
+    total = tokens * top_k
+    if skew == 0:
+        return np.full(experts, total / experts)
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, experts + 1, dtype=np.float64) ** skew
+    weights = weights[rng.permutation(experts)]
+    loads = np.zeros(experts)
+    full = np.zeros(experts, dtype=bool)
+    left = total
+    # Water-filling: experts over their cap keep it, the rest share what is left.
+    for _ in range(experts):
+        share = left * np.where(full, 0.0, weights) / weights[~full].sum()
+        over = ~full & (share > tokens)
+        if not over.any():
+            loads[~full] = share[~full]
+            break
+        full |= over
+        loads[over] = tokens
+        left = total - loads[full].sum()
+    return loads
+
+
+@dataclass(frozen=True)
+class Routing:
+    """The representative (busiest) rank's MoE traffic and work, per microbatch and layer.
+
+    ``sent`` and ``received`` are token copies over the EP all-to-all;
+    ``expert_rows`` the padded rows of each local expert's GEMM after the expert-TP
+    gather (their mean over the local experts); ``kept`` the fraction of routed
+    copies not dropped by the capacity factor, over the whole EP group.
+    """
+
+    sent: float
+    received: float
+    expert_rows: int
+    local_experts: int
+    kept: float = 1.0
+
+    @property
+    def a2a_tokens(self) -> float:
+        """Token copies in the uniform all-to-all's per-rank buffer (module doc)."""
+        return max(self.sent, self.received)
+
+
+def routing(
+    moe: MoESpec,
+    tokens_per_rank: int,
+    layout: Layout,
+    cfg: MoECfg | None = None,
+    seed: int = 0,
+) -> Routing:
+    """Token loads of the busiest rank of an EP group (see the module doc)."""
+    cfg = cfg if cfg is not None else MoECfg()
+    ep, etp, e = layout.ep, layout.etp, moe.experts
+    local = e // ep
+    n = tokens_per_rank * ep  # tokens the EP group routes
+    skew = 0.0 if cfg.balanced else cfg.skew
+    loads = expert_loads(e, moe.top_k, n, skew, seed)
+    routed = loads.sum()
+    if cfg.capacity_factor is not None:
+        loads = np.minimum(loads, cfg.capacity_factor * n * moe.top_k / e)
+    kept = float(loads.sum() / routed) if routed > 0 else 1.0
+    per_rank = loads.reshape(ep, local)
+    busiest = int(np.argmax(per_rank.sum(axis=1)))
+    mine = per_rank[busiest] * etp  # the expert-TP gather stacks the etp peers' tokens
+    padded = np.ceil(mine / ROW_TILE) * ROW_TILE
+    rows = math.ceil(float(padded.sum()) / local) if padded.sum() > 0 else 0
+    return Routing(
+        sent=float(tokens_per_rank * moe.top_k * kept),
+        received=float(per_rank[busiest].sum()),
+        expert_rows=rows,
+        local_experts=local,
+        kept=kept,
+    )
+
+
+def stage_routing(
+    model: ModelSpec,
+    par: ParallelismCfg,
+    train: TrainingCfg,
+    layout: Layout,
+    *,
+    cfg: MoECfg | None = None,
+    seed: int = 0,
+) -> Routing:
+    """:func:`routing` for the tokens one rank routes per microbatch."""
+    assert model.moe is not None  # callers check
+    dm = make_dims(model, par, train, layout)
+    return routing(model.moe, dm.sp_tokens, layout, cfg, seed)
+
+
+def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
+    """The MoE sublayer's templates (see the module doc)."""
+    Ts, h, e, k = dm.sp_tokens, dm.hidden, moe.experts, moe.top_k
+    tp = _TP(dm)
+    norm = _norm(dm, Ts)
+    residual = _residual(Ts, h)
+    gate = _Linear.of(Ts, h, e, "bf16" if precision == "fp8" else precision)
+    scores = Ts * e
+    if moe.scoring == "softmax":  # exp, then row max and row sum
+        score_work = Work(scalar_ops=float(scores), vector_ops=float((2 + k) * scores))
+    else:  # sigmoid, top-k, then the chosen scores normalised
+        score_work = Work(scalar_ops=float(scores), vector_ops=float((1 + k) * scores + 2 * Ts * k))
+    score_work = Work(
+        scalar_ops=score_work.scalar_ops,
+        vector_ops=score_work.vector_ops,
+        hbm_bytes=float(4 * scores * 2),  # FP32 scores written and read back
+    )
+    copies = route.sent * h
+    permute = Work(vector_ops=float(copies), hbm_bytes=float(2 * ACT_BYTES * copies))
+    unpermute = Work(vector_ops=float(2 * copies), hbm_bytes=float(ACT_BYTES * (copies + Ts * h)))
+    a2a = float(route.a2a_tokens * h * ACT_BYTES)
+    etp = dm.etp
+    gathered = float(route.received * etp * h * ACT_BYTES)
+    t, n_e = route.expert_rows, route.local_experts
+    f_l = moe.expert_ffn_hidden // etp
+    up_cols = (2 if dm.swiglu else 1) * f_l
+    up = _grouped(t, h, up_cols, n_e, precision)
+    down = _grouped(t, f_l, h, n_e, precision)
+    act = activation_work(t * n_e * f_l, dm.swiglu)
+    ep_on, etp_on = route.local_experts < e, etp > 1
+    shared = _shared(dm, moe, precision)
+
+    def forward(phase: str) -> list[Tpl]:
+        out = [
+            _compute("mlp.norm", phase, norm),
+            _compute("moe.router", phase, gate.fwd),
+            _compute("moe.router.scores", phase, score_work),
+            _compute("moe.permute", phase, permute),
+        ]
+        if ep_on:
+            out.append(_coll("ep", "all_to_all", phase, a2a, ".dispatch"))
+        if etp_on:
+            out.append(_coll("etp", "all_gather", phase, gathered))
+        out += [
+            _compute("moe.experts.up", phase, up.fwd),
+            _compute("moe.experts.act", phase, act),
+            _compute("moe.experts.down", phase, down.fwd),
+        ]
+        if etp_on:
+            out.append(_coll("etp", "reduce_scatter", phase, gathered))
+        if ep_on:
+            out.append(_coll("ep", "all_to_all", phase, a2a, ".combine"))
+        out.append(_compute("moe.unpermute", phase, unpermute))
+        if shared is not None:
+            s_up, s_act, s_down = shared
+            out += [
+                *tp.enter_fwd(phase),
+                _compute("moe.shared.up", phase, s_up.fwd),
+                _compute("moe.shared.act", phase, s_act),
+                _compute("moe.shared.down", phase, s_down.fwd),
+                *tp.exit_fwd(phase),
+            ]
+        out.append(_compute("mlp.residual", phase, residual))
+        return out
+
+    B = Phase.BACKWARD
+    bwd: list[Tpl] = []
+    ready: dict[int, tuple[str, ...]] = {}
+
+    def mark(piece: str) -> None:
+        ready[len(bwd) - 1] = (piece,)
+
+    bwd.append(_compute("mlp.residual", B, _twice(residual)))
+    if shared is not None:
+        s_up, s_act, s_down = shared
+        bwd += [
+            *tp.exit_bwd(),
+            _compute("moe.shared.down.dgrad", B, s_down.dgrad),
+            _compute("moe.shared.down.wgrad", B, s_down.wgrad),
+        ]
+        mark("moe.shared.down")
+        bwd += [
+            _compute("moe.shared.act", B, _twice(s_act)),
+            _compute("moe.shared.up.dgrad", B, s_up.dgrad),
+            _compute("moe.shared.up.wgrad", B, s_up.wgrad),
+        ]
+        mark("moe.shared.up")
+        bwd += tp.enter_bwd()
+    bwd.append(_compute("moe.unpermute", B, _twice(unpermute)))
+    if ep_on:
+        bwd.append(_coll("ep", "all_to_all", B, a2a, ".combine"))
+    if etp_on:
+        bwd.append(_coll("etp", "all_gather", B, gathered))
+    bwd += [
+        _compute("moe.experts.down.dgrad", B, down.dgrad),
+        _compute("moe.experts.down.wgrad", B, down.wgrad),
+    ]
+    mark("moe.experts.down")
+    bwd += [
+        _compute("moe.experts.act", B, _twice(act)),
+        _compute("moe.experts.up.dgrad", B, up.dgrad),
+        _compute("moe.experts.up.wgrad", B, up.wgrad),
+    ]
+    mark("moe.experts.up")
+    if etp_on:
+        bwd.append(_coll("etp", "reduce_scatter", B, gathered))
+    if ep_on:
+        bwd.append(_coll("ep", "all_to_all", B, a2a, ".dispatch"))
+    bwd += [
+        _compute("moe.permute", B, _twice(permute)),
+        _compute("moe.router.scores", B, _twice(score_work)),
+        _compute("moe.router.dgrad", B, gate.dgrad),
+        _compute("moe.router.wgrad", B, gate.wgrad),
+    ]
+    mark("moe.router")
+    bwd.append(_compute("mlp.norm", B, _twice(norm)))
+    mark("mlp.norm")
+    return Part(forward, tuple(bwd), ready)
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    fwd: Work
+    dgrad: Work
+    wgrad: Work
+
+
+def _grouped(t: int, k: int, n: int, experts: int, precision: str) -> _Grouped:
+    """A grouped GEMM: ``experts`` matmuls (t, k, n), as one op per pass."""
+    op = 1 if precision == "fp8" else ACT_BYTES
+    rows = t * experts
+    w = k * n * experts
+    return _Grouped(
+        fwd=Work(
+            (t, k, n),
+            experts,
+            precision,
+            hbm_bytes=float(op * (rows * k + w) + ACT_BYTES * rows * n),
+        ),
+        dgrad=Work(
+            (t, n, k),
+            experts,
+            precision,
+            hbm_bytes=float(op * (rows * n + w) + ACT_BYTES * rows * k),
+        ),
+        wgrad=Work(
+            (k, t, n),
+            experts,
+            precision,
+            hbm_bytes=float(op * (rows * k + rows * n) + 2 * ACT_BYTES * w),
+        ),
+    )
+
+
+def _shared(dm: Dims, moe: MoESpec, precision: str) -> tuple[_Linear, Work, _Linear] | None:
+    if not moe.shared_experts:
+        return None
+    T = dm.tokens
+    fs = moe.shared_experts * moe.expert_ffn_hidden // dm.tp
+    up_cols = (2 if dm.swiglu else 1) * fs
+    return (
+        _Linear.of(T, dm.hidden, up_cols, precision),
+        activation_work(T * fs, dm.swiglu),
+        _Linear.of(T, fs, dm.hidden, precision),
+    )
+
+
+def moe_activation_bytes(dm: Dims, moe: MoESpec, route: Routing, recompute: str) -> int:
+    """Bytes one MoE sublayer keeps for its backward, per microbatch, on one rank.
+
+    The norm's input and output (2 x 2*T_s*h), the FP32 router scores (4*T_s*E),
+    the experts' input rows, their gate-and-up outputs and the down-projection's
+    input (2*R*(h + 2 f_l + f_l) for R padded rows), the k expert outputs of each
+    token for the weighted sum's backward (2*T_s*k*h), and the shared experts'
+    like a dense MLP. Full recompute keeps none of it (the caller counts the
+    layer's input).
+    """
+    if recompute == "full":
+        return 0
+    Ts, h = dm.sp_tokens, dm.hidden
+    etp = dm.etp
+    f_l = moe.expert_ffn_hidden // etp
+    rows = route.expert_rows * route.local_experts
+    up = (2 if dm.swiglu else 1) * f_l
+    total = 2 * 2 * Ts * h + 4 * Ts * moe.experts + 2 * rows * (h + up + f_l)
+    total += int(2 * route.sent * h)
+    if moe.shared_experts:
+        fs = moe.shared_experts * moe.expert_ffn_hidden // dm.tp
+        total += 2 * dm.tokens * ((2 if dm.swiglu else 1) * fs + fs)
+    return total
+
+
+def dispatch_buffer_bytes(dm: Dims, route: Routing) -> int:
+    """The all-to-all's send and receive buffers of the layer in flight (transient)."""
+    return int(2 * route.a2a_tokens * dm.hidden * ACT_BYTES)
