@@ -123,6 +123,11 @@ def _run(args: argparse.Namespace) -> int:
     frame = result.trace_frame() if sc.output.trace else None
     if frame is not None:
         write_parquet(out / "trace.parquet", frame)
+    engines = result.engine_frame() if sc.output.trace else None
+    if engines is not None:
+        from clustersim.trace.engines import ENGINE_TABLE
+
+        write_parquet(out / ENGINE_TABLE, engines)
     injections = injection_frame(summary)
     if injections is not None:
         write_parquet(out / "injections.parquet", injections)
@@ -139,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_report:
         from clustersim.report import RunData, write_report
 
-        data = RunData(summary, resolved, resolved_yaml, frame, links=links)
+        data = RunData(summary, resolved, resolved_yaml, frame, links=links, engines=engines)
         # A report page needs a finished step; the trace shows where the step failed.
         html = sc.output.html and not failed
         write_report(data, out, html=html, chrome=frame is not None)

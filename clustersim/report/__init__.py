@@ -31,6 +31,7 @@ _LINKED_FILES = (
     "trace.json",
     "trace.parquet",
     "links.parquet",
+    "engines.parquet",
     "resolved_scenario.yaml",
 )
 # Modules whose ``@figure``/``@comparison_figure`` functions make up the reports, in
@@ -39,6 +40,7 @@ FIGURE_MODULES: tuple[str, ...] = (
     "clustersim.report.figures",
     "clustersim.report.topology",
     "clustersim.report.reliability",
+    "clustersim.report.engines",
     "clustersim.report.compare",
 )
 
@@ -91,6 +93,7 @@ def write_report(
             },
             injections=injections,
             step_failed=failed,
+            engines=data.engines,
         )
         written.append(info.path)
         trace_note = (

@@ -47,6 +47,8 @@ class RunData:
     source: Path | None = None  # the directory it was loaded from, if any
     custom_label: str = ""  # how comparison reports name this run (default: its name)
     links: pd.DataFrame | None = None
+    engines: pd.DataFrame | None = None
+    """The engine model's chunks (``engines.parquet``), with ``chip_model: engines``."""
     _exposure: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     @property
@@ -133,7 +135,14 @@ def load_run(directory: Path, *, trace: bool = True) -> RunData:
         frame = pd.read_parquet(tpath)
         for col in ("resource", "op", "phase"):
             frame[col] = frame[col].astype("category")
-    return RunData(summary, resolved, resolved_yaml, frame, directory, links=_load_links(directory))
+    engines = None
+    epath = directory / "engines.parquet"
+    if trace and epath.is_file():
+        engines = pd.read_parquet(epath)
+    return RunData(
+        summary, resolved, resolved_yaml, frame, directory, links=_load_links(directory),
+        engines=engines,
+    )  # fmt: skip
 
 
 def _load_links(directory: Path) -> pd.DataFrame | None:

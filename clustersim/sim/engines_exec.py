@@ -55,7 +55,9 @@ class SegmentRun:
     ``op_end_s`` is when each op finished (non-decreasing); ``busy_s`` the seconds
     each engine of ``ENGINE_NAMES`` worked, then HBM (bytes over the rank's share);
     the chunk columns (``chunk_engine``, ``chunk_op``, ``chunk_start_s``,
-    ``chunk_end_s``) are each chunk's hold of its engine, for the trace.
+    ``chunk_end_s``) are each chunk's hold of its engine, for the trace, and
+    ``chunk_busy_s`` the part of it the engine worked (the rest it waited for
+    upstream tiles).
     """
 
     total_s: float
@@ -65,6 +67,7 @@ class SegmentRun:
     chunk_op: np.ndarray
     chunk_start_s: np.ndarray
     chunk_end_s: np.ndarray
+    chunk_busy_s: np.ndarray
     events: int
 
 
@@ -118,6 +121,7 @@ def run_segment(
     rec_op: list[int] = []
     rec_start: list[float] = []
     rec_end: list[float] = []
+    rec_busy: list[float] = []
     sbuf = _prefetchable(ops, sbuf_bytes)
 
     def later(event: simpy.Event, delay: float) -> None:
@@ -187,6 +191,7 @@ def run_segment(
             rec_op.append(i)
             rec_start.append(start)
             rec_end.append(env.now)
+            rec_busy.append(work)
 
     def op_proc(i: int) -> Generator[simpy.Event, Any, None]:
         op = ops[i]
@@ -217,6 +222,7 @@ def run_segment(
         np.asarray(rec_op, dtype=np.int32),
         np.asarray(rec_start),
         np.asarray(rec_end),
+        np.asarray(rec_busy),
         next(env._eid),  # SimPy's event counter: the events this run scheduled
     )
 

@@ -80,6 +80,19 @@ class Result:
             failed_at_s=failed["at_s"] if failed else None,
         )
 
+    def engine_frame(self) -> pd.DataFrame | None:
+        """With the engine model: each engine's chunks of tiles on the first rank of each
+        stage in the first step (columns in :data:`clustersim.trace.engines.ENGINE_COLUMNS`)."""
+        from clustersim.sim.tracing import engine_frame
+
+        return engine_frame(
+            self.sim,
+            self.compiled,
+            self.plan.layout,
+            lnc=self.plan.chip.lnc,
+            ranks_per_chip=self.plan.resolved.ranks_per_chip,
+        )
+
     @property
     def network(self) -> Network:
         """The simulated network: its topology and per-link statistics over the run."""

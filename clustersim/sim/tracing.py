@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from clustersim.sim.engine import CompiledProgram, StepSim
     from clustersim.workload import Layout
 
-__all__ = ["trace_frame"]
+__all__ = ["MAX_ENGINE_ROWS", "engine_frame", "trace_frame"]
+
+MAX_ENGINE_ROWS = 200_000
+"""Engine chunks kept for the trace: the earliest of the first step, past this many."""
 
 
 def trace_frame(
@@ -72,3 +75,80 @@ def trace_frame(
     if failed_at_s is not None:  # keep the ops that finished before the step failed
         frame = frame[frame["end_s"].le(failed_at_s)].reset_index(drop=True)
     return frame
+
+
+def engine_frame(
+    sim: StepSim,
+    compiled_programs: list[CompiledProgram],
+    layout: Layout,
+    *,
+    lnc: int,
+    ranks_per_chip: int,
+) -> pd.DataFrame | None:
+    """The engine model's chunks on the first simulated rank of each stage, first step.
+
+    One row per chunk of tiles an engine held: rank, chip, core (the rank's first),
+    engine, op, layer, microbatch, phase, start_s, end_s, busy_s (the engine's working
+    time within the chunk). None with the roofline model.
+    """
+    import pandas as pd
+
+    from clustersim.hardware.tiles import ENGINE_NAMES
+
+    if not any(c.engine_runs for c in compiled_programs):
+        return None
+    rpc = ranks_per_chip
+    seen: set[int] = set()
+    parts: list[dict[str, np.ndarray]] = []
+    rows = 0
+    for pos, rank in enumerate(sim.ranks):
+        stage = layout.stage(rank)
+        if stage in seen:
+            continue
+        seen.add(stage)
+        compiled = compiled_programs[stage]
+        for j, (seg, run) in enumerate(zip(compiled.segments, compiled.engine_runs, strict=True)):
+            t0 = float(sim.seg_start[pos][j])
+            if run is None or not run.chunk_op.size or not np.isfinite(t0):
+                continue
+            idx = seg.i0 + run.chunk_op.astype(np.int64)
+            parts.append(
+                {
+                    "rank": np.full(idx.size, rank, dtype=np.int64),
+                    "engine": run.chunk_engine.astype(np.int64),
+                    "instr": idx,
+                    "start_s": t0 + run.chunk_start_s,
+                    "end_s": t0 + run.chunk_end_s,
+                    "busy_s": run.chunk_busy_s,
+                }
+            )
+            rows += idx.size
+            if rows >= MAX_ENGINE_ROWS:
+                break
+        if rows >= MAX_ENGINE_ROWS:
+            break
+    if not parts:
+        return None
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    order = np.argsort(cols["start_s"], kind="stable")[:MAX_ENGINE_ROWS]
+    cols = {k: v[order] for k, v in cols.items()}
+    rank_col = cols["rank"]
+    stage_of = np.array([layout.stage(int(r)) for r in rank_col.tolist()], dtype=np.int64)
+    pairs = zip(stage_of.tolist(), cols["instr"].tolist(), strict=True)
+    ins = [compiled_programs[s].program.instrs[i] for s, i in pairs]
+    engine_names = np.asarray(ENGINE_NAMES, dtype=object)[cols["engine"]]
+    return pd.DataFrame(
+        {
+            "rank": rank_col,
+            "chip": rank_col // rpc,
+            "core": (rank_col % rpc) * lnc,
+            "engine": pd.Categorical(engine_names, categories=list(ENGINE_NAMES)),
+            "op": pd.Categorical([i.name for i in ins]),
+            "layer": np.array([i.layer for i in ins], dtype=np.int32),
+            "microbatch": np.array([i.microbatch for i in ins], dtype=np.int32),
+            "phase": pd.Categorical([i.phase for i in ins]),
+            "start_s": cols["start_s"],
+            "end_s": cols["end_s"],
+            "busy_s": cols["busy_s"],
+        }
+    )

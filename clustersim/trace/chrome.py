@@ -460,18 +460,27 @@ def write_chrome_trace(
     other: Mapping[str, Any] | None = None,
     injections: Sequence[Mapping[str, Any]] = (),
     step_failed: Mapping[str, Any] | None = None,
+    engines: pd.DataFrame | None = None,
 ) -> ChromeTraceInfo:
     """Write ``frame`` (the op-level trace) as Chrome Trace Event JSON to ``path``, atomically.
 
     ``injections`` and ``step_failed`` are the summary's records of ``failures.inject``;
-    they are drawn on a ``failures`` process whatever the event cap.
+    they are drawn on a ``failures`` process whatever the event cap. ``engines`` (the
+    engine model's chunks, :mod:`clustersim.trace.engines`) adds a thread per engine
+    of the representative cores, within a quarter of ``max_events``.
     """
     max_events = max(int(max_events), 100)
     rows_total = len(frame)
     per_rank = frame["rank"].value_counts()
     traced = [int(r) for r in per_rank.index]
     picked = representative_ranks(layout, max(1, max_ranks), traced)
-    op_budget = int(max_events * _OP_SHARE)
+    engine_events: list[str] = []
+    cut_e = False
+    if engines is not None and len(engines):
+        from clustersim.trace.engines import engine_trace_events
+
+        engine_events, cut_e = engine_trace_events(engines, max_events // 4)
+    op_budget = int((max_events - len(engine_events)) * _OP_SHARE)
     shown: list[int] = []
     used = 0
     for rank in picked:
@@ -492,6 +501,7 @@ def write_chrome_trace(
     events += injection_events(injections, step_failed, steps_pid + 1)
     events += _step_events(sub, steps_pid) if len(sub) else []
     events += _x_events(sub, tids) if len(sub) else []
+    events += engine_events
     left = max_events - len(events)
     flows, cut_f = _flow_events(sub, tids, layout, left // 2) if len(sub) else ([], False)
     events += flows
@@ -501,7 +511,7 @@ def write_chrome_trace(
         else ([], False)
     )
     events += counters
-    capped = capped or cut_f or cut_c
+    capped = capped or cut_f or cut_c or cut_e
     note = (
         f"showing {len(shown)} of {len(traced)} traced ranks ({layout.ranks} in the run; "
         f"{len(sub):,} of {rows_total:,} ops)"
@@ -519,6 +529,7 @@ def write_chrome_trace(
         "max_events": max_events,
         "max_ranks": max_ranks,
         "capped": capped,
+        "engine_chunks_shown": sum(1 for e in engine_events if '"ph":"X"' in e),
         "note": note,
         **(other or {}),
     }

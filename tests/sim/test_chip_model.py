@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from clustersim.cli import main
 from clustersim.cli_args import build_parser
+from clustersim.trace.engines import ENGINE_COLUMNS
 
 ENGINE_KEYS = {"tensor", "vector", "scalar", "gpsimd", "dma", "hbm"}
 
@@ -79,3 +81,24 @@ def test_every_simulating_command_has_the_flag(command: str) -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     options = {o for a in sub.choices[command]._actions for o in a.option_strings}  # type: ignore[attr-defined]
     assert "--chip-model" in options
+
+
+def test_engine_model_outputs_tracks_and_figure(tiny_yaml: Path, tmp_path: Path) -> None:
+    out = tmp_path / "eng"
+    assert (
+        main(["run", str(tiny_yaml), "--out", str(out), "--quiet", "--chip-model", "engines"]) == 0
+    )
+    engines = pd.read_parquet(out / "engines.parquet")
+    assert set(engines.columns) == set(ENGINE_COLUMNS)
+    assert (engines["end_s"] >= engines["start_s"]).all()
+    assert (engines["busy_s"] <= engines["end_s"] - engines["start_s"] + 1e-12).all()
+    trace = json.loads((out / "trace.json").read_text())
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {f"rank 0 core 0: {e} tiles" for e in ("tensor", "vector", "dma")} <= threads
+    chunks = [e for e in trace["traceEvents"] if e.get("cat") == "engine"]
+    assert len(chunks) == trace["otherData"]["engine_chunks_shown"] > 0
+    assert (out / "engines.png").is_file()
+    assert "Engine utilisation" in (out / "report.html").read_text()
+    (out / "engines.png").unlink()
+    assert main(["report", str(out)]) == 0  # rebuilt from the directory
+    assert (out / "engines.png").is_file()
