@@ -32,7 +32,8 @@ def test_run_writes_every_figure(tiny_run: Path) -> None:
     names = [spec.name for spec in FIGURES]
     assert {"timeline", "utilisation", "breakdown", "memory", "cost"} <= set(names)
     assert len(names) == len(set(names))
-    conditional = {"reliability"}  # drawn only for runs with a failures section
+    # drawn only for runs with a failures section, and with chip_model: engines
+    conditional = {"reliability", "engines"}
     for spec in FIGURES:
         if spec.name in conditional:
             assert not (tiny_run / f"{spec.name}.png").exists()

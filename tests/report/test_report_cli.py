@@ -15,7 +15,7 @@ from clustersim.report.figures import FIGURES
 def test_run_writes_trace_figures_and_report(tiny_run: Path) -> None:
     names = {p.name for p in tiny_run.iterdir()}
     expected = {"summary.json", "trace.parquet", "trace.json", "report.html"}
-    conditional = {"reliability"}  # drawn only for runs with a failures section
+    conditional = {"reliability", "engines"}  # failures section; chip_model: engines
     assert expected | {f"{s.name}.png" for s in FIGURES if s.name not in conditional} <= names
     assert not [n for n in names if n.startswith(".")]  # no temporary files left
     # summary.json is written last: it marks a complete result directory.
