@@ -60,6 +60,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clustersim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `clustersim ... | head`: the reader has all it wants
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not fail again
+        return 141  # 128 + SIGPIPE, as a command killed by the signal exits
     except Exception as exc:  # a bug, not bad input: say so, keep the details reachable
         if os.environ.get("CLUSTERSIM_DEBUG"):
             traceback.print_exc()
@@ -402,6 +406,8 @@ def _collective(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from clustersim.errors import MISSING
+    from clustersim.names import check
+    from clustersim.network.collectives import OPS, algorithm_names
     from clustersim.network.microbench import run_collective, size_sweep
     from clustersim.terminal import console
     from clustersim.units import UnitError, format_bytes, parse_bytes
@@ -417,6 +423,8 @@ def _collective(args: argparse.Namespace) -> int:
     def integer(option: str, text: str | None) -> int | None:
         return None if text is None else int(parse(option, text, int))
 
+    op = check("--op", args.op, OPS, "unknown collective")  # all-reduce reads as all_reduce
+    algorithm = check("--algorithm", args.algorithm, algorithm_names(op), f"not one for {op}")
     try:
         sizes = [parse("--size", s, parse_bytes) for s in args.sizes]
         if args.min_size is not None or args.max_size is not None:
@@ -426,8 +434,8 @@ def _collective(args: argparse.Namespace) -> int:
         if not sizes:
             raise ScenarioError("--size", MISSING, "give at least one --size, or --min and --max")
         rows = run_collective(
-            args.instance, integer("--count", args.count) or 0, args.op, sizes,
-            algorithm=args.algorithm, ranks=integer("--ranks", args.ranks),
+            args.instance, integer("--count", args.count) or 0, op, sizes,
+            algorithm=algorithm, ranks=integer("--ranks", args.ranks),
             lnc=integer("--lnc", args.lnc), chip_model=args.chip_model or "roofline",
         )  # fmt: skip
     except ScenarioError as exc:
@@ -439,7 +447,7 @@ def _collective(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     first = rows[0]
-    title = f"{args.op} on {args.count} x {args.instance}, {first['ranks']} ranks"
+    title = f"{op} on {args.count} x {args.instance}, {first['ranks']} ranks"
     t = Table(title=title, title_justify="left")
     for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         t.add_column(col, justify="right")

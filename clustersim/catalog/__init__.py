@@ -8,6 +8,7 @@ catalog entry before validation, which is how a scenario changes any field.
 from __future__ import annotations
 
 import difflib
+import re
 from functools import cache
 from importlib import resources
 from types import UnionType
@@ -19,6 +20,7 @@ from pydantic_core import ErrorDetails
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.errors import MISSING, CatalogError, ScenarioError
+from clustersim.names import closest
 
 __all__ = [
     "KINDS",
@@ -89,6 +91,11 @@ def pydantic_error(exc: ValidationError, prefix: str) -> ScenarioError:
         problem = " or ".join(
             [problem, *(a.removeprefix("Input should be ") for a in alternatives)]
         )
+    if err["type"] == "literal_error" and isinstance(value, str):
+        expected = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        near = closest(value, expected)
+        if near is not None:
+            problem += f"; did you mean {near!r}?"
     parts = [_part(p) for p in loc]
     path = ".".join([prefix, *parts] if prefix else parts)
     if err["type"] == "extra_forbidden":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Bytes, Strict
+from clustersim.names import canonical_value
 from clustersim.scenario.failures import FailuresCfg
 from clustersim.scenario.moe import MoECfg
 
@@ -50,6 +51,24 @@ class ClusterCfg(Strict):
     # relative to the scenario file (clustersim.sim.fabric).
     fabric_file: str | None = Field(default=None, min_length=1, max_length=4096)
 
+    @field_validator("collectives", mode="before")
+    @classmethod
+    def _canonical_collectives(cls, value: Any) -> Any:
+        """``all-reduce: halving-doubling`` reads as ``all_reduce: halving_doubling``; the
+        names are checked against the algorithm registry when the run is planned."""
+        if not isinstance(value, dict):
+            return value
+        out: dict[Any, Any] = {}
+        for key, name in value.items():
+            op = canonical_value(key)
+            if op in out:
+                raise ValueError(f"{key!r} names the same collective as another key ({op})")
+            out[op] = canonical_value(name)
+        return out
+
+
+PricingMode = Literal["on_demand", "reserved", "capacity_block", "owned"]
+"""``cost.pricing``; typed with hyphens or in any case, it reads as one of these."""
 
 FSDP_UNITS: tuple[str, ...] = ("layer", "stage")
 """What one FSDP unit gathers: a transformer block (the embedding and the LM head are
@@ -95,7 +114,7 @@ class ParallelismCfg(Strict):
     # Expert tensor parallelism: the experts' own TP degree (absent: the same as tp).
     etp: int | None = Field(default=None, ge=1, le=1_000_000)
     microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
-    schedule: Literal["1f1b", "gpipe"] = "1f1b"
+    schedule: Annotated[Literal["1f1b", "gpipe"], BeforeValidator(canonical_value)] = "1f1b"
     # Model chunks per stage: 2 or more cuts the layers into pp x virtual_stages chunks,
     # dealt round-robin to the stages (interleaved 1F1B with schedule 1f1b).
     virtual_stages: int = Field(default=1, ge=1, le=1024)
@@ -131,7 +150,10 @@ class CostCfg(Strict):
     ``usd_per_kwh`` also set the energy figures of every mode.
     """
 
-    pricing: Literal["on_demand", "reserved", "capacity_block", "owned"] = "on_demand"
+    pricing: Annotated[
+        Literal["on_demand", "reserved", "capacity_block", "owned"],
+        BeforeValidator(canonical_value),
+    ] = "on_demand"
     usd_per_instance_hour: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
     capex_usd_per_instance: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
     amortization_years: float | None = Field(default=None, gt=0, le=50, allow_inf_nan=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -17,7 +17,8 @@ from clustersim.failures.studies import add_reliability
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.engines import EngineChip
 from clustersim.hardware.tiles import ENGINE_NAMES, TiledOp
-from clustersim.network import Network, algorithm
+from clustersim.names import check
+from clustersim.network import OPS, Network, algorithm_names
 from clustersim.network.custom import GraphTopology
 from clustersim.network.registry import check_fabrics
 from clustersim.scenario import Resolved
@@ -61,6 +62,18 @@ def check_chip_model(res: Resolved) -> None:
         )
 
 
+def check_collectives(collectives: Mapping[str, str]) -> None:
+    """A ScenarioError naming ``cluster.collectives.<op>`` for an unknown collective or
+    algorithm, with the closest valid name (the names are canonical already)."""
+    for op, name in collectives.items():
+        check("cluster.collectives", op, OPS, "unknown collective")
+        valid = algorithm_names(op)
+        if name not in valid:
+            known = any(name in algorithm_names(other) for other in OPS)
+            problem = f"algorithm does not implement {op}" if known else "unknown algorithm"
+            check(f"cluster.collectives.{op}", name, valid, problem)
+
+
 def plan(
     res: Resolved, *, check_memory: bool = True, limits: Limits | None = None, folded: bool = False
 ) -> Plan:
@@ -74,8 +87,7 @@ def plan(
     validate(res.model, sc.parallelism, sc.training, layout)
     if limits is not None:
         check_work(res, layout.dp, limits, folded=folded)
-    for op, name in sc.cluster.collectives.items():
-        algorithm(name, op)  # a ScenarioError naming cluster.collectives.<op> if unknown
+    check_collectives(sc.cluster.collectives)
     if sc.cluster.fabric_file is None:
         check_fabrics(res.instance, sc.cluster.count)
     else:
