@@ -54,7 +54,7 @@ def search_table(result: SearchResult, top: int) -> Table:
         caption="~ estimate (not simulated)",
         caption_justify="left",
     )
-    for name in ("#", "tp", "pp", "dp", "cp", "zero", "mb"):
+    for name in ("#", "tp", "pp", "dp", "cp", "zero", "shard", "mb"):
         table.add_column(name, justify="right", no_wrap=True)
     for name in ("recomp", "sched"):
         table.add_column(name, no_wrap=True)
@@ -70,6 +70,7 @@ def search_table(result: SearchResult, top: int) -> Table:
             str(row["dp"]),
             str(row["cp"]),
             str(row["zero"]),
+            str(row["dp_shard"]),
             str(row["microbatch_size"]),
             _RECOMPUTE.get(str(row["recompute"]), str(row["recompute"])),
             str(row["schedule"]),

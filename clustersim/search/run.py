@@ -123,6 +123,7 @@ def search(
         ranks=res.ranks,
         ranks_per_chip=res.ranks_per_chip,
         hbm_bytes_per_chip=res.chip.hbm_bytes,
+        domain_ranks=net.chips_per_instance * net.instances_per_domain * res.ranks_per_chip,
     )
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens = sc.training.global_batch_size * sc.training.seq_len
@@ -250,6 +251,7 @@ def _order(row: dict[str, Any]) -> tuple[Any, ...]:
         row["cp"],
         -row["microbatch_size"],
         row["zero"],
+        -row["dp_shard"],
         ("none", "selective", "full").index(row["recompute"]),
         row["schedule"],
     )
@@ -269,7 +271,8 @@ def _rank_key(row: dict[str, Any], key: str) -> tuple[Any, ...]:
 def _label(row: dict[str, Any]) -> str:
     return (
         f"tp {row['tp']} pp {row['pp']} dp {row['dp']} cp {row['cp']} mb "
-        f"{row['microbatch_size']} zero {row['zero']} {row['recompute']} {row['schedule']}"
+        f"{row['microbatch_size']} zero {row['zero']} dp_shard {row['dp_shard']} "
+        f"{row['recompute']} {row['schedule']}"
     )
 
 

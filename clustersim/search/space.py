@@ -2,8 +2,10 @@
 
 For R ranks, every (tp, cp, pp) whose product divides R gives dp = R/(tp·cp·pp);
 with it go every microbatch size that divides the global batch per replica (up
-to ``MAX_MICROBATCH``), ZeRO 0 and 1 (only 0 when dp = 1, where they are the
-same), recompute none, selective and full, and the schedules 1F1B and GPipe
+to ``MAX_MICROBATCH``), ZeRO 0 to 3 (only 0 when dp = 1, where they are the
+same; ZeRO-2 and 3 shard over all of dp, and also over the DP ranks of one
+scale-up domain, ``dp_shard``, when dp spans several), recompute none,
+selective and full, and the schedules 1F1B and GPipe
 (only 1F1B when pp = 1, where they are the same). Expert parallelism (ep
 dividing dp) is enumerated for MoE models only. Interleaving is not searched:
 candidates have one model chunk per stage (``virtual_stages: 1``).
@@ -19,7 +21,7 @@ passes ``check_fits``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
@@ -30,6 +32,7 @@ __all__ = [
     "MAX_MICROBATCH",
     "RECOMPUTE",
     "SCHEDULES",
+    "ZEROS",
     "Candidate",
     "chip_memory_bytes",
     "divisors",
@@ -40,6 +43,7 @@ MAX_MICROBATCH = 8
 """Largest microbatch size tried: beyond it activations outgrow HBM for any model worth
 searching, and per-op efficiency no longer improves."""
 RECOMPUTE: tuple[str, ...] = ("none", "selective", "full")
+ZEROS: tuple[int, ...] = (0, 1, 2, 3)
 SCHEDULES: tuple[str, ...] = ("1f1b", "gpipe")
 GIB = 2.0**30
 
@@ -69,6 +73,7 @@ class Candidate:
             "cp": self.layout.cp,
             "ep": self.layout.ep,
             "zero": p.zero,
+            "dp_shard": self.layout.shard,
             "microbatch_size": p.microbatch_size,
             "recompute": p.recompute,
             "schedule": p.schedule,
@@ -101,18 +106,21 @@ def enumerate_layouts(
     ranks: int,
     ranks_per_chip: int,
     hbm_bytes_per_chip: float,
+    domain_ranks: int | None = None,
 ) -> list[Candidate]:
     """Every layout of ``ranks`` ranks (see the module doc), valid or not.
 
     ``base`` supplies what the search does not vary (sequence parallelism,
-    gradient bucket size, uneven stages).
+    gradient bucket size, uneven stages, the FSDP unit and prefetch).
+    ``domain_ranks``: the ranks of one scale-up domain, for hybrid sharding.
     """
     out: list[Candidate] = []
     for tp, cp, pp, dp, ep, mb in _shapes(ranks, train, model.moe is not None):
         layout = Layout(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, ranks=ranks, ranks_per_chip=ranks_per_chip
         )
-        zeros = (0, 1) if dp > 1 else (0,)
+        zeros = ZEROS if dp > 1 else (0,)
+        shards = _shards(dp, tp * cp, domain_ranks)
         schedules = SCHEDULES if pp > 1 else SCHEDULES[:1]
         first = base.model_copy(
             update={
@@ -130,23 +138,37 @@ def enumerate_layouts(
             validate(model, first, train, layout)
         except ScenarioError as exc:
             reason = str(exc)
-        for zero in zeros:
+        for zero, shard in [(z, None) for z in zeros] + [(z, d) for z in zeros[2:] for d in shards]:
+            lay = layout if shard is None else replace(layout, dp_shard=shard)
             for recompute in RECOMPUTE:
                 for schedule in schedules:
                     par = first.model_copy(
-                        update={"zero": zero, "recompute": recompute, "schedule": schedule}
+                        update={
+                            "zero": zero,
+                            "dp_shard": shard,
+                            "recompute": recompute,
+                            "schedule": schedule,
+                        }
                     )
                     out.append(
                         _judge(
                             model,
                             par,
                             train,
-                            layout,
+                            lay,
                             hbm_bytes_per_chip=hbm_bytes_per_chip,
                             invalid=reason,
                         )
                     )
     return out
+
+
+def _shards(dp: int, model_ranks: int, domain_ranks: int | None) -> list[int]:
+    """Shard groups smaller than dp to try: the DP ranks of one scale-up domain."""
+    if domain_ranks is None or domain_ranks % model_ranks:
+        return []
+    shard = domain_ranks // model_ranks
+    return [shard] if 1 < shard < dp and dp % shard == 0 else []
 
 
 def _judge(
