@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -161,6 +162,10 @@ def _chips_and_others(
             if key not in NODE_ATTRS:
                 raise _unknown(at, key, NODE_ATTRS, "node")
         if _node_kind(data, at) != "chip":
+            if re.fullmatch(r"chip[0-9]+", str(node)):
+                raise ScenarioError(
+                    f"{at}.kind", data.get("kind"), "names chipN are kept for chips"
+                )
             others.append(node)
             continue
         instance_of[node] = _whole(data["instance"], f"{at}.instance", 0, instances - 1)

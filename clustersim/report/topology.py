@@ -8,6 +8,9 @@
   A 3D torus gets one panel per Z plane and a panel of its Z rings, aggregated.
 - **Switch fabrics** (NVSwitch, NeuronSwitch, NVL72): each chip's up and down link
   to the switch tier, for the busiest domain.
+- **Imported graphs** without torus coordinates (``cluster.fabric_file``): the graph
+  itself in a spring layout, every cable coloured by its busier direction
+  (:mod:`.topology_graph`).
 - **Every fabric**: a panel of mean, busiest-link and peak utilisation per tier of
   links (on-chip DMA, torus axes, switch and EFA tiers such as chip to leaf and leaf
   to spine), over the whole cluster.
@@ -26,6 +29,7 @@ from matplotlib.figure import Figure
 
 from clustersim.report.data import RunData
 from clustersim.report.figures import figure, short
+from clustersim.report.topology_graph import graph_figure
 from clustersim.report.topology_tiers import (
     DOWN_COLOR,
     ROW_H,
@@ -128,6 +132,9 @@ def topology(data: RunData) -> Figure | None:
         fig = torus_figure(links, torus, dims, domain=domain, tiers=tiers, which=which,
                             folded=folded)  # fmt: skip
         what = "torus"
+    elif data.summary.get("fabric_file"):
+        fig = graph_figure(links, domain, tiers, folded=folded)
+        what = "fabric graph"
     else:
         fig = _switch_figure(links, domain, tiers, which, folded=folded)
         what = "fabric"

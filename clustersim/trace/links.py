@@ -52,13 +52,17 @@ _AXES = ("x", "y", "z")
 
 def _node_types(topology: Topology) -> tuple[list[str], NDArray[np.int64]]:
     """Distinct node types (``chip``, ``switch``, ``leaf``, ``spine2``, ...) and each node's."""
+    from clustersim.network.custom import GraphTopology
+
     types: list[str] = []
     index: dict[str, int] = {}
     codes = np.empty(topology.n_nodes, dtype=np.int64)
+    # An imported graph names its nodes freely: their kinds are their types.
+    kinds = topology.node_kinds if isinstance(topology, GraphTopology) else None
     for i in range(topology.n_nodes):
         node = topology.node(i)
-        name = str(node[0])
-        if name == "spine" and len(node) > 1:
+        name = kinds[i] if kinds is not None else str(node[0])
+        if kinds is None and name == "spine" and len(node) > 1:
             name += str(node[1])  # the tier of a Clos spine
         code = index.get(name)
         if code is None:

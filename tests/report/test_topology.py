@@ -213,3 +213,31 @@ def test_figure_is_skipped_without_a_link_table() -> None:
     summary = {"scenario": "synthetic", "fidelity": "detailed", "instances": 1}
     assert topology(RunData(summary)) is None
     assert topology(RunData(summary, links=pd.DataFrame({"link": ["a"]}))) is None
+
+
+def test_figure_of_an_imported_graph_without_coordinates() -> None:
+    import networkx as nx
+
+    from clustersim.network.custom import GraphTopology
+    from clustersim.network.graphcheck import check_fabric
+
+    g = nx.Graph()
+    for i in range(8):
+        g.add_node(f"g{i}", instance=0)
+        g.add_edge(f"g{i}", f"g{(i + 1) % 8}", capacity_Bps=1e11, latency_s=1e-6)
+    g.add_node("hub", kind="switch")
+    for i in range(0, 8, 2):
+        g.add_edge(f"g{i}", "hub", capacity_Bps=5e10, latency_s=2e-6)
+    spec = check_fabric(g, chips_per_instance=8, instances=1, where="cluster.fabric_file")
+    topo = GraphTopology(spec, chips_per_instance=8, instances=1, local_bw_Bps=1e12)
+    links = _loaded_table(topo, [(0, 1), (0, 4), (2, 6), (3, 3)])
+    assert {"chip->chip", "chip->switch", "switch->chip", "local"} == set(links["tier"].astype(str))
+    summary = {**_run_data(links, instances=1).summary, "fabric_file": {"path": "ring.json"}}
+    data = RunData(summary, links=links)
+    fig = topology(data)
+    assert fig is not None
+    titles = " ".join(ax.get_title(loc="left") for ax in fig.axes)
+    assert "the imported fabric graph (the whole graph)" in titles
+    rendered = render(_spec(), data)
+    assert rendered is not None
+    _assert_not_blank(rendered.png)
