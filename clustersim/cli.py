@@ -178,6 +178,9 @@ def _injection_notes(s: dict[str, Any]) -> list[str]:
         effect = f": {r['effect']}" if r["effect"] else ""
         what = r["name"] if str(r["name"]).startswith(r["target"]) else f"{r['target']} {r['name']}"
         out.append(f"injected: {what} {r['kind']}{factor} {when}{effect}")
+    refused = (s.get("fabric_file") or {}).get("fold_refused")
+    if refused:
+        out.append(f"not folded: {refused}; every rank was simulated")
     return out
 
 
@@ -437,6 +440,7 @@ def _collective(args: argparse.Namespace) -> int:
             args.instance, integer("--count", args.count) or 0, op, sizes,
             algorithm=algorithm, ranks=integer("--ranks", args.ranks),
             lnc=integer("--lnc", args.lnc), chip_model=args.chip_model or "roofline",
+            fabric_file=args.fabric_file,
         )  # fmt: skip
     except ScenarioError as exc:
         if exc.path.startswith("-"):

@@ -133,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--algorithm", default="auto", help="collective algorithm (default auto)")
     coll.add_argument("--ranks", help="group size (default: every rank)")
     coll.add_argument("--lnc", help="logical core grouping (default: one rank per chip)")
+    coll.add_argument(
+        "--fabric-file", metavar="FILE",
+        help="a fabric graph (GraphML, GML, node-link JSON) that replaces the built fabric",
+    )  # fmt: skip
     coll.add_argument("--json", action="store_true", help="print the rows as JSON")
     _chip_model(coll)
 

@@ -36,7 +36,15 @@ SMALL = (
     TINY.replace("layers: 4", "layers: 2").replace("global_batch_size: 32", "global_batch_size: 8")
     + "output: {trace: false, html: false}\n"
 )
-BASE_TEXTS: dict[str, str] = {"tiny": TINY, **{p.stem: p.read_text() for p in SCENARIO_FILES}}
+# A base is written elsewhere before it is run: its fabric file, relative to the
+# scenario, is given whole.
+BASE_TEXTS: dict[str, str] = {
+    "tiny": TINY,
+    **{
+        p.stem: p.read_text().replace("fabric_file: fabrics/", f"fabric_file: {p.parent}/fabrics/")
+        for p in SCENARIO_FILES
+    },
+}
 BASES: dict[str, dict[str, Any]] = {name: yaml.safe_load(t) for name, t in BASE_TEXTS.items()}
 SMALL_TREE: dict[str, Any] = yaml.safe_load(SMALL)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import simpy
@@ -65,6 +66,7 @@ def run_collective(
     efa: Mapping[str, Any] | None = None,
     ultraserver: Mapping[str, Any] | None = None,
     chip_model: str = "roofline",
+    fabric_file: str | None = None,
 ) -> list[dict[str, Any]]:
     """Time ``op`` on each of ``sizes`` (bytes) over ``count`` x ``instance``.
 
@@ -78,7 +80,8 @@ def run_collective(
     ``algbw_GBps``, ``busbw_GBps``, ``algorithm`` (what ran: ``auto``'s choice)
     and ``ranks``. ``chip_model`` (``roofline`` or ``engines``) is the chip model the
     scenario key names; ``engines`` needs the chip's engine description. A lone
-    collective meets no compute, so both give the same times.
+    collective meets no compute, so both give the same times. ``fabric_file`` (a
+    fabric graph, as ``cluster.fabric_file`` in a scenario) replaces the built fabric.
     """
     if op not in OPS:
         raise ScenarioError("op", op, f"unknown collective; valid: {', '.join(OPS)}")
@@ -105,7 +108,19 @@ def run_collective(
         valid = ", ".join(map(str, chip_spec.lnc_options))
         raise ScenarioError("lnc", lnc, f"{chip_spec.name} supports lnc {valid}")
     per_chip = 1 if lnc is None else chip_spec.cores // lnc
-    topo = build_topology(inst, chip_spec, count, path="instance")
+    if fabric_file is None:
+        topo = build_topology(inst, chip_spec, count, path="instance")
+    else:
+        from clustersim.network.custom import GraphTopology
+        from clustersim.network.graphcheck import check_fabric
+        from clustersim.network.graphio import read_fabric
+
+        where = "--fabric-file"
+        graph = read_fabric(Path(fabric_file), where)
+        spec = check_fabric(graph, chips_per_instance=inst.chips, instances=count, where=where)
+        topo = GraphTopology(
+            spec, chips_per_instance=inst.chips, instances=count, local_bw_Bps=chip_spec.dma_bw_Bps
+        )
     total = topo.n_chips * per_chip
     p = total if ranks is None else ranks
     if not 2 <= p <= total:

@@ -194,6 +194,7 @@ def simulate(
             "nodes": topology.n_nodes,
             "links": topology.n_links - topology.n_chips,
             "fold_refused": refused,
+            "symmetry_proven": isinstance(topology, GraphTopology) and not topology.fold_refusal,
         }
     outcomes = add_reliability(res, summary)
     return Result(pl, summary, sim, compiled, outcomes)

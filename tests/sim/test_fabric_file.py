@@ -39,6 +39,7 @@ def test_round_trip_keeps_the_step_time(name: str, tmp_path: Path) -> None:
     ).summary
     assert imported["fidelity"] == built["fidelity"]
     assert imported["fabric_file"]["fold_refused"] is None
+    assert imported["fabric_file"]["symmetry_proven"] is True
     assert imported["step_time_s"] == pytest.approx(built["step_time_s"], rel=1e-3)
 
 
@@ -65,6 +66,7 @@ def test_folding_only_where_the_symmetry_is_proven(
     detailed = simulate(edited, record=False).summary
     assert detailed["fidelity"] == "detailed"
     assert "not proven" in detailed["fabric_file"]["fold_refused"]
+    assert detailed["fabric_file"]["symmetry_proven"] is False
     with pytest.raises(ScenarioError, match="cannot fold"):
         simulate(edited, record=False, fidelity="folded")
 

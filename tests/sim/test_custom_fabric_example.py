@@ -1,0 +1,50 @@
+"""The README's custom-fabric example: a Trn2 UltraServer without the Z links between
+instances 1 and 2 (``scenarios/trn2-ultraserver-custom-fabric.yaml``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clustersim.network.microbench import run_collective
+from clustersim.scenario import load_scenario
+from clustersim.sim import simulate
+from clustersim.sim.fabric import scenario_topology
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+EXAMPLE = SCENARIOS / "trn2-ultraserver-custom-fabric.yaml"
+FABRIC = SCENARIOS / "fabrics" / "trn2-ultraserver-missing-z.graphml"
+
+
+def test_the_example_fabric_lacks_exactly_the_z_links_between_instances_1_and_2() -> None:
+    res = load_scenario(EXAMPLE)
+    assert res.scenario.cluster.fabric_file == str(FABRIC)
+    topo = scenario_topology(res)
+    built = scenario_topology(load_scenario(SCENARIOS / "trn2-ultraserver-llama3-70b.yaml"))
+    assert topo.n_links == built.n_links - 32
+    assert topo.torus_dims == built.torus_dims == (4, 4, 4)
+    u, v = topo.link_u, topo.link_v
+    chips = (u < 64) & (v < 64) & (u != v)
+    pairs = {(int(a) // 16, int(b) // 16) for a, b in zip(u[chips], v[chips], strict=True)}
+    assert (1, 2) not in pairs and (2, 1) not in pairs
+    assert {(0, 1), (2, 3), (3, 0)} <= pairs
+
+
+def test_the_readme_all_reduce_figures() -> None:
+    sizes = [2.0**20, 64 * 2.0**20, 2.0**30]
+    built = run_collective("trn2u.48xlarge", 4, "all_reduce", sizes)
+    cut = run_collective("trn2u.48xlarge", 4, "all_reduce", sizes, fabric_file=str(FABRIC))
+    want_built, want_cut = [59.5, 666.1, 10207.4], [59.5, 747.9, 11156.6]  # README, in us
+    for row, us in zip(built, want_built, strict=True):
+        assert row["time_s"] * 1e6 == pytest.approx(us, abs=0.05)
+    for row, us in zip(cut, want_cut, strict=True):
+        assert row["time_s"] * 1e6 == pytest.approx(us, abs=0.05)
+
+
+@pytest.mark.slow
+def test_the_readme_step_times() -> None:
+    built = simulate(load_scenario(SCENARIOS / "trn2-ultraserver-llama3-70b.yaml"), record=False)
+    cut = simulate(load_scenario(EXAMPLE), record=False)
+    assert built.summary["step_time_s"] == pytest.approx(17.677530, abs=5e-7)
+    assert cut.summary["step_time_s"] == pytest.approx(17.677538, abs=5e-7)
