@@ -246,6 +246,10 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
         useful = rel["cost"]["usd_per_million_useful_tokens"]
         shown = f"${useful:.3f} /M tok" if useful is not None else "no useful work"
         t.add_row("useful cost", shown, "after failures and checkpoints")
+        how = rel.get("degraded_step")
+        if how is not None:  # continue_degraded without a given degraded step time
+            note = f"derived: {how['method']} ({how['slowdown']:.3f}x)"
+            t.add_row("degraded step", f"{how['step_time_s']:.3f} s", note)
     events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
     t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
     t.add_row("written to", str(out), "")
@@ -525,9 +529,9 @@ def _search(args: argparse.Namespace) -> int:
 
 def _reliability(args: argparse.Namespace) -> int:
     from clustersim.failures.command import reliability_command
-    from clustersim.sim import simulate
+    from clustersim.sim import degraded_step, simulate
 
-    return reliability_command(args, lambda res: simulate(res, record=False).summary)
+    return reliability_command(args, lambda res: simulate(res, record=False).summary, degraded_step)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from clustersim import cost
 from clustersim.errors import ScenarioError
-from clustersim.failures.jobs import build_job
+from clustersim.failures.jobs import build_job, needs_degraded_step
 from clustersim.failures.studies import (
     TIMELINE_FILE,
     checkpoint_study,
@@ -41,6 +41,9 @@ __all__ = ["RESULT_FILE", "reliability_command"]
 RESULT_FILE = "reliability.json"
 MeasureStep = Callable[["Resolved"], dict[str, Any]]
 """Simulates one step of a scenario and returns its summary."""
+DeriveDegraded = Callable[["Resolved"], "dict[str, Any] | None"]
+"""Derives the degraded step time of ``continue_degraded`` by simulation (``sim.degraded``):
+``{step_time_s, method, ...}``, or None when the scenario needs none."""
 
 
 def _duration(option: str, text: str | None) -> float | None:
@@ -81,7 +84,11 @@ class _Bar:
         self.bar.close()
 
 
-def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> int:
+def reliability_command(
+    args: argparse.Namespace,
+    measure_step: MeasureStep,
+    derive_degraded: DeriveDegraded | None = None,
+) -> int:
     from clustersim.scenario import load_scenario
 
     t0 = time.perf_counter()
@@ -108,8 +115,27 @@ def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> 
             measured["cost"]["usd_per_hour"],
             "simulated",
         )
+        derived = (measured.get("reliability") or {}).get("degraded_step")
     else:
         usd_h = _usd_per_hour(res)
+        derived = None
+    if (
+        degraded is None
+        and derived is None
+        and derive_degraded is not None
+        and needs_degraded_step(res)
+    ):
+        if not quiet:
+            err.print("simulating the step with a link cut for the degraded step time ...")
+        derived = derive_degraded(res)
+        if derived is not None and step_source == "given":  # the cut's slowdown, on --step-time
+            derived = {
+                **derived,
+                "step_time_s": derived["slowdown"] * step,
+                "method": f"{derived['method']}; its slowdown applied to --step-time",
+            }
+    if degraded is None and derived is not None:
+        degraded = derived["step_time_s"]
     setup = build_job(res, step, degraded)
     seeds = args.seeds or cfg.seeds
     workers = args.workers or default_workers()
@@ -130,6 +156,8 @@ def reliability_command(args: argparse.Namespace, measure_step: MeasureStep) -> 
         "step_time_source": step_source,
         **result,
     }
+    if derived is not None and args.degraded_step_time is None:
+        result["degraded_step"] = derived
     if args.checkpoint_study:
         bar = (
             None
@@ -189,6 +217,10 @@ def tables(r: dict[str, Any]) -> list[Table]:
         t.add_column(col, justify="right" if col == "value" else "left")
     t.add_row("step time", f"{r['step_time_s']:.3f} s", f"{r['step_time_source']}; "
               f"{r['tokens_per_step']:,.0f} tokens per step")  # fmt: skip
+    if r.get("degraded_step_time_s") is not None:
+        how = r.get("degraded_step")
+        note = f"derived: {how['method']}" if how else "given"
+        t.add_row("degraded step", f"{r['degraded_step_time_s']:.3f} s", note)
     t.add_row("failures", f"{r['failures_per_day']:.2f} /day",
               f"job MTBF {format_seconds(r['mtbf_s'])}")  # fmt: skip
     t.add_row(

@@ -35,6 +35,7 @@ __all__ = [
     "build_job",
     "checkpoint_bytes",
     "component_counts",
+    "needs_degraded_step",
     "validate",
 ]
 
@@ -107,7 +108,9 @@ def _classes(res: Resolved) -> list[FailureClass]:
     return resolve_classes(cfg, component_counts(res, kinds & {w for w in wanted if w}))
 
 
-def _degraded_step(cfg: FailuresCfg, step_time_s: float, given: float | None) -> float | None:
+def _degraded_step(
+    cfg: FailuresCfg, step_time_s: float, given: float | None, *, links_cut: bool
+) -> float | None:
     if cfg.degraded_step_time is not None and cfg.degraded_slowdown is not None:
         raise ScenarioError(
             "failures.degraded_slowdown",
@@ -120,22 +123,37 @@ def _degraded_step(cfg: FailuresCfg, step_time_s: float, given: float | None) ->
         return cfg.degraded_step_time
     if cfg.degraded_slowdown is not None:
         return cfg.degraded_slowdown * step_time_s
-    if cfg.recovery == "continue_degraded":
+    if cfg.recovery == "continue_degraded" and links_cut:
         raise ScenarioError(
             "failures.degraded_step_time",
             MISSING,
             "recovery continue_degraded needs the degraded step time: set "
-            "failures.degraded_step_time or failures.degraded_slowdown (measure it by "
-            "simulating the step with a lane or link down in failures.inject)",
+            "failures.degraded_step_time or failures.degraded_slowdown, or let clustersim "
+            "run or reliability derive it by simulating the step with a link cut",
         )
     return None
 
 
+def needs_degraded_step(res: Resolved) -> bool:
+    """Whether the degraded step time must be derived: ``recovery: continue_degraded``
+    with failure classes that cut links, and neither ``degraded_step_time`` nor
+    ``degraded_slowdown`` given. The simulator derives it (``sim.degraded``)."""
+    cfg = res.scenario.failures
+    return (
+        cfg.reliability
+        and cfg.recovery == "continue_degraded"
+        and cfg.degraded_step_time is None
+        and cfg.degraded_slowdown is None
+        and any(c.effect == "link" for c in _classes(res))
+    )
+
+
 def validate(res: Resolved) -> None:
-    """Check the reliability configuration without a step time (``clustersim check``)."""
+    """Check the reliability configuration without a step time (``clustersim check``);
+    a missing degraded step time is no error: ``run`` and ``reliability`` derive it."""
     cfg = res.scenario.failures
     classes = _classes(res)
-    _degraded_step(cfg, 1.0, None)
+    _degraded_step(cfg, 1.0, None, links_cut=False)
     if cfg.horizon is not None or cfg.target_tokens is None:
         horizon = cfg.horizon if cfg.horizon is not None else DEFAULT_HORIZON_S
         _check_failures(classes, horizon, "failures.horizon", cfg.horizon)
@@ -167,7 +185,8 @@ def build_job(
     if not 0 < step_time_s < float("inf"):
         raise ScenarioError("--step-time", step_time_s, "must be a positive duration")
     classes = _classes(res)
-    degraded = _degraded_step(cfg, step_time_s, degraded_step_time_s)
+    links_cut = any(c.effect == "link" for c in classes)
+    degraded = _degraded_step(cfg, step_time_s, degraded_step_time_s, links_cut=links_cut)
     size = checkpoint_bytes(res)
     write_s = size / ck.storage_bandwidth
     mtbf = 1.0 / sum(c.rate_per_s for c in classes)

@@ -325,19 +325,28 @@ def evaluate(
     return summary, outcomes
 
 
-def add_reliability(res: Resolved, summary: dict[str, Any]) -> list[Outcome]:
+def add_reliability(
+    res: Resolved, summary: dict[str, Any], *, degraded: dict[str, Any] | None = None
+) -> list[Outcome]:
     """Add ``reliability`` to a run's summary when the scenario configures it.
 
-    Uses the step time and the hourly price the step simulation measured; returns
-    the replications (for the timeline), or an empty list.
+    Uses the step time and the hourly price the step simulation measured, and
+    ``degraded`` (``step_time_s`` and how it was found) when the degraded step time
+    was derived; returns the replications (for the timeline), or an empty list.
     """
     cfg = res.scenario.failures
     if not cfg.reliability:
         return []
     # In-process: a run may itself be a worker of a study's process pool.
     summary["reliability"], outcomes = evaluate(
-        res, summary["step_time_s"], summary["cost"]["usd_per_hour"], workers=1
+        res,
+        summary["step_time_s"],
+        summary["cost"]["usd_per_hour"],
+        degraded_step_time_s=degraded["step_time_s"] if degraded is not None else None,
+        workers=1,
     )
+    if degraded is not None:
+        summary["reliability"]["degraded_step"] = degraded
     # A run's summary keeps its wall-clock time in the top-level keys only, so that
     # the rest of it is the same byte for byte for the same scenario and seed.
     summary["reliability"].pop("wall_s", None)

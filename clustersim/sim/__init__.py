@@ -2,7 +2,7 @@
 
 from clustersim.sim.guard import Estimate, Limits, estimate
 from clustersim.sim.result import Plan, Result
-from clustersim.sim.run import FOLD_ABOVE_RANKS, Fidelity, plan, simulate
+from clustersim.sim.run import FOLD_ABOVE_RANKS, Fidelity, degraded_step, plan, simulate
 
 __all__ = [
     "FOLD_ABOVE_RANKS",
@@ -11,6 +11,7 @@ __all__ = [
     "Limits",
     "Plan",
     "Result",
+    "degraded_step",
     "estimate",
     "plan",
     "simulate",

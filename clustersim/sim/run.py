@@ -10,8 +10,9 @@ import numpy as np
 import simpy
 
 from clustersim import cost
-from clustersim.errors import ScenarioError
+from clustersim.errors import MISSING, ScenarioError
 from clustersim.failures.injection import StepFailure, fold_with
+from clustersim.failures.jobs import needs_degraded_step
 from clustersim.failures.jobs import validate as validate_reliability
 from clustersim.failures.studies import add_reliability
 from clustersim.hardware.chip import ChipModel
@@ -22,6 +23,7 @@ from clustersim.network import OPS, Network, algorithm_names
 from clustersim.network.custom import GraphTopology
 from clustersim.network.registry import check_fabrics
 from clustersim.scenario import Resolved
+from clustersim.sim.degraded import derive_degraded_step, healthy_only
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.engines_exec import SegmentRun
 from clustersim.sim.fabric import fabric_spec, scenario_topology
@@ -41,7 +43,7 @@ from clustersim.workload import (
 if TYPE_CHECKING:
     pass
 
-__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "plan", "simulate"]
+__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "degraded_step", "plan", "simulate"]
 
 FOLD_ABOVE_RANKS = 256
 """``fidelity: auto`` simulates every rank up to this many, and folds above."""
@@ -196,7 +198,12 @@ def simulate(
             "fold_refused": refused,
             "symmetry_proven": isinstance(topology, GraphTopology) and not topology.fold_refusal,
         }
-    outcomes = add_reliability(res, summary)
+    degraded = None
+    if needs_degraded_step(res):  # continue_degraded without a degraded step time
+        degraded = derive_degraded_step(
+            res, network, summary["step_time_s"], simulate, limits=limits
+        )
+    outcomes = add_reliability(res, summary, degraded=degraded)
     return Result(pl, summary, sim, compiled, outcomes)
 
 
@@ -268,3 +275,17 @@ def engine_busy(compiled: list[CompiledProgram], step_s: float) -> dict[str, Any
         return {}
     mean = np.mean(busy, axis=0) / step_s
     return {"engine_busy": dict(zip((*ENGINE_NAMES, "hbm"), map(float, mean), strict=True))}
+
+
+def degraded_step(res: Resolved, *, limits: Limits | None = None) -> dict[str, Any] | None:
+    """The derived degraded step time of ``res`` (see :mod:`clustersim.sim.degraded`),
+    from a healthy step simulated first; None when the scenario needs none."""
+    if not needs_degraded_step(res):
+        return None
+    healthy = simulate(healthy_only(res), record=False, limits=limits)
+    step = healthy.summary["step_time_s"]
+    if step is None:  # an injected chip or instance down failed the healthy step
+        raise ScenarioError(
+            "failures.degraded_step_time", MISSING, "cannot be derived: the step failed"
+        )
+    return derive_degraded_step(res, healthy.sim.network, step, simulate, limits=limits)
