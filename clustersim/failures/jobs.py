@@ -71,9 +71,21 @@ def component_counts(res: Resolved, kinds: set[str] | None = None) -> dict[str, 
         "link": 0,
     }
     if kinds is None or kinds & {"switch", "link"}:
+        from clustersim.network.custom import load_graph
         from clustersim.network.registry import build_topology
 
-        topo = build_topology(res.instance, res.chip, count)
+        name = res.scenario.cluster.fabric_file
+        topo = (
+            build_topology(res.instance, res.chip, count)
+            if name is None
+            else load_graph(
+                name,
+                chips_per_instance=res.instance.chips,
+                instances=count,
+                local_bw_Bps=res.chip.dma_bw_Bps,
+                where="cluster.fabric_file",
+            )
+        )
         out["switch"] = topo.n_nodes - topo.n_chips
         out["link"] = int((topo.kinds != "local").sum()) // 2
     return out

@@ -38,6 +38,8 @@ simulates every rank.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
 from typing import TypeAlias
 
 import numpy as np
@@ -45,12 +47,13 @@ import scipy.sparse as sp
 from numpy.typing import NDArray
 from scipy.sparse.csgraph import dijkstra
 
-from clustersim.errors import SimulationError
-from clustersim.network.graphcheck import FabricSpec
+from clustersim.errors import ScenarioError, SimulationError
+from clustersim.network.graphcheck import FabricSpec, check_fabric
+from clustersim.network.graphio import read_fabric
 from clustersim.network.links import LinkKind, node_name
 from clustersim.network.topology import Int64s, Topology, ecmp_hash
 
-__all__ = ["HOP_EPS_S", "GraphTopology", "same_fabric"]
+__all__ = ["HOP_EPS_S", "GraphTopology", "load_graph", "same_fabric"]
 
 HOP_EPS_S = 1e-12
 """Added to each link's latency when routing: ties go to fewer hops."""
@@ -243,3 +246,36 @@ def same_fabric(graph: Topology, built: Topology) -> bool:
 
 def _names(topo: Topology) -> list[str]:
     return [node_name(topo.node(i)) for i in range(topo.n_nodes)]
+
+
+@lru_cache(maxsize=8)
+def _checked(path: str, stamp: tuple[int, int], cpi: int, instances: int, where: str) -> FabricSpec:
+    del stamp  # part of the key only: a rewritten file is read again
+    graph = read_fabric(Path(path), where)
+    return check_fabric(graph, chips_per_instance=cpi, instances=instances, where=where)
+
+
+def load_graph(
+    path: str | Path,
+    *,
+    chips_per_instance: int,
+    instances: int,
+    local_bw_Bps: float,
+    where: str,
+) -> GraphTopology:
+    """The fabric graph in ``path`` read, checked and compiled; errors name ``where``.
+
+    The checked graph is kept per file (path, size and modification time) and cluster
+    shape, so that checking a scenario and simulating it read the file once.
+    """
+    file = Path(path)
+    try:
+        st = file.stat()
+    except OSError:
+        raise ScenarioError(where, str(path), "no such file") from None
+    spec = _checked(
+        str(file.resolve()), (st.st_size, st.st_mtime_ns), chips_per_instance, instances, where
+    )
+    return GraphTopology(
+        spec, chips_per_instance=chips_per_instance, instances=instances, local_bw_Bps=local_bw_Bps
+    )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import simpy
@@ -111,15 +110,14 @@ def run_collective(
     if fabric_file is None:
         topo = build_topology(inst, chip_spec, count, path="instance")
     else:
-        from clustersim.network.custom import GraphTopology
-        from clustersim.network.graphcheck import check_fabric
-        from clustersim.network.graphio import read_fabric
+        from clustersim.network.custom import load_graph
 
-        where = "--fabric-file"
-        graph = read_fabric(Path(fabric_file), where)
-        spec = check_fabric(graph, chips_per_instance=inst.chips, instances=count, where=where)
-        topo = GraphTopology(
-            spec, chips_per_instance=inst.chips, instances=count, local_bw_Bps=chip_spec.dma_bw_Bps
+        topo = load_graph(
+            fabric_file,
+            chips_per_instance=inst.chips,
+            instances=count,
+            local_bw_Bps=chip_spec.dma_bw_Bps,
+            where="--fabric-file",
         )
     total = topo.n_chips * per_chip
     p = total if ranks is None else ranks

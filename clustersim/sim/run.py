@@ -26,7 +26,7 @@ from clustersim.scenario import Resolved
 from clustersim.sim.degraded import derive_degraded_step, healthy_only
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.engines_exec import SegmentRun
-from clustersim.sim.fabric import fabric_spec, scenario_topology
+from clustersim.sim.fabric import fabric_graph_topology, scenario_topology
 from clustersim.sim.guard import Limits, check_work
 from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.sim.result import Plan, Result
@@ -93,7 +93,7 @@ def plan(
     if sc.cluster.fabric_file is None:
         check_fabrics(res.instance, sc.cluster.count)
     else:
-        fabric_spec(res)  # read and checked: a ScenarioError naming cluster.fabric_file
+        fabric_graph_topology(res)  # read and checked: a ScenarioError naming the key
     check_chip_model(res)
     chip = ChipModel(res.chip, res.lnc)
     if check_memory:

@@ -48,3 +48,12 @@ def test_the_readme_step_times() -> None:
     cut = simulate(load_scenario(EXAMPLE), record=False)
     assert built.summary["step_time_s"] == pytest.approx(17.677530, abs=5e-7)
     assert cut.summary["step_time_s"] == pytest.approx(17.677538, abs=5e-7)
+
+
+def test_reliability_counts_the_graph_links() -> None:
+    from clustersim.failures.jobs import component_counts
+
+    built = component_counts(load_scenario(SCENARIOS / "trn2-ultraserver-llama3-70b.yaml"))
+    cut = component_counts(load_scenario(EXAMPLE))
+    assert (built["link"], cut["link"]) == (192, 176)
+    assert built["switch"] == cut["switch"] == 0
