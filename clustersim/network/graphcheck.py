@@ -183,6 +183,14 @@ def _chips_and_others(
             f"{chips_per_instance} (chips need an instance attribute 0..{instances - 1})",
         )
     chips.sort(key=instance_of.__getitem__)  # stable: file order within an instance
+    for i, chip in enumerate(chips):  # chipN is how reports and injections name chip N
+        if re.fullmatch(r"chip[0-9]+", str(chip)) and str(chip) != f"chip{i}":
+            raise ScenarioError(
+                f"{where}[node {_show(chip)}]",
+                MISSING,
+                f"is chip {i} in chip order (by instance, then as written): name it chip{i} "
+                "or something else than chipN",
+            )
     return chips, others, instance_of
 
 

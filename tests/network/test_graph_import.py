@@ -269,3 +269,22 @@ def test_json_duplicates_are_named(tmp_path: Path) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(ScenarioError, match="duplicate edge"):
         read_fabric(path, WHERE)
+
+
+def test_chip_names_follow_chip_order() -> None:
+    g = nx.relabel_nodes(ring4(), {"a": "chip1", "b": "chip0"})
+    assert "is chip 0 in chip order" in bad(g)
+    g = ring4()
+    g.add_node("chip9", kind="switch")
+    g.add_edge("chip9", "a", capacity_Bps=CAP, latency_s=LAT)
+    assert "names chipN are kept for chips" in bad(g)
+
+
+def test_an_imported_graph_exports_with_its_own_names(tmp_path: Path) -> None:
+    topo = compile_graph(two_spines(), 2, 2)
+    path = tmp_path / "again.graphml"
+    export_fabric(topo, path, "graphml")
+    again = compile_graph(read_fabric(path, WHERE), 2, 2)
+    assert again.labels == topo.labels
+    assert sorted(again.aliases) == ["a0", "a1", "b0", "b1", "p0", "p1", "s0", "s1"]
+    assert again.n_links == topo.n_links
