@@ -68,6 +68,19 @@ SHARDED = {
         "parallelism.tp=2",
     ],
     "zero-2 hsdp": ["parallelism.zero=2", "parallelism.dp_shard=2", "parallelism.tp=2"],
+    "fsdp with cp, interleaved": [
+        "cluster.count=2",
+        "parallelism.zero=3",
+        "parallelism.tp=2",
+        "parallelism.cp=2",
+        "parallelism.virtual_stages=2",
+        "parallelism.fsdp.reshard_after_forward=false",
+    ],
+    "fsdp, one unit per chunk, full recompute": [
+        "parallelism.zero=3",
+        "parallelism.fsdp.unit=stage",
+        "parallelism.recompute=full",
+    ],
 }
 
 
