@@ -72,6 +72,7 @@ class Level:
     bidirectional: bool = False
     shared_link: bool = False
     hop: int = 1  # torus links between neighbouring members (their chip stride on this axis)
+    tier: str = ""  # which links: chip (DMA), x or y (a torus axis), fabric, domain, efa
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ class NetModel:
         sharing = max(1, rpc // per_chip)  # groups of this kind with a member on each chip
         out: list[Level] = []
         if per_chip > 1:
-            out.append(Level(per_chip, self.dma_Bps, 0.0, shared_link=True))
+            out.append(Level(per_chip, self.dma_Bps, 0.0, shared_link=True, tier="chip"))
         chips = size // per_chip
         chip_stride = max(1, stride * per_chip // rpc)
         in_instance = min(chips, max(1, cpi // chip_stride)) if chip_stride < cpi else 1
@@ -139,12 +140,24 @@ class NetModel:
                 row = self.fabric_dims[0]
                 x = min(in_instance, row // chip_stride) if chip_stride < row else 1
                 hops = (chip_stride, 1) if chip_stride < row else (1, chip_stride // row)
-                axes = [(a, h) for a, h in zip((x, in_instance // x), hops, strict=True) if a > 1]
+                sizes = (x, in_instance // x)
+                axes = [
+                    (a, h, name)
+                    for a, h, name in zip(sizes, hops, ("x", "y"), strict=True)
+                    if a > 1
+                ]
             else:
-                axes = [(in_instance, 1)]
-            for d, hop in axes:
+                axes = [(in_instance, 1, "fabric")]
+            for d, hop, name in axes:
                 out.append(
-                    Level(d, self.fabric_Bps, self.fabric_latency_s, bidirectional=torus, hop=hop)
+                    Level(
+                        d,
+                        self.fabric_Bps,
+                        self.fabric_latency_s,
+                        bidirectional=torus,
+                        hop=hop,
+                        tier=name,
+                    )
                 )
         rest = chips // in_instance
         inst_stride = max(1, chip_stride * in_instance // cpi)
@@ -153,11 +166,17 @@ class NetModel:
         if in_domain > 1:
             torus = self.domain_topology in _TORUS
             out.append(
-                Level(in_domain, self.domain_Bps, self.domain_latency_s, bidirectional=torus)
+                Level(
+                    in_domain,
+                    self.domain_Bps,
+                    self.domain_latency_s,
+                    bidirectional=torus,
+                    tier="domain",
+                )
             )
         domains = rest // in_domain
         if domains > 1:
-            out.append(Level(domains, self.efa_Bps, self.efa_latency_s))
+            out.append(Level(domains, self.efa_Bps, self.efa_latency_s, tier="efa"))
         return out, sharing
 
 
@@ -380,10 +399,10 @@ class Estimator:
 
     def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
         """Whether the TP or CP groups' links carry the shard group's traffic too (the
-        same tier: a chip's DMA link, its fabric links, the domain's or EFA)."""
-        tiers = {lv.bw_Bps for lv in self.net.levels(*shard)[0]}
+        same tier: a chip's DMA link, a torus axis or a switch, the domain's or EFA)."""
+        tiers = {lv.tier for lv in self.net.levels(*shard)[0]}
         for stride, size in ((1, layout.tp), (layout.tp, layout.cp)):
-            if size > 1 and tiers & {lv.bw_Bps for lv in self.net.levels(stride, size)[0]}:
+            if size > 1 and tiers & {lv.tier for lv in self.net.levels(stride, size)[0]}:
                 return True
         return False
 
