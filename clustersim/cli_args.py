@@ -13,10 +13,12 @@ from typing import NoReturn
 
 from clustersim._version import __version__
 
-__all__ = ["CATALOG_KINDS", "RELIABILITY_FILES", "build_parser"]
+__all__ = ["CATALOG_KINDS", "RELIABILITY_FILES", "STUDY_MAX_EVENTS", "build_parser"]
 
 CATALOG_KINDS = ("chips", "instances", "models")
 """``clustersim.catalog.KINDS``, without importing the catalogs."""
+STUDY_MAX_EVENTS = 2e9
+"""``clustersim.sweep.guard.STUDY_MAX_EVENTS``, the default of ``sweep --max-events``."""
 RELIABILITY_FILES = ("reliability.json", "reliability_timeline.parquet")
 """What ``reliability --out`` writes: ``failures.command.RESULT_FILE`` and
 ``failures.TIMELINE_FILE``."""
@@ -193,6 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--keep-runs", action="store_true", help="also write each point's run outputs to runs/<id>/"
     )
     sweep.add_argument("--retry-failed", action="store_true", help="rerun failed points")
+    sweep.add_argument(
+        "--max-events", type=float, metavar="N",
+        help=f"refuse a study estimated above N simulated events over all its points "
+        f"(default {STUDY_MAX_EVENTS:g})",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--max-memory", metavar="SIZE",
+        help="refuse a study whose points running at once are estimated to need more "
+        "memory (default 8GiB)",
+    )  # fmt: skip
     sweep.add_argument(
         "--force", action="store_true",
         help="write into an output directory that holds another study's results",

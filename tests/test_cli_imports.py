@@ -87,10 +87,12 @@ def test_collective_loads_neither_the_reliability_model_nor_pandas_nor_matplotli
 
 
 def test_names_spelled_in_the_parser_match_their_sources() -> None:
-    from clustersim import catalog
+    from clustersim import catalog, cli_args
     from clustersim.cli_args import CATALOG_KINDS, RELIABILITY_FILES
     from clustersim.failures import TIMELINE_FILE
     from clustersim.failures.command import RESULT_FILE
+    from clustersim.sweep import guard
 
     assert catalog.KINDS == CATALOG_KINDS
+    assert cli_args.STUDY_MAX_EVENTS == guard.STUDY_MAX_EVENTS
     assert (RESULT_FILE, TIMELINE_FILE) == RELIABILITY_FILES

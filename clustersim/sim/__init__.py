@@ -2,7 +2,14 @@
 
 from clustersim.sim.guard import Estimate, Limits, estimate
 from clustersim.sim.result import Plan, Result
-from clustersim.sim.run import FOLD_ABOVE_RANKS, Fidelity, degraded_step, plan, simulate
+from clustersim.sim.run import (
+    FOLD_ABOVE_RANKS,
+    Fidelity,
+    degraded_step,
+    estimate_run,
+    plan,
+    simulate,
+)
 
 __all__ = [
     "FOLD_ABOVE_RANKS",
@@ -13,6 +20,7 @@ __all__ = [
     "Result",
     "degraded_step",
     "estimate",
+    "estimate_run",
     "plan",
     "simulate",
 ]

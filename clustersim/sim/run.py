@@ -27,7 +27,7 @@ from clustersim.sim.degraded import derive_degraded_step, healthy_only
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.engines_exec import SegmentRun
 from clustersim.sim.fabric import fabric_graph_topology, scenario_topology
-from clustersim.sim.guard import Limits, check_work
+from clustersim.sim.guard import Estimate, Limits, check_work, estimate
 from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.sim.result import Plan, Result
 from clustersim.sim.summary_keys import run_identity, simulation_keys
@@ -43,7 +43,7 @@ from clustersim.workload import (
 if TYPE_CHECKING:
     pass
 
-__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "degraded_step", "plan", "simulate"]
+__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "degraded_step", "estimate_run", "plan", "simulate"]
 
 FOLD_ABOVE_RANKS = 256
 """``fidelity: auto`` simulates every rank up to this many, and folds above."""
@@ -289,3 +289,23 @@ def degraded_step(res: Resolved, *, limits: Limits | None = None) -> dict[str, A
             "failures.degraded_step_time", MISSING, "cannot be derived: the step failed"
         )
     return derive_degraded_step(res, healthy.sim.network, step, simulate, limits=limits)
+
+
+def estimate_run(res: Resolved, fidelity: Fidelity = "auto") -> Estimate:
+    """The work of ``simulate(res, fidelity=fidelity)`` as its guard estimates it: at
+    the fidelity it will run at, plus the detailed step with a link cut when a
+    ``continue_degraded`` step time is to be derived (``sim.degraded``)."""
+    sc = res.scenario
+    dp = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip).dp
+    folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
+    try:
+        folded = fold_with(sc.failures.inject, folded, fidelity)
+    except ScenarioError:
+        folded = False  # such a run is refused; count the detailed run it asks for
+    est = estimate(res, dp, trace=sc.output.trace, folded=folded)
+    if needs_degraded_step(res):
+        cut = estimate(res, dp, trace=False, folded=False)
+        est = Estimate(
+            est.events + cut.events, max(est.memory_bytes, cut.memory_bytes), est.ops_per_rank
+        )
+    return est

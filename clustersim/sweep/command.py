@@ -26,9 +26,12 @@ from rich.progress import (
 from rich.table import Table
 
 from clustersim.errors import MISSING, ScenarioError
+from clustersim.sweep.execute import default_workers
+from clustersim.sweep.guard import StudyLimits
 from clustersim.sweep.run import StudyOutcome, StudyProgress, make_executor, run_study
 from clustersim.sweep.spec import load_study
 from clustersim.terminal import console
+from clustersim.units import UnitError, parse_bytes
 
 __all__ = ["VALIDATING_DELAY_S", "RichProgress", "sweep_command"]
 
@@ -120,6 +123,11 @@ def sweep_command(args: argparse.Namespace) -> int:
     def factory() -> Any:
         return make_executor(args.workers, args.scheduler, args.dask_local)
 
+    limits = _limits(args)
+    # Points that run at once: the local pool's workers, a LocalCluster's; on a remote
+    # scheduler each worker holds its own point, so one at a time counts.
+    concurrent = args.dask_local or (1 if args.scheduler else args.workers or default_workers())
+
     err = console(stderr=True)
     progress = None if (args.quiet or args.json) else RichProgress(err)
     t0 = time.perf_counter()
@@ -131,6 +139,8 @@ def sweep_command(args: argparse.Namespace) -> int:
         keep_runs=args.keep_runs,
         retry_failed=args.retry_failed,
         progress=progress,
+        limits=limits,
+        concurrent=concurrent,
     )
     if outcome.all_bad_input and outcome.failures:
         # Every point is invalid: most likely the base scenario or `set` is. Say so as
@@ -186,3 +196,20 @@ def _outcome_table(o: StudyOutcome) -> Table:
         t.add_row("  failed", f"point {f.get('index')}", str(f.get("error", "")), style="red")
     t.add_row("written to", str(o.out / "results.parquet"), "")
     return t
+
+
+def _limits(args: argparse.Namespace) -> StudyLimits:
+    """``--max-events`` and ``--max-memory``: the whole study's limits."""
+    default = StudyLimits()
+    events = default.max_events if args.max_events is None else args.max_events
+    if not 0 < events < float("inf"):
+        raise ScenarioError("--max-events", args.max_events, "must be a positive number")
+    memory = default.max_memory_bytes
+    if args.max_memory is not None:
+        try:
+            memory = parse_bytes(args.max_memory)
+        except UnitError as exc:
+            raise ScenarioError("--max-memory", args.max_memory, str(exc)) from None
+        if not 0 < memory < float("inf"):
+            raise ScenarioError("--max-memory", args.max_memory, "must be a positive size")
+    return StudyLimits(max_events=events, max_memory_bytes=memory)

@@ -25,6 +25,7 @@ from clustersim.sweep.execute import (
     PointTask,
     failed_record,
 )
+from clustersim.sweep.guard import StudyLimits, check_study_work
 from clustersim.sweep.spec import Study
 from clustersim.sweep.store import StudyStore
 
@@ -93,8 +94,14 @@ def run_study(
     keep_runs: bool = False,
     retry_failed: bool = False,
     progress: StudyProgress | None = None,
+    limits: StudyLimits | None = None,
+    concurrent: int = 1,
 ) -> StudyOutcome:
-    """Run every point of ``study`` not yet in ``out``; write ``results.parquet``."""
+    """Run every point of ``study`` not yet in ``out``; write ``results.parquet``.
+
+    Before any point runs, the points to run are estimated together and the study is
+    refused when they exceed ``limits`` (``sweep.guard``; ``concurrent`` points run at
+    once)."""
     t0 = time.perf_counter()
     progress = progress or StudyProgress()
     points = expand(study)
@@ -125,6 +132,14 @@ def run_study(
             if p.id not in invalid
         ]
         first_error = next((invalid[p.id] for p in pending if p.id in invalid), None)
+        if todo:  # before anything runs: the whole study's work, against its limits
+            check_study_work(
+                study.base,
+                [by_id[t.id] for t in todo],
+                run_cfg.fidelity,
+                limits or StudyLimits(),
+                concurrent=concurrent,
+            )
         already_failed = sum(r.get("status") != "ok" for r in records.values())
         executor = executor_factory() if todo else None
         description = executor.description if executor is not None else ""
