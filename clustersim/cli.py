@@ -460,10 +460,11 @@ def _collective(args: argparse.Namespace) -> int:
     for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
         t.add_column(col, justify="right")
     t.add_column("algorithm", no_wrap=True)
+    t.add_column("protocol", no_wrap=True)
     for r in rows:
         t.add_row(
             format_bytes(r["size_bytes"]), f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
-            f"{r['busbw_GBps']:.2f}", r["algorithm"],
+            f"{r['busbw_GBps']:.2f}", r["algorithm"], r["protocol"],
         )  # fmt: skip
     console().print(t)
     return 0

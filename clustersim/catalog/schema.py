@@ -20,6 +20,7 @@ __all__ = [
     "Bytes",
     "Calibration",
     "ChipSpec",
+    "CollectiveCosts",
     "CoreSpec",
     "Duration",
     "EfaSpec",
@@ -154,6 +155,42 @@ class EnginesSpec(Strict):
     dma_queue_Bps: LinkRate
     dma_setup_s: Duration = 0.0
     dma_tile_bytes: Bytes = Field(default=512 * 1024, gt=0)
+class CollectiveCosts(Strict):
+    """What the communication runtime adds to a collective's wire time, per chip family.
+
+    - ``runtime``: whose algorithm choice ``auto`` follows: ``neuron`` (the Neuron
+      runtime's size rule) or ``nccl`` (NCCL's tuning model); by default ``nccl`` on
+      GPUs and ``neuron`` elsewhere.
+    - ``launch_s``: once per collective (the runtime's set-up and the first handshake).
+    - ``step_s``: once per synchronous round of the algorithm (the semaphore handshake
+      with the round's peers before data moves).
+    - ``message_s``: per message a rank posts in one round (a DMA descriptor chain on
+      Trainium), so a mesh round with p - 1 peers costs p - 1 of them.
+    - ``efa_message_s``: added per message that crosses the scale-out network (EFA
+      send/receive completion on top of the wire latency).
+    - ``efa_efficiency``: fraction of the EFA bandwidth a collective sustains.
+    - ``message_engines``: DMA engines that move one message of a round that is not
+      pipelined (halving-doubling, mesh, trees): each such message runs at most at
+      ``message_engines x chip.dma_engine_Bps`` (times ``chip.dma_reduce_throughput``
+      when it reduces). A ring's stream is spread over many queues and is not bound.
+      Zero: no bound.
+    - ``nvls``: the scale-up switch reduces in the network (NVLink SHARP), so NCCL can
+      run ``nvls`` inside one node; ``nvls_efficiency`` is the fraction of the link
+      rate an NVLS all-reduce sustains.
+
+    On the ``nccl`` runtime the protocol's own latencies (NCCL's tuning tables,
+    ``network/nccl.py``) are added as well; these fields then default to zero.
+    """
+
+    runtime: Literal["neuron", "nccl"] | None = None
+    launch_s: Duration = Field(default=0.0, ge=0)
+    step_s: Duration = Field(default=0.0, ge=0)
+    message_s: Duration = Field(default=0.0, ge=0)
+    efa_message_s: Duration = Field(default=0.0, ge=0)
+    efa_efficiency: Fraction = 1.0
+    message_engines: float = Field(default=0.0, ge=0, le=1024, allow_inf_nan=False)
+    nvls: bool = False
+    nvls_efficiency: Fraction = 1.0
 
 
 class ChipSpec(Strict):
@@ -169,12 +206,28 @@ class ChipSpec(Strict):
     hbm_bw_Bps: LinkRate
     dma_bw_Bps: LinkRate
     chip_to_chip_bw_Bps: LinkRate
+    dma_setup_s: Duration = Field(default=0.0, ge=0)
+    dma_engine_Bps: Bandwidth = Field(default=0.0, ge=0)
+    dma_reduce_throughput: Fraction = 1.0
     power_w: Power
     calibration: Calibration
     engines: EnginesSpec | None = None
     """The tile-level description for ``chip_model: engines``; chips without one run
     the roofline model only."""
+    collectives: CollectiveCosts = CollectiveCosts()
     sources: dict[str, str]
+
+    @property
+    def efa_link_efficiency(self) -> float:
+        """Fraction of the EFA links' bandwidth a collective sustains."""
+        return self.calibration.link_efficiency * self.collectives.efa_efficiency
+
+    @property
+    def runtime(self) -> Literal["neuron", "nccl"]:
+        """The communication runtime whose algorithm choice ``auto`` follows."""
+        if self.collectives.runtime is not None:
+            return self.collectives.runtime
+        return "nccl" if self.family == "gpu" else "neuron"
 
     @model_validator(mode="after")
     def _lnc_consistent(self) -> ChipSpec:

@@ -39,19 +39,23 @@ from clustersim.network.collectives import (
     register_algorithm,
     resolve_algorithm,
 )
-from clustersim.network.flows import FlowGroup, FlowNetwork
+from clustersim.network.costs import NO_COSTS, Protocol, Runtime
+from clustersim.network.flows import FlowGroup, FlowNetwork, link_counts
 from clustersim.network.groups import GroupInfo, group_info
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
 from clustersim.network.registry import build_topology, register_topology, topology_names
 from clustersim.network.topology import Topology
 
 __all__ = [
+    "NO_COSTS",
     "OPS",
     "Algorithm",
     "FlowGroup",
     "FlowNetwork",
     "GroupInfo",
     "Network",
+    "Protocol",
+    "Runtime",
     "Step",
     "Topology",
     "algorithm",
@@ -71,6 +75,9 @@ __all__ = [
 _Plan = tuple[tuple[FlowGroup, float, float], ...]
 _IntArray = NDArray[np.int64]
 _SEND_PAIR: _IntArray = np.asarray([[0, 1]], dtype=np.int64)
+_PAIR_INFO = GroupInfo.flat(2)
+_SEND_STEP = Step(((0, 1),), 0.0)
+NO_PROTOCOL = Protocol()
 
 
 class Network:
@@ -79,20 +86,14 @@ class Network:
     ``rank_chip[r]`` is the chip of rank ``r``. ``algorithms`` maps a collective
     (``all_reduce``, ...) to an algorithm name; unset ops use ``auto``. Algorithms
     see each group's placement (shared chips, scale-up domains, torus coordinates)
-    as a :class:`~.groups.GroupInfo` derived from the topology.
+    as a :class:`~.groups.GroupInfo` derived from the topology. ``runtime``
+    (:mod:`.costs`; default: no overheads) chooses what ``auto`` runs and with which
+    protocol, and prices its fixed costs: a launch per collective, a handshake per
+    round, a posting cost per message, each message's DMA bound and the protocol's
+    wire overhead.
     """
 
     max_cached_plans: int = 16_384
-
-    fold_sample_flows: int = 1024
-    """A folded step keeps the links of at most this many of its first replica's
-    flows. Up to this size the restriction is exact. Beyond it (groups of more than
-    1,024 ranks, such as the data-parallel groups of 64K chips and more) the step's
-    flows are still images of one another, ring or halving-doubling neighbours
-    alike, so their links repeat the sample's, with every flow's load counted on
-    them: what the sample can miss is a rarer hot spot, such as an ECMP hash
-    collision on a scale-out link outside it, so the rate is an upper bound that
-    is exact on symmetric fabrics."""
 
     def __init__(
         self,
@@ -101,9 +102,11 @@ class Network:
         rank_chip: Sequence[int] | ArrayLike,
         algorithms: Mapping[str, str] | None = None,
         *,
+        runtime: Runtime = NO_COSTS,
         path: str = "cluster.collectives",
     ) -> None:
         self.env = env
+        self.runtime = runtime
         self.topology = topology
         self.flows = FlowNetwork(env, topology)
         chips = np.asarray(rank_chip, dtype=np.int64).reshape(-1)
@@ -118,7 +121,9 @@ class Network:
         for op, name in (algorithms or {}).items():
             algorithm(name, op, path=path)  # validates both names
             self.algorithms[op] = name
-        self._steps: dict[tuple[str, str, float, GroupInfo], list[tuple[Step, _IntArray]]] = {}
+        self._steps: dict[
+            tuple[str, str, float, GroupInfo], tuple[str, Protocol, list[tuple[Step, _IntArray]]]
+        ] = {}
         self._infos: dict[bytes, GroupInfo] = {}
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
@@ -189,21 +194,31 @@ class Network:
         ``replicas`` (rows of ``(src, dst)`` ranks, this pair among them) are sends
         made at the same moment: they move together, as one coflow.
         """
+        src, dst = self._chip(src_rank), self._chip(dst_rank)
         if replicas is None:
-            group = self.flows.group(((self._chip(src_rank), self._chip(dst_rank)),))
+            group = self.flows.group(((src, dst),))
         else:
             group = self._replica_send_group(src_rank, dst_rank, replicas)
         self.sends_started += 1
-        return self.flows.transfer_group(group, float(nbytes), group.latency_s)
+        _, proto = self.runtime.choose("all_to_all", 2, float(nbytes), _PAIR_INFO, "pairwise")
+        crosses = np.asarray([self.topology.chip_domain[src] != self.topology.chip_domain[dst]])
+        latency_s = proto.step_latency_s(_SEND_STEP, _SEND_PAIR, crosses, group.latency_s)
+        return self.flows.transfer_group(group, float(nbytes) * proto.wire_factor, latency_s)
 
     def algorithm_for(self, op: str, ranks: Iterable[int], nbytes: float) -> str:
         """The algorithm that runs ``op`` over ``ranks``: ``auto``'s choice, or a fallback."""
+        return self.choice_for(op, ranks, nbytes)[0]
+
+    def choice_for(self, op: str, ranks: Iterable[int], nbytes: float) -> tuple[str, Protocol]:
+        """The algorithm and the runtime's protocol that run ``op`` over ``ranks``."""
         if op not in self.algorithms:
             raise SimulationError(f"unknown collective {op!r}; valid: {', '.join(OPS)}")
         group = tuple(ranks)
-        return resolve_algorithm(
-            self.algorithms[op], op, len(group), float(nbytes), self.group_info(group)
-        )
+        return self._choice(op, len(group), float(nbytes), self.group_info(group))
+
+    def _choice(self, op: str, p: int, nbytes: float, info: GroupInfo) -> tuple[str, Protocol]:
+        name, proto = self.runtime.choose(op, p, nbytes, info, self.algorithms[op])
+        return resolve_algorithm(name, op, p, nbytes, info), proto
 
     def group_info(self, ranks: Sequence[int]) -> GroupInfo:
         """The placement of ``ranks`` as algorithms see it."""
@@ -271,15 +286,26 @@ class Network:
         if not (nbytes >= 0 and math.isfinite(nbytes)):
             raise SimulationError(f"{op}: nbytes must be finite and >= 0 (got {nbytes})")
         chips = self._chips_of(ranks)
+        domain = self.topology.chip_domain
+        proto, steps = self._steps_of(op, ranks, nbytes)
         out = []
-        for step, pairs in self._steps_of(op, ranks, nbytes):
+        for step, pairs in steps:
+            src, dst = chips[pairs[:, 0]], chips[pairs[:, 1]]
             if replicas is not None:
                 group = self._folded_group(replicas, ranks, pairs, f"{op} replicas")
             else:
-                src, dst = chips[pairs[:, 0]], chips[pairs[:, 1]]
                 group = self.flows.group(tuple(zip(src.tolist(), dst.tolist(), strict=True)))
             k = step.repeats
-            out.append((group, k * step.bytes_per_flow, k * group.latency_s))
+            bound = proto.message_cap_Bps(pipelined=step.pipelined, reduces=step.reduces)
+            if bound < group.rate_cap_Bps:
+                group = replace(group, rate_cap_Bps=bound)
+            latency_s = proto.step_latency_s(
+                step, pairs, domain[src] != domain[dst], group.latency_s
+            )
+            out.append((group, k * step.bytes_per_flow * proto.wire_factor, latency_s))
+        if out and proto.launch_s:
+            group, nbytes_first, latency_s = out[0]
+            out[0] = (group, nbytes_first, latency_s + proto.launch_s)
         plan = tuple(out)
         self._plans[key] = (replicas, plan)
         return plan
@@ -288,24 +314,25 @@ class Network:
         self, replicas: ArrayLike, ranks: Sequence[int], pairs: _IntArray, what: str
     ) -> FlowGroup:
         """One step (``pairs`` of positions in a row) of every row of ``replicas``, rows of
-        ranks that start with ``ranks``, restricted to the first row's links (cached).
+        ranks that start with ``ranks``, as one entity with every replica's load (cached).
 
-        The replicas of a folded collective are images of one another under the
-        fabric's symmetry, and so are the loads they put on links: every link a
-        replica crosses has an image, just as loaded, among the first replica's
-        links. Keeping only those rows of the incidence (with the counts of every
-        replica on them) leaves each max-min constraint in place while the solver
-        sees one group's links instead of every group's.
+        Every flow of every replica moves at one rate, and the loads of all of them
+        are counted on every link they cross, so each max-min constraint is exact:
+        the entity's rate is that of the slowest replica in a detailed run, the one
+        whose links are the most loaded (max-min fair rates maximise the smallest
+        rate, and giving every flow that rate is feasible exactly when it fits the
+        tightest link).
 
-        Only flows that can reach those links are routed. A route between two chips
-        of one scale-up domain stays inside it while every link is up, so such
-        flows count only in the domains of the first replica's chips; flows between
-        domains are routed in bulk by the scale-out fabric. The cost then follows
-        one replica and the shared scale-out tiers, not the number of replicas.
-
-        A step with more than :attr:`fold_sample_flows` flows per replica (the
-        data-parallel ring of a cluster of 10^5 chips) keeps the links of its
-        first flows only, with every flow's load on them; see that attribute.
+        Only flows that can reach links other replicas share are routed. A route
+        between two chips of one scale-up domain stays inside it while every link
+        is up, and the domains are placed alike, so such flows count only in the
+        domains of the first replica's chips; their links elsewhere carry the same
+        loads. Flows between domains are routed in bulk by the scale-out fabric.
+        On a :attr:`private <clustersim.network.topology.ScaleOut.private>` fabric
+        (the ``nonblocking`` one) they meet on no shared link, every chip's links
+        carry the same load, and the entity keeps only the first replica's links;
+        on switched fabrics (``fat_tree``, ``rail``) it keeps every link any flow
+        crosses, since ECMP does not load images alike.
         """
         key = (id(replicas), hashlib.blake2b(pairs.tobytes(), digest_size=16).digest())
         found = self._folded.get(key)
@@ -315,17 +342,21 @@ class Network:
         rows = self._rows_chips(replicas, len(ranks), what)
         if not np.array_equal(rows[0], self._rows_chips([ranks], len(ranks), what)[0]):
             raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
-        k = self.fold_sample_flows
-        rep_src, rep_dst = rows[0, pairs[:k, 0]], rows[0, pairs[:k, 1]]
-        rep_links = np.unique(topo.routes_between(rep_src, rep_dst)[0])
+        rep_src, rep_dst = rows[0, pairs[:, 0]], rows[0, pairs[:, 1]]
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
-        flat, latency_s = self._reaching(src, dst, rep_src, rep_dst)
-        # Every flow's load on each of the first replica's links; other links are dropped.
-        counts = np.zeros(rep_links.size, dtype=np.int64)
-        if rep_links.size:
-            at = np.minimum(np.searchsorted(rep_links, flat), rep_links.size - 1)
-            hit = rep_links[at] == flat
-            counts = np.bincount(at[hit], minlength=rep_links.size)
+        flat, weights, latency_s, union = self._reaching(src, dst, rep_src, rep_dst)
+        if union:
+            links, counts = link_counts(flat, weights)
+        else:
+            # Every flow's load on each of the first replica's links; other links are dropped.
+            links = np.unique(topo.weighted_routes(rep_src, rep_dst)[0])
+            counts = np.zeros(links.size)
+            if links.size:
+                at = np.minimum(np.searchsorted(links, flat), links.size - 1)
+                hit = links[at] == flat
+                counts = np.bincount(
+                    at[hit], weights=None if weights is None else weights[hit], minlength=links.size
+                ).astype(np.float64)
         used = counts > 0
         chips = self._chips
 
@@ -333,13 +364,7 @@ class Network:
             rows = chips[np.asarray(replicas, dtype=np.int64)]
             return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
 
-        group = FlowGroup(
-            rep_links[used],
-            counts[used].astype(np.float64),
-            int(src.size),
-            latency_s,
-            every_pair,
-        )
+        group = FlowGroup(links[used], counts[used], int(src.size), latency_s, every_pair)
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()
         self._folded[key] = (replicas, group)
@@ -347,9 +372,11 @@ class Network:
 
     def _reaching(
         self, src: _IntArray, dst: _IntArray, rep_src: _IntArray, rep_dst: _IntArray
-    ) -> tuple[_IntArray, float]:
-        """The links of the flows ``src -> dst`` that can reach the links of the flows
-        ``rep_src -> rep_dst`` (a multiset, with others), and every flow's longest latency.
+    ) -> tuple[_IntArray, NDArray[np.float64] | None, float, bool]:
+        """The links (a multiset, with their weights) of the flows ``src -> dst`` that can
+        reach links the flows ``rep_src -> rep_dst`` share with others, every flow's
+        longest latency, and whether the entity must keep all of those links (see
+        :meth:`_folded_group`).
 
         While every link is up a route inside a scale-up domain stays in it, so only
         flows of the representative's domains are routed there. On a :attr:`private
@@ -359,8 +386,8 @@ class Network:
         """
         topo = self.topology
         if topo.links_down or topo.n_domains == 1:
-            flat, latency = topo.routes_between(src, dst)
-            return flat, float(latency.max()) if latency.size else 0.0
+            flat, weights, latency = topo.weighted_routes(src, dst)
+            return flat, weights, float(latency.max()) if latency.size else 0.0, True
         domain = topo.chip_domain
         near = np.zeros(topo.n_domains, dtype=bool)
         near[domain[rep_src]] = near[domain[rep_dst]] = True
@@ -368,40 +395,42 @@ class Network:
         cross = src_dom != dst_dom
         if topo.scaleout is None or not topo.scaleout.private:
             keep = cross | near[src_dom]
-            flat, latency = topo.routes_between(src[keep], dst[keep])
-            return flat, float(latency.max()) if latency.size else 0.0
+            flat, weights, latency = topo.weighted_routes(src[keep], dst[keep])
+            return flat, weights, float(latency.max()) if latency.size else 0.0, True
         inside = ~cross & near[src_dom]
-        flat, latency = topo.routes_between(src[inside], dst[inside])
+        flat, _, latency = topo.weighted_routes(src[inside], dst[inside])
         longest = float(latency.max()) if latency.size else 0.0
         if not cross.any():
-            return flat, longest
+            return flat, None, longest, False
         up, down = topo.scaleout.host_links(src[cross], dst[cross])
         lat = topo.latency_s
         longest = max(longest, float((lat[up] + lat[down]).max()))
         # Only the links of chips in the representative's domains can be its links.
         up = up[near[src_dom[cross]]]
         down = down[near[dst_dom[cross]]]
-        return np.concatenate([flat, up, down]), longest
+        return np.concatenate([flat, up, down]), None, longest, False
 
     def _steps_of(
         self, op: str, ranks: tuple[int, ...], nbytes: float
-    ) -> list[tuple[Step, _IntArray]]:
-        """The algorithm's steps for this group, each with its pairs as an array (cached)."""
+    ) -> tuple[Protocol, list[tuple[Step, _IntArray]]]:
+        """The runtime's protocol and the algorithm's steps for this group, each step with
+        its pairs as an array (cached)."""
         p = len(ranks)
         if p == 1:
-            return []
+            return NO_PROTOCOL, []
         info = self.group_info(ranks)
-        resolved = resolve_algorithm(self.algorithms[op], op, p, nbytes, info)
         # Groups placed alike have equal infos (relabelled ids): they share steps.
-        key = (resolved, op, nbytes, info)
+        key = (self.algorithms[op], op, nbytes, info)
         found = self._steps.get(key)
         if found is None:
+            resolved, proto = self._choice(op, p, nbytes, info)
             # The pairs are kept as an array only: as tuples of Python ints, the
             # steps of a group of 10^4 ranks would hold hundreds of MB.
-            found = [
+            steps = [
                 (replace(s, pairs=()), np.asarray(s.pairs, dtype=np.int64).reshape(-1, 2))
                 for s in collective_steps(op, p, nbytes, resolved, info)
             ]
+            found = (resolved, proto, steps)
             if len(self._steps) < self.max_cached_plans:
                 self._steps[key] = found
-        return found
+        return found[1], found[2]

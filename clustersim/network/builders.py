@@ -45,7 +45,7 @@ from clustersim.catalog.schema import ChipSpec, InstanceSpec, UltraServerSpec
 from clustersim.errors import ScenarioError
 from clustersim.network import fabrics
 from clustersim.network.registry import register_topology
-from clustersim.network.topology import Node, PathFn, Topology, ecmp_hash
+from clustersim.network.topology import Node, PathFn, Topology, ecmp_hash, local_path
 
 __all__ = [
     "NEURONSWITCH_SPINES",
@@ -172,7 +172,7 @@ def add_torus_links(
 
 def add_efa(topo: Topology, instance: InstanceSpec, chip: ChipSpec) -> None:
     """The ``nonblocking`` scale-out fabric (one switch ``("efa",)``) for ``topo``."""
-    fabrics.attach_nonblocking(topo, instance.efa, chip.calibration.link_efficiency, "cluster")
+    fabrics.attach_nonblocking(topo, instance.efa, chip.efa_link_efficiency, "cluster")
 
 
 def _torus_path_fn(
@@ -209,11 +209,13 @@ def _ultraserver(instance: InstanceSpec, builder: str) -> UltraServerSpec:
 
 
 def _topology(instance: InstanceSpec, chip: ChipSpec, count: int, per_domain: int) -> Topology:
+    local_Bps, local_s = local_path(chip)
     return Topology(
         f"{instance.name}x{count}",
         chips_per_instance=instance.chips,
         instances=count,
-        local_bw_Bps=chip.dma_bw_Bps,
+        local_bw_Bps=local_Bps,
+        local_latency_s=local_s,
         domain_instances=per_domain,
     )
 

@@ -23,8 +23,10 @@ torus). Asked for a group where it does not, the collective falls back to
 ``ring`` (``pairwise`` for all-to-all): :func:`resolve_algorithm` says which
 algorithm really runs.
 
-``auto`` follows the Neuron runtime's choice by message size
-(``neuron-runtime/about/collectives.rst``): see :func:`choose`.
+``auto`` follows the communication runtime's choice: the Neuron runtime's by
+message size (``neuron-runtime/about/collectives.rst``, :func:`choose`) on
+Trainium, NCCL's tuning model (:mod:`.nccl`) on GPUs, which the
+:class:`~clustersim.network.Network` asks through its runtime (:mod:`.costs`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "Step",
     "algorithm",
     "algorithm_names",
+    "busbw_factor",
     "choose",
     "collective_steps",
     "register_algorithm",
@@ -73,13 +76,36 @@ MESH_MAX_FLOWS = 65_536
 simulation cost; at that scale the Neuron runtime would not post all pairs at once either."""
 
 
+def busbw_factor(op: str, p: int) -> float:
+    """nccl-tests' bus bandwidth factor of ``op`` over ``p`` ranks."""
+    if op == "all_reduce":
+        return 2 * (p - 1) / p
+    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (p - 1) / p
+    return 1.0
+
+
 @dataclass(frozen=True)
 class Step:
-    """``repeats`` identical synchronous rounds, each moving ``bytes_per_flow`` on every pair."""
+    """``repeats`` identical synchronous rounds, each moving ``bytes_per_flow`` on every pair.
+
+    ``pipelined`` rounds (a ring's) stream chunk after chunk over fixed peers, so the
+    runtime's per-round handshake overlaps the data of the round before: the step pays
+    the round cost of :mod:`.costs` once, as the pipeline's fill, not once per round.
+    Rounds that depend on the whole of the previous round (halving-doubling, mesh,
+    trees) pay it every round. ``reduces``: the receiver adds what it gets into its
+    own buffer (a reduce-scatter round), which DMA engines before NeuronCore-v4 do at
+    half their copy throughput. ``hops`` (intra-domain, inter-domain), when given, is
+    the chain of hops a chunk of a pipelined step travels before the last rank has it
+    (a tree's depth): its latency is that many hops, whatever the rounds.
+    """
 
     pairs: tuple[tuple[int, int], ...]
     bytes_per_flow: float
     repeats: int = 1
+    pipelined: bool = False
+    reduces: bool = False
+    hops: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.repeats < 1 or not self.bytes_per_flow >= 0:
@@ -165,7 +191,7 @@ def _applies(name: str, p: int, info: GroupInfo) -> bool:
 
 
 def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
-    """The algorithm ``auto`` runs, following the Neuron runtime's choice.
+    """The algorithm ``auto`` runs on the Neuron runtime, following its size rule.
 
     - all-to-all: ``mesh`` (every pair at once), or ``pairwise`` when p(p-1) >
       :data:`MESH_MAX_FLOWS`.
@@ -174,8 +200,9 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
       spans several scale-up domains with the same number (> 1) of ranks in
       each; otherwise ``mesh`` below :data:`MESH_MAX_BYTES` (and p(p-1) <=
       :data:`MESH_MAX_FLOWS`), ``halving_doubling`` up to
-      :data:`HALVING_DOUBLING_MAX_BYTES` when p is a power of two; above, ``torus``
-      when the group is a grid of two or more axes on a torus, else ``ring``.
+      :data:`HALVING_DOUBLING_MAX_BYTES` when p is a power of two; above, the
+      runtime's ring ("KangaRing"): ``torus`` when the group is a grid of two or
+      more axes on a torus, else ``ring``.
     """
     mesh_ok = p * (p - 1) <= MESH_MAX_FLOWS
     if op == "all_to_all":
@@ -197,9 +224,14 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
 
 
 def resolve_algorithm(
-    name: str, op: str, p: int, nbytes: float, info: GroupInfo | None = None
+    name: str,
+    op: str,
+    p: int,
+    nbytes: float,
+    info: GroupInfo | None = None,
 ) -> str:
-    """The algorithm that runs when ``name`` is asked for: ``auto``'s choice, or a fallback."""
+    """The algorithm that runs when ``name`` is asked for: ``auto``'s choice on the
+    Neuron runtime (:func:`choose`), or a fallback."""
     algorithm(name, op)
     info = GroupInfo.flat(p) if info is None else info
     if name == "auto":
@@ -210,7 +242,11 @@ def resolve_algorithm(
 
 
 def collective_steps(
-    op: str, p: int, nbytes: float, name: str = "auto", info: GroupInfo | None = None
+    op: str,
+    p: int,
+    nbytes: float,
+    name: str = "auto",
+    info: GroupInfo | None = None,
 ) -> list[Step]:
     """The steps of ``op`` over ``p`` positions with algorithm ``name``; none when ``p == 1``.
 

@@ -13,7 +13,10 @@
 EFA bandwidth (``efa.bandwidth_Bps / chips``, times the chip's link efficiency)
 with half the one-way EFA latency; a NIC shared by several chips, or several
 NICs of one chip, are aggregated into that one link. For counting switch ports a
-chip uses ``efa.nics / chips`` ports.
+chip uses ``efa.nics / chips`` ports, and its traffic to another leaf spreads
+over as many equal-cost paths (``spread``; each port is a flow of its own to
+ECMP), so one chip's flow across leaves gets its whole share at oversubscription
+1, as on the non-blocking fabric.
 
 **Ports and oversubscription.** A leaf switch gives ``D = floor(radix * o / (1 +
 o))`` ports to chips and ``U = radix - D`` to the tier above, for an
@@ -98,6 +101,8 @@ class TreeFabric:
     ports: tuple[int, ...]
     up: tuple[Int64s, ...]
     down: tuple[Int64s, ...]
+    spread: int = 1
+    """NIC ports per chip: its traffic to another leaf spreads over this many paths."""
 
     @property
     def levels(self) -> int:
@@ -114,7 +119,11 @@ class TreeFabric:
         return self.host_up[src], self.host_down[dst]
 
     def paths(
-        self, src: Int64s, dst: Int64s, usable: NDArray[np.bool_] | None
+        self,
+        src: Int64s,
+        dst: Int64s,
+        usable: NDArray[np.bool_] | None,
+        offset: Int64s | None = None,
     ) -> tuple[Int64s, NDArray[np.bool_]]:
         """See :class:`~clustersim.network.topology.ScaleOut`."""
         ls, ld = self.leaf_of[src], self.leaf_of[dst]
@@ -138,6 +147,8 @@ class TreeFabric:
                 lsm, ldm = (ls, ld) if whole else (ls[rows], ld[rows])
                 block = self.span[m]
                 salt = ecmp_hash(lsm // block, ldm // block)
+                if offset is not None:
+                    salt = salt + (offset if whole else offset[rows])
                 p = (ldm * self.per_leaf + self.pos[d] + salt) % width
             else:  # a single path: number 0
                 p = np.zeros(s.size, dtype=np.int64)
@@ -379,4 +390,5 @@ def _attach_tree(
         ports=tuple(ports),
         up=tuple(ups),
         down=tuple(downs),
+        spread=max(1, min(round(efa.nics / topo.chips_per_instance), up_ports)),
     )

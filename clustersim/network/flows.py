@@ -46,7 +46,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -59,7 +59,7 @@ from clustersim.network.linkstats import LinkStats, LinkUtilisation, LoadPattern
 from clustersim.network.maxmin import maxmin_rates_csc
 from clustersim.network.topology import Topology
 
-__all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation"]
+__all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
 
 Pairs = tuple[tuple[int, int], ...]
 
@@ -70,6 +70,8 @@ class FlowGroup:
 
     ``links`` are distinct link indices and ``counts`` how many of the group's
     flows cross each; ``latency_s`` is the longest route latency of its flows.
+    ``rate_cap_Bps`` bounds each flow's rate whatever the links offer: the DMA
+    queues that move one message (:mod:`~clustersim.network.costs`).
     ``pairs`` are the chip pairs it was routed from (to reroute it after a failure):
     a tuple, or for the many flows of a folded step a function that builds them
     as an ``n x 2`` array (a group stays small however many replicas it stands for).
@@ -80,6 +82,49 @@ class FlowGroup:
     n_flows: int
     latency_s: float
     pairs: Pairs | Callable[[], NDArray[np.int64]] = ()
+    rate_cap_Bps: float = math.inf
+
+
+def link_counts(
+    flat: NDArray[np.int64], weights: NDArray[np.float64] | None
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Distinct links of a multiset of route links, and the flows on each (weighted)."""
+    if weights is None:
+        distinct, multiplicity = np.unique(flat, return_counts=True)
+        return distinct, multiplicity.astype(np.float64)
+    links, inverse = np.unique(flat, return_inverse=True)
+    counts: NDArray[np.float64] = np.bincount(
+        inverse.ravel(), weights=weights, minlength=links.size
+    ).astype(np.float64)
+    return links, counts
+
+
+def _with_caps(
+    groups: tuple[FlowGroup, ...],
+    capped: list[int],
+    indptr: NDArray[np.int64],
+    rows: NDArray[np.int64],
+    counts: NDArray[np.float64],
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
+    """The compressed columns with one virtual row per capped group (after the real
+    rows, ``rows.max() + 1`` onwards), and the virtual rows' capacities."""
+    n_real = int(rows.max()) + 1 if rows.size else 0
+    extra = np.zeros(len(groups), dtype=np.int64)
+    extra[capped] = 1
+    new_ptr = indptr + np.concatenate([[0], np.cumsum(extra)])
+    new_rows = np.empty(rows.size + len(capped), dtype=np.int64)
+    new_counts = np.empty(new_rows.size)
+    virtual = iter(range(n_real, n_real + len(capped)))
+    for e in range(len(groups)):
+        a, b = int(indptr[e]), int(indptr[e + 1])
+        c = int(new_ptr[e])
+        new_rows[c : c + b - a] = rows[a:b]
+        new_counts[c : c + b - a] = counts[a:b]
+        if extra[e]:
+            new_rows[c + b - a] = next(virtual)
+            new_counts[c + b - a] = 1.0
+    caps = np.asarray([groups[i].rate_cap_Bps for i in capped], dtype=np.float64)
+    return new_ptr, new_rows, new_counts, caps
 
 
 class _Entity:
@@ -213,8 +258,9 @@ class FlowNetwork:
         found = self._groups.get(key)
         if found is not None:
             return found
-        flat, latency = topo.routes(key)
-        links, counts = np.unique(flat, return_counts=True)
+        chips = np.asarray(key, dtype=np.int64).reshape(-1, 2)
+        flat, weights, latency = topo.weighted_routes(chips[:, 0], chips[:, 1])
+        links, counts = link_counts(flat, weights)
         latency_s = float(latency.max()) if latency.size else 0.0
         found = FlowGroup(
             links.astype(np.int64), counts.astype(np.float64), len(key), latency_s, key
@@ -399,16 +445,19 @@ class FlowNetwork:
     def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> _Solved:
         """Max-min rates of entities routed as ``groups``, with their links' loads.
 
-        An entity alone on its links runs at the rate of its tightest link.
+        An entity alone on its links runs at the rate of its tightest link. A group's
+        ``rate_cap_Bps`` is a constraint of its own: a virtual link that only it
+        crosses, once, which the link statistics never see.
         """
         cap = self.topology.capacity_Bps
         if len(groups) == 1 and groups[0].links.size:
             (g,) = groups
             cap_nz = cap[g.links]
-            rate = float((cap_nz / g.counts).min())
+            rate = min(float((cap_nz / g.counts).min()), g.rate_cap_Bps)
             rates = np.asarray([rate])
             out: _Solved = (rates, LoadPattern(g.links, g.counts * rate, cap_nz))
         else:
+            capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
             nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
             counts = np.concatenate([g.counts for g in groups])
             loaded, rows = np.unique(np.concatenate([g.links for g in groups]), return_inverse=True)
@@ -416,8 +465,19 @@ class FlowNetwork:
             capacity = cap[loaded]
             indptr = np.zeros(len(groups) + 1, dtype=np.int64)
             np.cumsum(nnz, out=indptr[1:])
-            rates = maxmin_rates_csc(indptr, rows, counts, capacity)
-            load = np.bincount(rows, weights=counts * np.repeat(rates, nnz), minlength=loaded.size)
+            if capped:
+                indptr, rows, counts, full = _with_caps(groups, capped, indptr, rows, counts)
+                rates = maxmin_rates_csc(indptr, rows, counts, np.concatenate([capacity, full]))
+                real = rows < loaded.size
+                nnz_rates = np.repeat(rates, np.diff(indptr))
+                load = np.bincount(
+                    rows[real], weights=(counts * nnz_rates)[real], minlength=loaded.size
+                )
+            else:
+                rates = maxmin_rates_csc(indptr, rows, counts, capacity)
+                load = np.bincount(
+                    rows, weights=counts * np.repeat(rates, nnz), minlength=loaded.size
+                )
             out = (rates, LoadPattern(loaded.astype(np.int64), load.astype(np.float64), capacity))
         # Rate 0 is a stall: a link on the route has failed and routing has not
         # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
@@ -500,7 +560,7 @@ class FlowNetwork:
                         f"a transfer over links {self._names(ent.group.links)} lost a link and "
                         "was created without its pairs, so it cannot be rerouted"
                     )
-                ent.group = self.group(pairs)
+                ent.group = replace(self.group(pairs), rate_cap_Bps=ent.group.rate_cap_Bps)
             except PartitionError as exc:
                 ent.event.fail(exc)
                 continue

@@ -21,20 +21,13 @@ import simpy
 from clustersim import catalog
 from clustersim.errors import ScenarioError
 from clustersim.network import Network
-from clustersim.network.collectives import OPS, algorithm_names
+from clustersim.network.collectives import OPS, algorithm_names, busbw_factor
+from clustersim.network.costs import NO_COSTS
 from clustersim.network.registry import build_topology
+from clustersim.network.runtimes import runtime_of
 from clustersim.units import format_bytes
 
 __all__ = ["busbw_factor", "run_collective", "size_sweep"]
-
-
-def busbw_factor(op: str, p: int) -> float:
-    """nccl-tests' bus bandwidth factor of ``op`` over ``p`` ranks."""
-    if op == "all_reduce":
-        return 2 * (p - 1) / p
-    if op in ("reduce_scatter", "all_gather", "all_to_all"):
-        return (p - 1) / p
-    return 1.0
 
 
 def size_sweep(lo: float, hi: float, factor: float = 2.0) -> list[float]:
@@ -66,17 +59,22 @@ def run_collective(
     ultraserver: Mapping[str, Any] | None = None,
     chip_model: str = "roofline",
     fabric_file: str | None = None,
+    overheads: bool = True,
 ) -> list[dict[str, Any]]:
     """Time ``op`` on each of ``sizes`` (bytes) over ``count`` x ``instance``.
 
     The group is ranks ``0..ranks-1`` (default: all of them), placed in chip
     order, one per chip unless ``lnc`` is given (then ``cores / lnc`` per chip,
     as in a scenario). ``chip``, ``neuronlink``, ``efa`` and ``ultraserver``
-    override catalog fields, like the ``cluster`` keys of a scenario. Bad input
+    override catalog fields, like the ``cluster`` keys of a scenario. ``overheads``
+    adds the runtime's fixed costs (the chip's ``collectives`` block,
+    :mod:`~clustersim.network.costs`); without them a collective costs its wire time
+    alone, as its alpha-beta closed form assumes. Bad input
     raises :class:`~clustersim.errors.ScenarioError` naming the parameter.
 
     Returns one row per size: ``op``, ``size_bytes``, ``time_s``,
-    ``algbw_GBps``, ``busbw_GBps``, ``algorithm`` (what ran: ``auto``'s choice)
+    ``algbw_GBps``, ``busbw_GBps``, ``algorithm`` (what ran: ``auto``'s choice),
+    ``protocol`` (the runtime's: NCCL's LL, LL128 or Simple; ``neuron`` on Trainium)
     and ``ranks``. ``chip_model`` (``roofline`` or ``engines``) is the chip model the
     scenario key names; ``engines`` needs the chip's engine description. A lone
     collective meets no compute, so both give the same times. ``fabric_file`` (a
@@ -127,11 +125,13 @@ def run_collective(
         if not (size > 0 and math.isfinite(size)):
             raise ScenarioError("sizes", size, "each size must be a positive number of bytes")
     rank_chip = [r // per_chip for r in range(total)]
+    runtime = runtime_of(chip_spec, inst) if overheads else NO_COSTS
     group = list(range(p))
     rows = []
     for size in sizes:
         env = simpy.Environment()
-        net = Network(env, topo, rank_chip, {op: algorithm}, path="algorithm")
+        net = Network(env, topo, rank_chip, {op: algorithm}, runtime=runtime, path="algorithm")
+        algo, proto = net.choice_for(op, group, float(size))
         done = net.collective(op, group, float(size))
         env.run(until=done)
         time_s = float(env.now)
@@ -143,7 +143,8 @@ def run_collective(
                 "time_s": time_s,
                 "algbw_GBps": algbw,
                 "busbw_GBps": algbw * busbw_factor(op, p),
-                "algorithm": net.algorithm_for(op, group, float(size)),
+                "algorithm": algo,
+                "protocol": proto.name,
                 "ranks": p,
             }
         )

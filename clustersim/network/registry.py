@@ -116,5 +116,5 @@ def build_topology(
     builder, fabric = check_fabrics(instance, count, path=path)
     topo = builder(instance, chip, count)
     if topo.n_domains > 1 and topo.scaleout is None:
-        fabric(topo, instance.efa, chip.calibration.link_efficiency, path)
+        fabric(topo, instance.efa, chip.efa_link_efficiency, path)
     return topo

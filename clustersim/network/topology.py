@@ -13,7 +13,10 @@ capacity: nominal x lanes up / lanes, zero when down) and
 ``networkx`` view built on first use, for inspection.
 
 Each chip also has a ``local`` self-loop link that carries traffic between ranks
-on the same chip (intra-chip DMA, ``chip.dma_bw_Bps``, zero latency).
+on the same chip: intra-chip DMA, which reads and writes the chip's HBM, so its
+capacity is the smaller of the DMA engines' throughput and half the HBM's
+sustained bandwidth, and its latency is a DMA transfer's set-up
+(:func:`local_path`).
 
 **Domains.** Chips are grouped into scale-up domains of ``domain_instances``
 consecutive instances (one instance, or an UltraServer). Inside a domain a
@@ -49,6 +52,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 from scipy.sparse.csgraph import dijkstra
 
+from clustersim.catalog.schema import ChipSpec
 from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.links import Int64s, LinkKind, LinkState, LinkTable, Node
 
@@ -63,6 +67,7 @@ __all__ = [
     "Topology",
     "chip_node",
     "ecmp_hash",
+    "local_path",
 ]
 
 PathFn: TypeAlias = Callable[[int, int], Sequence[int]]
@@ -79,6 +84,18 @@ zero-latency links stay edges of the sparse graph."""
 
 def chip_node(chip: int) -> Node:
     return ("chip", chip)
+
+
+def local_path(chip: ChipSpec) -> tuple[float, float]:
+    """Capacity (B/s) and latency (s) of the intra-chip path between two ranks of ``chip``.
+
+    A transfer between cores of one chip is a DMA copy from HBM to HBM: every byte is
+    read once and written once, so it gets at most half of the HBM's sustained
+    bandwidth, and never more than the DMA engines move. Each transfer pays the DMA
+    set-up (``chip.dma_setup_s``).
+    """
+    hbm = chip.hbm_bw_Bps * chip.calibration.hbm_efficiency / 2
+    return min(chip.dma_bw_Bps, hbm), chip.dma_setup_s
 
 
 def ecmp_hash(a: ArrayLike, b: ArrayLike) -> Int64s:
@@ -123,19 +140,30 @@ class ScaleOut(Protocol):
         other pair's path shares a link with it."""
         ...
 
+    @property
+    def spread(self) -> int:
+        """Equal-cost paths that one chip's traffic to another domain spreads over: its
+        NIC ports, each a flow of its own to ECMP (1 on a :attr:`private` fabric)."""
+        ...
+
     def host_links(self, src: Int64s, dst: Int64s) -> tuple[Int64s, Int64s]:
         """The up link of each source and the down link of each target: on a
         :attr:`private` fabric, the whole path of each pair."""
         ...
 
     def paths(
-        self, src: Int64s, dst: Int64s, usable: NDArray[np.bool_] | None
+        self,
+        src: Int64s,
+        dst: Int64s,
+        usable: NDArray[np.bool_] | None,
+        offset: Int64s | None = None,
     ) -> tuple[Int64s, NDArray[np.bool_]]:
         """Links of each pair's path, one row per pair padded with -1, and whether it is usable.
 
         With ``usable`` (a mask over links; None when every link is up) a pair
         whose preferred path crosses an unusable link takes another equal-cost
-        path, and is marked not ok when none is left.
+        path, and is marked not ok when none is left. ``offset[i]`` shifts pair
+        ``i`` to its ``offset``-th next equal-cost path (one of a chip's NIC ports).
         """
         ...
 
@@ -159,6 +187,7 @@ class Topology(LinkTable):
         chips_per_instance: int,
         instances: int = 1,
         local_bw_Bps: float,
+        local_latency_s: float = 0.0,
         path_fn: PathFn | None = None,
         domain_instances: int = 1,
     ) -> None:
@@ -194,7 +223,7 @@ class Topology(LinkTable):
         self.torus_dims: tuple[int, ...] = ()
         chips = np.arange(n, dtype=np.int64)
         self._local: Int64s = self.add_links(
-            chips, chips, capacity_Bps=local_bw_Bps, latency_s=0.0, kind="local"
+            chips, chips, capacity_Bps=local_bw_Bps, latency_s=local_latency_s, kind="local"
         )
 
     def set_chip_coords(self, coords: ArrayLike, dims: Sequence[int]) -> None:
@@ -274,7 +303,25 @@ class Topology(LinkTable):
         return self.routes_between(chips[:, 0], chips[:, 1])
 
     def routes_between(self, src: ArrayLike, dst: ArrayLike) -> tuple[Int64s, NDArray[np.float64]]:
-        """:meth:`routes` of the pairs ``(src[i], dst[i])``, given as two arrays of chips."""
+        """:meth:`routes` of the pairs ``(src[i], dst[i])``, given as two arrays of chips:
+        one path per pair (the first of a chip's NIC ports)."""
+        flat, _, latency = self._routes_between(src, dst, 1)
+        return flat, latency
+
+    def weighted_routes(
+        self, src: ArrayLike, dst: ArrayLike
+    ) -> tuple[Int64s, NDArray[np.float64] | None, NDArray[np.float64]]:
+        """Links, their weights and route latencies of the pairs ``(src[i], dst[i])``, with
+        each pair between domains spread over its chip's NIC ports
+        (:attr:`ScaleOut.spread`): ``weights[j]`` is the share of the pair's flow on
+        entry ``j`` of the links (None when every share is 1). The latencies are a
+        multiset with one entry per path."""
+        spread = self.scaleout.spread if self.scaleout is not None else 1
+        return self._routes_between(src, dst, spread)
+
+    def _routes_between(
+        self, src: ArrayLike, dst: ArrayLike, spread: int
+    ) -> tuple[Int64s, NDArray[np.float64] | None, NDArray[np.float64]]:
         sources = np.asarray(src, dtype=np.int64).reshape(-1)
         targets = np.asarray(dst, dtype=np.int64).reshape(-1)
         if sources.size != targets.size:
@@ -282,7 +329,7 @@ class Topology(LinkTable):
                 f"routes need as many sources as targets ({sources.size} != {targets.size})"
             )
         if not sources.size:
-            return np.zeros(0, dtype=np.int64), np.zeros(0)
+            return np.zeros(0, dtype=np.int64), None, np.zeros(0)
         if (
             min(sources.min(), targets.min()) < 0
             or max(sources.max(), targets.max()) >= self.n_chips
@@ -307,7 +354,11 @@ class Topology(LinkTable):
             s, d = (
                 (sources, targets) if n_cross == sources.size else (sources[cross], targets[cross])
             )
-            matrix, ok = scaleout.paths(s, d, self._usable())
+            offset = None
+            if spread > 1:
+                offset = np.tile(np.arange(spread, dtype=np.int64), s.size)
+                s, d = np.repeat(s, spread), np.repeat(d, spread)
+            matrix, ok = scaleout.paths(s, d, self._usable(), offset)
             if not ok.all():
                 route = self.route
                 detour = [
@@ -323,7 +374,13 @@ class Topology(LinkTable):
             else:
                 flat_parts.append(matrix[real])
                 lat_parts.append(_row_sums(np.where(real, self.latency_s[matrix], 0.0)))
-        return np.concatenate(flat_parts), np.concatenate(lat_parts)
+        flat = np.concatenate(flat_parts)
+        weights = None
+        if spread > 1 and n_cross:
+            # Entries of pairs inside domains come first (weight 1), then the spread paths.
+            weights = np.full(flat.size, 1.0 / spread)
+            weights[: flat_parts[0].size] = 1.0
+        return flat, weights, np.concatenate(lat_parts)
 
     def _domain_routes(self, src: Int64s, dst: Int64s) -> list[tuple[int, ...]]:
         """:meth:`route` of each pair ``(src[i], dst[i])`` within one domain, in bulk.

@@ -22,6 +22,7 @@ from clustersim.names import check
 from clustersim.network import OPS, Network, algorithm_names
 from clustersim.network.custom import GraphTopology
 from clustersim.network.registry import check_fabrics
+from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import Resolved
 from clustersim.sim.degraded import derive_degraded_step, healthy_only
 from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
@@ -171,7 +172,8 @@ def simulate(
     if topology is None:
         topology = scenario_topology(res)
     rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
-    network = Network(env, topology, rank_chip, sc.cluster.collectives)
+    runtime = runtime_of(res.chip, res.instance)
+    network = Network(env, topology, rank_chip, sc.cluster.collectives, runtime=runtime)
     injector = build_injector(env, topology, sc.failures)
     compiled = compile_programs(pl)
     sim = StepSim(

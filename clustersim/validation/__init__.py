@@ -7,7 +7,9 @@
 The reference set lives in ``references.yaml`` with a scenario file per
 end-to-end row in ``references/``. End-to-end rows compare the simulated step
 time with the one derived from the published throughput (MFU beside); analytic
-rows compare collective times with their alpha-beta closed forms, and checkpoint
+rows compare collective times with their alpha-beta closed forms (``consistency``:
+checks of the algorithms, not validation), measured rows compare them with nccom-test
+and nccl-tests (``measured_collectives``), and checkpoint
 intervals and the long-horizon failure model with Young's and Daly's closed forms. Validation
 passes when every row is within its tolerance and the mean ``|error|`` of the
 end-to-end rows is within :data:`MEAN_TOLERANCE`.
@@ -19,6 +21,7 @@ from collections.abc import Callable, Iterable
 
 from clustersim.errors import ScenarioError
 from clustersim.validation.analytic import closed_form_s, run_collective_row
+from clustersim.validation.measured import measured_rows
 from clustersim.validation.reliability import run_reliability_row
 from clustersim.validation.rows import Row, references
 from clustersim.validation.training import run_training
@@ -41,7 +44,12 @@ def reference_names(*, quick: bool = False) -> list[str]:
     """Names of the shipped references; ``quick`` leaves out the slow end-to-end rows."""
     refs = references()
     training = [r.name for r in refs.training if not (quick and r.slow)]
-    return [*training, *(r.name for r in refs.collectives), *(r.name for r in refs.reliability)]
+    return [
+        *training,
+        *(r.name for r in refs.collectives),
+        *(r.name for r in refs.measured_collectives),
+        *(r.name for r in refs.reliability),
+    ]
 
 
 def validate(
@@ -75,6 +83,11 @@ def validate(
             if progress is not None:
                 progress(cref.name)
             rows.append(run_collective_row(cref))
+    for mref in refs.measured_collectives:
+        if mref.name in wanted:
+            if progress is not None:
+                progress(mref.name)
+            rows.extend(measured_rows(mref))
     for rref in refs.reliability:
         if rref.name in wanted:
             if progress is not None:

@@ -58,7 +58,13 @@ def run_collective_row(ref: CollectiveRef) -> Row:
     inst = catalog.instance(ref.instance)
     chip = catalog.chip(inst.chip)
     (sim,) = run_collective(
-        ref.instance, ref.count, ref.op, [ref.size], algorithm=ref.algorithm, ranks=ref.ranks
+        ref.instance,
+        ref.count,
+        ref.op,
+        [ref.size],
+        algorithm=ref.algorithm,
+        ranks=ref.ranks,
+        overheads=False,
     )
     p = int(sim["ranks"])
     a = inst.fabric.link_latency_s
@@ -73,6 +79,7 @@ def run_collective_row(ref: CollectiveRef) -> Row:
         predicted=float(sim["time_s"]),
         tolerance=ref.tolerance,
         source=ref.source,
+        role="consistency",
         wall_s=time.perf_counter() - t0,
         extra={"ranks": p, "size_bytes": ref.size, "a_s": a, "b_s_per_byte": b},
     )

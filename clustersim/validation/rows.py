@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 
 from clustersim import catalog
 from clustersim.catalog.schema import Bytes, Duration, Strict
@@ -21,6 +21,8 @@ from clustersim.errors import CatalogError
 
 __all__ = [
     "CollectiveRef",
+    "MeasuredCollectiveRef",
+    "MeasuredPoint",
     "Published",
     "References",
     "ReliabilityRef",
@@ -71,6 +73,40 @@ class CollectiveRef(Strict):
     tolerance: Tolerance = Field(default=0.01, gt=0, le=1)
 
 
+class MeasuredPoint(Strict):
+    """One size of a measured collective: its bus bandwidth or its time."""
+
+    size: Bytes = Field(gt=0)
+    busbw_GBps: float | None = Field(default=None, gt=0)
+    time_s: Duration | None = Field(default=None, gt=0)
+    tolerance: float | None = Field(default=None, gt=0, le=1)
+    note: str = ""
+    """Why this size has a tolerance of its own (a known gap of the model)."""
+
+    @model_validator(mode="after")
+    def _one_figure(self) -> MeasuredPoint:
+        if (self.busbw_GBps is None) == (self.time_s is None):
+            raise ValueError("give exactly one of busbw_GBps and time_s")
+        return self
+
+
+class MeasuredCollectiveRef(Strict):
+    """A collective measured at several sizes on ``count`` x ``instance``."""
+
+    name: str
+    instance: str
+    count: int = Field(default=1, ge=1)
+    ranks: int | None = Field(default=None, ge=2)
+    lnc: int | None = Field(default=None, ge=1)
+    op: str
+    algorithm: str = "auto"
+    points: tuple[MeasuredPoint, ...] = Field(min_length=1)
+    role: Literal["calibration", "hold-out"]
+    source: str
+    tolerance: float = Field(default=0.15, gt=0, le=1)
+    note: str = ""
+
+
 class ReliabilityRef(Strict):
     """A checkpoint-interval or long-horizon check (see ``validation.reliability``)."""
 
@@ -89,12 +125,14 @@ class ReliabilityRef(Strict):
 class References(Strict):
     training: tuple[TrainingRef, ...]
     collectives: tuple[CollectiveRef, ...]
+    measured_collectives: tuple[MeasuredCollectiveRef, ...] = ()
     reliability: tuple[ReliabilityRef, ...] = ()
 
     def names(self) -> list[str]:
         return (
             [r.name for r in self.training]
             + [r.name for r in self.collectives]
+            + [r.name for r in self.measured_collectives]
             + [r.name for r in self.reliability]
         )
 

@@ -25,7 +25,8 @@ def test_rows_on_one_trn2_instance() -> None:
     assert [r["algorithm"] for r in rows] == ["mesh", "halving_doubling", "torus"]
     for r in rows:
         assert set(r) == {
-            "op", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm", "ranks"
+            "op", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algorithm", "protocol",
+            "ranks",
         }  # fmt: skip
         assert r["ranks"] == 16
         assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from clustersim.network.topology import Topology, chip_node
 
 MIB = 2.0**20
 ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]
+AR_ONLY = ["double_tree", "nvls"]
 
 
 def run(net: Network, op: str, ranks: Any, nbytes: float) -> float:
@@ -54,13 +56,16 @@ def one_way_ring(p: int, cap: float = 1e9, lat: float = 2e-6) -> Topology:
 def test_ring_steps() -> None:
     (step,) = collective_steps("all_reduce", 4, 8.0, "ring")
     fwd, bwd = ((0, 1), (1, 2), (2, 3), (3, 0)), ((0, 3), (1, 0), (2, 1), (3, 2))
-    assert step == Step(fwd + bwd, 1.0, 6)  # half of each n/p chunk each way
-    assert collective_steps("all_reduce", 4, 8.0, "ring_uni") == [Step(fwd, 2.0, 6)]
-    assert collective_steps("all_reduce", 2, 8.0, "ring") == [Step(((0, 1), (1, 0)), 4.0, 2)]
+    # half of each n/p chunk each way; a ring streams, so its rounds are pipelined
+    assert step == Step(fwd + bwd, 1.0, 6, pipelined=True)
+    assert collective_steps("all_reduce", 4, 8.0, "ring_uni") == [Step(fwd, 2.0, 6, True)]
+    assert collective_steps("all_reduce", 2, 8.0, "ring") == [
+        Step(((0, 1), (1, 0)), 4.0, 2, pipelined=True)
+    ]
     (step,) = collective_steps("all_gather", 4, 8.0, "ring")
     assert (step.repeats, step.bytes_per_flow) == (3, 1.0)
     (step,) = collective_steps("broadcast", 4, 8.0, "ring")
-    assert step == Step(((0, 1), (1, 2), (2, 3), (0, 3), (3, 2), (2, 1)), 4.0 / 3, 3)
+    assert step == Step(((0, 1), (1, 2), (2, 3), (0, 3), (3, 2), (2, 1)), 4.0 / 3, 3, True)
     assert collective_steps("all_reduce", 1, 8.0) == []
 
 
@@ -69,8 +74,12 @@ def test_direct_steps() -> None:
     assert len(steps) == 3
     assert steps[1].pairs == ((0, 2), (1, 3), (2, 0), (3, 1))
     assert all(s.bytes_per_flow == 2.0 and s.repeats == 1 for s in steps)
-    (step,) = collective_steps("all_reduce", 3, 6.0, "mesh")
-    assert step == Step(((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)), 2.0, 2)
+    pairs = ((0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1))
+    # a direct reduce-scatter (reduced on arrival), then a direct all-gather
+    assert collective_steps("all_reduce", 3, 6.0, "mesh") == [
+        Step(pairs, 2.0, reduces=True),
+        Step(pairs, 2.0),
+    ]
     (step,) = collective_steps("broadcast", 3, 6.0, "mesh")
     assert step.pairs == ((0, 1), (0, 2))
 
@@ -80,7 +89,10 @@ def test_halving_doubling_and_tree_steps() -> None:
     assert [s.bytes_per_flow for s in steps] == [4.0, 2.0, 1.0]
     assert steps[0].pairs[:2] == ((0, 1), (1, 0))
     assert steps[2].pairs[:2] == ((0, 4), (1, 5))
-    assert collective_steps("all_gather", 8, 8.0, "halving_doubling") == steps[::-1]
+    # all-gather: the same rounds in reverse, copied on arrival rather than reduced
+    gather = collective_steps("all_gather", 8, 8.0, "halving_doubling")
+    assert gather == [replace(s, reduces=False) for s in steps[::-1]]
+    assert all(s.reduces for s in steps)
     tree = collective_steps("broadcast", 5, 8.0, "tree")
     assert [s.pairs for s in tree] == [((0, 1),), ((0, 2), (1, 3)), ((0, 4),)]
     up = collective_steps("reduce", 5, 8.0, "tree")
@@ -108,7 +120,7 @@ def test_unknown_algorithm_lists_valid_names() -> None:
     with pytest.raises(ScenarioError) as info:
         collective_steps("all_reduce", 4, 8.0, "butterfly")
     assert "cluster.collectives.all_reduce" in str(info.value)
-    assert f"valid: {', '.join([*ALL, 'tree'])}" in str(info.value)
+    assert f"valid: {', '.join(sorted([*ALL, *AR_ONLY, 'tree']))}" in str(info.value)
     with pytest.raises(ScenarioError, match="does not implement all_reduce"):
         collective_steps("all_reduce", 4, 8.0, "pairwise")
     with pytest.raises(ScenarioError, match="unknown collective"):

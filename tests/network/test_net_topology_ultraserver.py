@@ -108,13 +108,14 @@ def test_ring_all_reduce_over_the_z_ring_is_not_slowed_by_its_reverse() -> None:
 
 
 def test_trn2_ultraservers_are_joined_by_efa() -> None:
-    inst, eff, topo = build("trn2u.48xlarge", 8)
+    inst, _, topo = build("trn2u.48xlarge", 8)
     assert (topo.n_domains, topo.chips_per_domain) == (2, 64)
     inside = topo.route(0, 63)  # instances 0 and 3 of one UltraServer: NeuronLink only
     assert set(topo.kinds[list(inside)]) == {"neuronlink"}
     across = topo.route(0, 64)
     assert [topo.kinds[link] for link in across] == ["efa", "efa"]
-    assert topo.capacity_Bps[across[0]] == pytest.approx(inst.efa.bandwidth_Bps / 16 * eff)
+    efa_eff = catalog.chip(inst.chip).efa_link_efficiency
+    assert topo.capacity_Bps[across[0]] == pytest.approx(inst.efa.bandwidth_Bps / 16 * efa_eff)
     assert topo.route_latency_s(across) == pytest.approx(inst.efa.latency_s)
 
 

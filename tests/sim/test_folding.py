@@ -83,6 +83,44 @@ SHARDED = {
     ],
 }
 
+_P5 = ["cluster.instance=p5.48xlarge", "parallelism.pp=1", "parallelism.tp=2"]
+FABRICS = {
+    # Switched fabrics meet on shared tiers, where ECMP does not load replicas alike.
+    "fat tree, 2 tiers, 1:1": [*_P5, "cluster.count=8", "cluster.efa.fabric=fat_tree"],
+    "fat tree, 3 tiers, 3:1": [
+        *_P5, "cluster.count=8", "cluster.efa.fabric=fat_tree", "cluster.efa.tiers=3",
+        "cluster.efa.radix=16", "cluster.efa.oversubscription=3",
+    ],
+    "rail, 2 tiers, 3:1": [
+        *_P5, "cluster.count=8", "cluster.efa.fabric=rail", "cluster.efa.oversubscription=3",
+    ],
+    "rail, 3 tiers, 2:1, hierarchical": [
+        *_P5, "cluster.count=8", "cluster.efa.fabric=rail", "cluster.efa.tiers=3",
+        "cluster.efa.radix=16", "cluster.efa.oversubscription=2",
+        "cluster.collectives.all_reduce=hierarchical",
+        "cluster.collectives.reduce_scatter=hierarchical",
+    ],
+    "fat tree, 2:1, ring, 4,032 flows a step": [
+        *_P5, "cluster.count=16", "cluster.efa.fabric=fat_tree", "cluster.efa.oversubscription=2",
+        "cluster.collectives.all_reduce=mesh", "training.global_batch_size=64",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("sets", list(FABRICS.values()), ids=list(FABRICS))
+def test_folded_agrees_with_detailed_on_switched_fabrics(
+    tiny_yaml: object, sets: list[str]
+) -> None:
+    """Folding counts every flow on every link the replicas share: exact within 1%."""
+    res = load_scenario(str(tiny_yaml), sets)
+    detailed = simulate(res, fidelity="detailed", record=False).summary
+    folded = simulate(res, fidelity="folded", record=False).summary
+    assert folded["fidelity"] == "folded"
+    assert folded["step_time_s"] == pytest.approx(detailed["step_time_s"], rel=0.01)
+    assert folded["breakdown_s"]["exposed_comm"] == pytest.approx(
+        detailed["breakdown_s"]["exposed_comm"], rel=0.01, abs=1e-4 * detailed["step_time_s"]
+    )
+
 
 @pytest.mark.parametrize(
     "sets", [*SCENARIOS.values(), *SHARDED.values()], ids=[*SCENARIOS, *SHARDED]
@@ -99,16 +137,3 @@ def test_folded_agrees_with_detailed(tiny_yaml: object, sets: list[str]) -> None
         assert folded["breakdown_s"][part] == pytest.approx(detailed["breakdown_s"][part], rel=0.01)
 
 
-@pytest.mark.parametrize("sets", list(SCENARIOS.values()), ids=list(SCENARIOS))
-def test_sampled_representative_links_agree(
-    tiny_yaml: object, sets: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Keeping the links of only a few of a step's flows (as folded runs of 10^5 chips
-    do) gives the same step on these symmetric fabrics."""
-    from clustersim.network import Network
-
-    res = load_scenario(str(tiny_yaml), sets)
-    full = simulate(res, fidelity="folded", record=False).summary
-    monkeypatch.setattr(Network, "fold_sample_flows", 2)
-    sampled = simulate(res, fidelity="folded", record=False).summary
-    assert sampled["step_time_s"] == pytest.approx(full["step_time_s"], rel=0.01)

@@ -9,6 +9,7 @@
 | ``pairwise`` | all-to-all | :mod:`.direct` |
 | ``hierarchical`` | AR, RS, AG | :mod:`.hierarchical` |
 | ``torus`` | AR, RS, AG | :mod:`.torus` |
+| ``double_tree``, ``nvls`` (NCCL's Tree and NVLink SHARP) | AR | :mod:`.switched` |
 
 ``auto`` is registered with the registry (:mod:`clustersim.network.collectives`).
 """
@@ -20,8 +21,9 @@ from clustersim.network.algorithms import (
     halving_doubling,
     hierarchical,
     ring,
+    switched,
     torus,
     tree,
 )
 
-__all__ = ["direct", "halving_doubling", "hierarchical", "ring", "torus", "tree"]
+__all__ = ["direct", "halving_doubling", "hierarchical", "ring", "switched", "torus", "tree"]

@@ -37,8 +37,14 @@ def mesh(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     if op == "broadcast":
         return [Step(tuple((0, j) for j in range(1, p)), nbytes)]
     if op == "reduce":
-        return [Step(tuple((j, 0) for j in range(1, p)), nbytes)]
-    return [Step(_all_pairs(p), nbytes / p, 2 if op == "all_reduce" else 1)]
+        return [Step(tuple((j, 0) for j in range(1, p)), nbytes, reduces=True)]
+    pairs = _all_pairs(p)
+    if op == "all_reduce":
+        return [
+            Step(pairs, nbytes / p, reduces=True),
+            Step(pairs, nbytes / p),
+        ]
+    return [Step(pairs, nbytes / p, reduces=op == "reduce_scatter")]
 
 
 @register_algorithm("pairwise", ops=("all_to_all",))

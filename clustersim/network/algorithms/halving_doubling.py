@@ -29,9 +29,9 @@ def is_power_of_two(p: int, info: GroupInfo | None = None) -> bool:
     return p >= 1 and p & (p - 1) == 0
 
 
-def _round(p: int, j: int, nbytes: float) -> Step:
+def _round(p: int, j: int, nbytes: float, *, reduces: bool) -> Step:
     dist = 1 << j
-    return Step(tuple((i, i ^ dist) for i in range(p)), nbytes / (2 * dist))
+    return Step(tuple((i, i ^ dist) for i in range(p)), nbytes / (2 * dist), reduces=reduces)
 
 
 @register_algorithm(
@@ -45,8 +45,8 @@ def halving_doubling(op: str, p: int, nbytes: float, info: GroupInfo) -> list[St
     if not is_power_of_two(p):
         raise ValueError(f"halving_doubling needs a power-of-two group (got {p} ranks)")
     k = p.bit_length() - 1
-    halving = [_round(p, j, nbytes) for j in range(k)]
-    doubling = halving[::-1]
+    halving = [_round(p, j, nbytes, reduces=True) for j in range(k)]
+    doubling = [_round(p, j, nbytes, reduces=False) for j in reversed(range(k))]
     if op == "reduce_scatter":
         return halving
     if op == "all_gather":

@@ -23,6 +23,7 @@ not the ~2n of a flat ring. Groups that are not spread like this fall back to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -47,14 +48,14 @@ def parallel_steps(steps: Sequence[Step], groups: Sequence[Sequence[int]]) -> li
     phases of a data-parallel group of 10^4 ranks hold 10^5 pairs.
     """
     if not groups:
-        return [Step((), step.bytes_per_flow, step.repeats) for step in steps]
+        return [replace(step, pairs=()) for step in steps]
     table = np.asarray(groups, dtype=np.int64)
     out = []
     for step in steps:
         local = np.asarray(step.pairs, dtype=np.int64).reshape(-1, 2)
         mapped = table[:, local]
         pairs = zip(mapped[:, :, 0].ravel().tolist(), mapped[:, :, 1].ravel().tolist(), strict=True)
-        out.append(Step(tuple(pairs), step.bytes_per_flow, step.repeats))
+        out.append(replace(step, pairs=tuple(pairs)))
     return out
 
 

@@ -62,7 +62,7 @@ def ring_step(rings: Sequence[Sequence[int]], nbytes: float, rounds: int) -> Ste
     q = len(rings[0])
     both = q >= 3
     pairs = tuple(pair for members in rings for pair in ring_pairs(members, both_ways=both))
-    return Step(pairs, nbytes / q / (2 if both else 1), rounds)
+    return Step(pairs, nbytes / q / (2 if both else 1), rounds, pipelined=True)
 
 
 def _rounds(op: str, p: int) -> int:
@@ -81,7 +81,7 @@ def ring(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
         chains = fwd + bwd
         if op == "reduce":
             chains = tuple((b, a) for a, b in reversed(chains))
-        return [Step(chains, nbytes / 2 / (p - 1), p - 1)]
+        return [Step(chains, nbytes / 2 / (p - 1), p - 1, pipelined=True)]
     return [ring_step([members], nbytes, _rounds(op, p))]
 
 
@@ -93,5 +93,5 @@ def ring_uni(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
         chain = tuple((i, i + 1) for i in range(p - 1))
         if op == "reduce":
             chain = tuple((b, a) for a, b in reversed(chain))
-        return [Step(chain, nbytes / (p - 1), p - 1)]
-    return [Step(ring_pairs(range(p)), nbytes / p, _rounds(op, p))]
+        return [Step(chain, nbytes / (p - 1), p - 1, pipelined=True)]
+    return [Step(ring_pairs(range(p)), nbytes / p, _rounds(op, p), pipelined=True)]

@@ -36,7 +36,10 @@ def tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     """Binomial tree rooted at position 0; see the module doc."""
     del info
     down = _broadcast_rounds(p, nbytes)
-    up = [Step(tuple((b, a) for a, b in s.pairs), s.bytes_per_flow) for s in reversed(down)]
+    up = [
+        Step(tuple((b, a) for a, b in s.pairs), s.bytes_per_flow, reduces=True)
+        for s in reversed(down)
+    ]
     if op == "broadcast":
         return down
     if op == "reduce":

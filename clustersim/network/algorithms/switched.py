@@ -1,0 +1,77 @@
+"""NCCL's all-reduce algorithms besides the ring: its double binary tree, and NVLS.
+
+``double_tree`` (NCCL's Tree): inside each node the ranks form a chain to a head
+rank; across nodes the heads form two binary trees, the second the mirror image of
+the first, so that a head inner in one tree is a leaf in the other. Each tree
+carries half of its share of the ``n``-byte buffer, reduced up to the roots and
+broadcast back down, and both phases stream chunk by chunk. NCCL runs such trees
+on several channels, with the chain rotated so that every rank of a node heads
+one and the traffic between nodes spreads over all of the node's NICs: with ``L``
+ranks per node there are ``L`` rotations, each with ``n / L`` of the buffer. Every
+chain edge then carries ``n`` in each phase, so with ``b`` seconds per byte an
+uncontended tree inside a node costs ``2 n b`` plus its latency, half a ring's
+algorithm bandwidth, as NCCL's tuning model says.
+
+``nvls`` (NVLink SHARP): the NVSwitch reduces what the ranks push into it and
+multicasts the result, so each rank's link carries the buffer once each way,
+``n b``, instead of a ring's ``2(p-1)/p n b``. It is simulated as one round in
+which each rank sends ``n`` to its successor through the switch (each rank's up
+and down link carry ``n``). It runs inside one scale-up domain with such a switch;
+:class:`~clustersim.network.nccl.NcclRuntime` only chooses it there.
+"""
+
+from __future__ import annotations
+
+import math
+
+from clustersim.network.collectives import Step, register_algorithm
+from clustersim.network.groups import GroupInfo
+
+__all__ = ["double_tree", "nvls"]
+
+Pairs = list[tuple[int, int]]
+
+
+def _tree_up(leaders: list[int]) -> Pairs:
+    """Child -> parent edges of a binary heap over ``leaders`` and of its mirror image."""
+    n = len(leaders)
+    first = [(leaders[i], leaders[(i - 1) // 2]) for i in range(1, n)]
+    mirror = [(leaders[n - 1 - i], leaders[n - 1 - (i - 1) // 2]) for i in range(1, n)]
+    return first + mirror
+
+
+def _equal_domains(p: int, info: GroupInfo) -> bool:
+    del p
+    return len(set(info.domain_sizes())) == 1
+
+
+@register_algorithm("double_tree", ops=("all_reduce",), applies=_equal_domains)
+def double_tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+    """A chain per node and two mirrored binary trees across nodes; see the module doc."""
+    del op, p
+    members = info.domain_members()
+    width = len(members[0])
+    up: Pairs = []
+    for k in range(width):
+        heads = [m[k:] + m[:k] for m in members]
+        chain = [(m[i + 1], m[i]) for m in heads for i in range(width - 1)]
+        # Each tree moves half of the rotation's share; a chain edge carries both halves.
+        up += chain + chain + _tree_up([m[0] for m in heads])
+    half = nbytes / 2 / width
+    hops = (width - 1, math.ceil(math.log2(len(members))))
+    return [
+        Step(tuple(up), half, pipelined=True, reduces=True, hops=hops),
+        Step(tuple((b, a) for a, b in reversed(up)), half, pipelined=True, hops=hops),
+    ]
+
+
+def _one_domain(p: int, info: GroupInfo) -> bool:
+    del p
+    return len(info.domain_sizes()) == 1
+
+
+@register_algorithm("nvls", ops=("all_reduce",), applies=_one_domain)
+def nvls(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+    """In-switch reduction and multicast: the buffer once each way; see the module doc."""
+    del op, info
+    return [Step(tuple((i, (i + 1) % p) for i in range(p)), nbytes)]

@@ -1,0 +1,162 @@
+"""What a communication runtime adds to the wire time of a collective.
+
+The flow model moves a collective's bytes over the links; the runtime adds fixed
+costs that no link shows: the collective's launch, a handshake per synchronous
+round, and the posting of each message (a DMA descriptor chain on Trainium, an
+EFA send on the scale-out network). A :class:`Protocol` prices them; a
+:class:`Runtime` chooses the algorithm and protocol of each collective
+(:func:`~.runtimes.runtime_of` builds the chip's: the Neuron runtime on Trainium,
+NCCL's tuning model on GPUs, :mod:`.nccl`). A round of ``k`` identical rounds of a step
+with route latency ``L`` costs, where ``f`` is the fraction of its pairs that cross
+scale-up domains, ``m`` the most messages a rank posts in it and ``m_efa`` the most
+of those that cross:
+
+    route = (1 - f) x route_intra x L + f x route_inter x L
+    fixed = (1 - f) x step_s + f x net_step_s + m x message_s + m_efa x efa_message_s
+    step  = k x route + (1 if pipelined and the runtime streams rings else k) x fixed
+
+and the collective adds ``launch_s`` once. Posting is serial per rank, which is why
+a mesh round over 63 peers costs 63 messages while a ring round costs one. A ring
+whose chunks stream over fixed peers (the Neuron runtime's) hides its handshakes
+behind the data of the round before, so it pays them once, as the pipeline's fill;
+NCCL's tuning model charges a hop latency per ring step, and so does its protocol.
+
+A round that is not pipelined posts each message to a few DMA queues, so one
+message moves at most ``message_Bps`` (:meth:`Protocol.message_cap_Bps`), and at
+``reduce_throughput`` of that when the receiver reduces it (DMA engines before
+NeuronCore-v4 reduce at half their copy rate). A pipelined ring spreads its stream
+over every queue and is bound by the links alone. ``wire_factor`` multiplies the
+bytes on the wire (NCCL's LL protocol sends a flag with every 4 bytes).
+
+With every cost zero (:data:`NO_COSTS`, what the closed-form consistency checks
+use) a collective costs exactly its alpha-beta time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol as TypingProtocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from clustersim.catalog.schema import ChipSpec
+from clustersim.errors import ScenarioError
+from clustersim.network.collectives import Step, choose
+from clustersim.network.groups import GroupInfo
+
+__all__ = ["NO_COSTS", "NeuronRuntime", "Protocol", "Runtime", "neuron_protocol"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The fixed costs of one runtime protocol, in seconds (see the module doc)."""
+
+    name: str = "default"
+    launch_s: float = 0.0
+    step_s: float = 0.0
+    net_step_s: float = 0.0
+    message_s: float = 0.0
+    efa_message_s: float = 0.0
+    route_intra: float = 1.0
+    route_inter: float = 1.0
+    streams_rings: bool = True
+    """Whether a pipelined step pays its fixed round cost once rather than per round."""
+    wire_factor: float = 1.0
+    message_Bps: float = math.inf
+    reduce_throughput: float = 1.0
+
+    @property
+    def zero(self) -> bool:
+        return not (
+            self.launch_s or self.step_s or self.net_step_s or self.message_s or self.efa_message_s
+        )
+
+    def step_latency_s(
+        self,
+        step: Step,
+        pairs: NDArray[np.int64],
+        crosses: NDArray[np.bool_],
+        route_s: float,
+    ) -> float:
+        """The latency of ``step`` over ``pairs`` (positions), with ``crosses[i]`` whether
+        pair ``i`` crosses domains and ``route_s`` the longest route's latency."""
+        repeats, pipelined = step.repeats, step.pipelined
+        if not pairs.size:
+            return repeats * route_s
+        if step.hops is not None:
+            intra, inter = step.hops
+            route = (intra * self.route_intra + inter * self.route_inter) * route_s
+            if self.zero:
+                return route
+            return route + intra * self.step_s + inter * self.net_step_s
+        f = float(np.count_nonzero(crosses)) / crosses.size
+        route = ((1 - f) * self.route_intra + f * self.route_inter) * route_s
+        if self.zero:
+            return repeats * route
+        sources = pairs[:, 0]
+        fixed = (1 - f) * self.step_s + f * self.net_step_s
+        fixed += int(np.bincount(sources).max()) * self.message_s
+        if self.efa_message_s and f:
+            fixed += int(np.bincount(sources[crosses]).max()) * self.efa_message_s
+        rounds = 1 if pipelined and self.streams_rings else repeats
+        return repeats * route + rounds * fixed
+
+    def message_cap_Bps(self, *, pipelined: bool, reduces: bool) -> float:
+        """The bound on one message's rate in a round (infinite for pipelined rounds)."""
+        if pipelined or self.message_Bps == math.inf:
+            return math.inf
+        return self.message_Bps * (self.reduce_throughput if reduces else 1.0)
+
+
+class Runtime(TypingProtocol):
+    """A communication runtime: what ``auto`` runs, and how each protocol is priced."""
+
+    @property
+    def name(self) -> str: ...
+
+    def choose(
+        self, op: str, p: int, nbytes: float, info: GroupInfo, algorithm: str
+    ) -> tuple[str, Protocol]:
+        """The algorithm (``algorithm`` itself unless it is ``auto``) and protocol that
+        run ``op`` of ``nbytes`` over a group placed as ``info``."""
+        ...
+
+
+@dataclass(frozen=True)
+class NeuronRuntime:
+    """The Neuron runtime: its size rule (:func:`~.collectives.choose`), one protocol."""
+
+    protocol: Protocol = field(default_factory=Protocol)
+    name: str = "neuron"
+
+    def choose(
+        self, op: str, p: int, nbytes: float, info: GroupInfo, algorithm: str
+    ) -> tuple[str, Protocol]:
+        if algorithm == "nvls":
+            raise ScenarioError(
+                f"cluster.collectives.{op}", algorithm, "needs NCCL and an NVSwitch that reduces"
+            )
+        name = choose(op, p, nbytes, info) if algorithm == "auto" else algorithm
+        return name, self.protocol
+
+
+NO_COSTS = NeuronRuntime()
+"""No runtime overheads: a collective costs its wire time alone."""
+
+
+def neuron_protocol(chip: ChipSpec) -> Protocol:
+    """The Neuron runtime's costs on ``chip``, from its ``collectives`` block."""
+    c = chip.collectives
+    engines = c.message_engines * chip.dma_engine_Bps
+    return Protocol(
+        "neuron",
+        launch_s=c.launch_s,
+        step_s=c.step_s,
+        net_step_s=c.step_s,
+        message_s=c.message_s,
+        efa_message_s=c.efa_message_s,
+        message_Bps=engines if engines > 0 else math.inf,
+        reduce_throughput=chip.dma_reduce_throughput,
+    )

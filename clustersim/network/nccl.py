@@ -1,0 +1,183 @@
+"""NCCL's choice of algorithm and protocol, from its tuning model.
+
+NCCL does not follow the Neuron runtime's size rule. For each collective,
+algorithm (``ring``, ``double_tree``, ``nvls``) and protocol (LL, LL128, Simple) it
+predicts ``time = latency + size / bandwidth`` and runs the fastest
+(``NVIDIA/nccl:src/graph/tuning.cc``; the tables are data, ``catalog/runtimes.yaml``).
+:class:`NcclRuntime` does the same, then the flow model simulates the chosen
+algorithm's flows with the protocol's costs (:class:`~.costs.Protocol`): its base
+latency once, a hop latency per step (the network hop, the post overhead and the
+route's latency on steps that cross nodes, twice for Simple), and its wire
+overhead on the bytes.
+
+The model's inputs are the group's shape (ranks, nodes, ranks per node) and one
+rank's bandwidth inside its node and across (``intra_Bps``, ``inter_Bps``):
+
+- latency: ring ``base + (steps - s_net) x intra_hop + s_net x net_hop`` with
+  ``steps = 2(p - 1)`` for all-reduce (``p - 1`` otherwise) and ``s_net`` the steps
+  that cross nodes; tree ``base + 2((ppn - 1) x intra_hop + log2(nodes) x net_hop)``;
+  NVLS its hop alone;
+- bandwidth: the intra-node one on one node, the smaller one across nodes, times the
+  protocol's factor; bus to algorithm bandwidth: ring by the collective's busbw
+  factor, tree x 0.5, NVLS x 5/6.
+
+Not modelled: NCCL's per-channel bandwidth caps and channel counts, NVLS-tree
+across nodes, CollNet and PAT. NVLS runs only on one node of chips whose
+``collectives.nvls`` says their NVSwitch reduces in the network.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import yaml
+from pydantic import Field
+
+from clustersim.catalog.schema import ChipSpec, Strict
+from clustersim.errors import ScenarioError
+from clustersim.network.collectives import busbw_factor
+from clustersim.network.costs import Protocol
+from clustersim.network.groups import GroupInfo
+
+__all__ = ["PROTOCOLS", "NcclRuntime", "NcclTables", "nccl_tables"]
+
+PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
+
+_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    # op -> the NCCL algorithms that implement it, by clustersim's names
+    "all_reduce": ("ring", "double_tree", "nvls"),
+    "reduce_scatter": ("ring",),
+    "all_gather": ("ring",),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+    "all_to_all": ("pairwise",),
+}
+_TABLE = {"ring": "ring", "double_tree": "tree", "nvls": "nvls", "pairwise": "ring"}
+"""Which row of NCCL's tables prices each algorithm (all-to-all is point-to-point)."""
+
+
+class NcclTables(Strict):
+    """NCCL's tuning tables (microseconds; factors), from ``catalog/runtimes.yaml``."""
+
+    base_us: dict[str, dict[str, float]]
+    intra_hop_us: dict[str, dict[str, float]]
+    net_hop_us: dict[str, dict[str, float]]
+    net_post_us: float = Field(ge=0)
+    bandwidth_factor: dict[str, dict[str, float]]
+    bus_to_alg: dict[str, float]
+    sources: dict[str, str]
+
+
+@cache
+def nccl_tables() -> NcclTables:
+    text = resources.files("clustersim.catalog").joinpath("runtimes.yaml").read_text("utf-8")
+    return NcclTables.model_validate(yaml.safe_load(text)["nccl"])
+
+
+@dataclass(frozen=True)
+class NcclRuntime:
+    """NCCL on one kind of GPU: its tuning model over the group's bandwidths."""
+
+    intra_Bps: float
+    inter_Bps: float
+    net_latency_s: float
+    nvls: bool
+    nvls_efficiency: float
+    name: str = "nccl"
+
+    @classmethod
+    def of(
+        cls, chip: ChipSpec, *, intra_Bps: float, inter_Bps: float, net_latency_s: float
+    ) -> NcclRuntime:
+        c = chip.collectives
+        return cls(intra_Bps, inter_Bps, net_latency_s, c.nvls, c.nvls_efficiency)
+
+    def candidates(self, op: str, info: GroupInfo) -> list[tuple[str, str]]:
+        """The (algorithm, protocol) pairs NCCL would consider for ``op`` on this group."""
+        nodes = len(info.domain_sizes())
+        out = []
+        for algo in _ALGORITHMS.get(op, ("ring",)):
+            if algo == "nvls" and not (self.nvls and nodes == 1):
+                continue
+            table = _TABLE.get(algo, "ring")
+            for proto in PROTOCOLS:
+                if proto in nccl_tables().base_us.get(table, {}):
+                    out.append((algo, proto))
+        return out
+
+    def predict_s(
+        self, op: str, p: int, nbytes: float, info: GroupInfo, choice: tuple[str, str]
+    ) -> float:
+        """NCCL's predicted time of ``op`` with ``choice = (algorithm, protocol)``."""
+        algo, proto = choice
+        t = nccl_tables()
+        table = _TABLE.get(algo, "ring")
+        sizes = info.domain_sizes()
+        nodes, ppn = len(sizes), max(sizes)
+        us = 1e-6
+        hop, net = t.intra_hop_us[table][proto] * us, self._net_hop_s(table, proto)
+        if algo == "double_tree":
+            latency = t.base_us[table][proto] * us + 2 * ((ppn - 1) * hop + math.log2(nodes) * net)
+        elif algo == "nvls":
+            latency = t.base_us[table][proto] * us + hop
+        else:
+            phases = 2 if op == "all_reduce" else 1
+            steps, s_net = phases * (p - 1), phases * (nodes - 1)
+            latency = t.base_us[table][proto] * us + (steps - s_net) * hop + s_net * net
+        # NCCL prices a tree over two nodes at the intra-node rate (its channels spread the
+        # traffic between them over every NIC), and beyond at the node's NICs together.
+        if nodes == 1 or (algo == "double_tree" and nodes <= 2):
+            bus = self.intra_Bps
+        elif algo == "double_tree":
+            bus = min(self.intra_Bps, self.inter_Bps * ppn)
+        else:
+            bus = min(self.intra_Bps, self.inter_Bps)
+        bus *= t.bandwidth_factor[table][proto]
+        if algo == "nvls":
+            bus *= self.nvls_efficiency
+        alg = bus * t.bus_to_alg[table] if table in t.bus_to_alg else bus / busbw_factor(op, p)
+        return latency + nbytes / alg
+
+    def choose(
+        self, op: str, p: int, nbytes: float, info: GroupInfo, algorithm: str
+    ) -> tuple[str, Protocol]:
+        """The fastest (algorithm, protocol) by the tuning model; with an algorithm
+        given, the fastest protocol for it (as ``NCCL_ALGO`` leaves the protocol free)."""
+        if algorithm == "nvls" and not self.nvls:
+            raise ScenarioError(
+                f"cluster.collectives.{op}", "nvls", "needs NVLink SHARP (an NVSwitch that reduces)"
+            )
+        options = self.candidates(op, info)
+        if algorithm != "auto":
+            table = nccl_tables().base_us[_TABLE.get(algorithm, "ring")]
+            options = [(algorithm, proto) for proto in PROTOCOLS if proto in table]
+        algo, proto = min(options, key=lambda ap: self.predict_s(op, p, nbytes, info, ap))
+        return algo, self.protocol(algo, proto)
+
+    def protocol(self, algo: str, proto: str) -> Protocol:
+        """The costs the flow model adds when ``algo`` runs with ``proto``."""
+        t = nccl_tables()
+        table = _TABLE.get(algo, "ring")
+        us = 1e-6
+        simple = proto == "Simple"
+        factor = t.bandwidth_factor[table][proto] * (self.nvls_efficiency if algo == "nvls" else 1)
+        return Protocol(
+            f"{proto}",
+            launch_s=t.base_us[table][proto] * us,
+            step_s=t.intra_hop_us[table][proto] * us,
+            net_step_s=(t.net_hop_us[table][proto] + t.net_post_us * (3 if simple else 1)) * us,
+            route_intra=0.0,
+            route_inter=2.0 if simple else 1.0,
+            streams_rings=False,
+            wire_factor=1.0 / factor,
+        )
+
+    def _net_hop_s(self, table: str, proto: str) -> float:
+        t = nccl_tables()
+        simple = proto == "Simple"
+        return (
+            t.net_hop_us[table][proto] + t.net_post_us * (3 if simple else 1)
+        ) * 1e-6 + self.net_latency_s * (2 if simple else 1)
