@@ -242,3 +242,22 @@ def test_16k_chip_three_tier_fat_tree_builds_fast() -> None:
     assert latency.size == n and flat.size >= 2 * n
     print(f"16,384-chip 3-tier fat tree: build {build_s:.3f} s, 16,384 routes {route_s:.3f} s")
     assert build_s < 20.0  # measured about 0.1 s; generous for loaded CI machines
+
+
+@pytest.mark.parametrize("fabric", ["fat_tree", "rail"])
+def test_one_flow_across_leaves_spreads_over_the_chips_nic_ports(fabric: str) -> None:
+    """A p5 GPU has 4 NIC ports: its flow to another leaf takes 4 equal-cost paths, so
+    at oversubscription 1 it gets its whole share, as on the non-blocking fabric."""
+    chip = catalog.chip("h100")
+    over = {"efa": {"fabric": fabric, "radix": 16, "tiers": 3, "oversubscription": 1}}
+    inst = catalog.instance("p5.48xlarge", over)
+    topo = build_topology(inst, chip, 4)
+    assert topo.scaleout is not None and topo.scaleout.spread == 4
+    share = inst.efa.bandwidth_Bps / inst.chips * chip.efa_link_efficiency
+    flat, weights, _ = topo.weighted_routes(np.asarray([0]), np.asarray([31]))
+    assert weights is not None and weights.sum() == pytest.approx(flat.size / 4)
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    done = net.transfer([(0, 31)], 1e9, 0.0)
+    env.run(until=done)
+    assert env.now == pytest.approx(1e9 / share, rel=1e-9)

@@ -1,0 +1,180 @@
+"""The runtimes' fixed costs, NCCL's choice of algorithm and protocol, and the DMA paths."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+
+from clustersim import catalog
+from clustersim.errors import ScenarioError
+from clustersim.network import Network
+from clustersim.network.collectives import Step, collective_steps
+from clustersim.network.costs import NeuronRuntime, Protocol, neuron_protocol
+from clustersim.network.flows import FlowNetwork
+from clustersim.network.groups import GroupInfo
+from clustersim.network.microbench import run_collective
+from clustersim.network.nccl import NcclRuntime, nccl_tables
+from clustersim.network.registry import build_topology
+from clustersim.network.topology import local_path
+
+US = 1e-6
+MIB = 2.0**20
+
+
+def _elapsed(env: simpy.Environment, event: simpy.Event) -> float:
+    env.run(until=event)
+    return float(env.now)
+
+
+def test_round_costs_closed_form() -> None:
+    proto = Protocol(launch_s=0, step_s=10 * US, net_step_s=30 * US, message_s=2 * US)
+    mesh = np.asarray([(i, j) for i in range(4) for j in range(4) if i != j])
+    inside = np.zeros(len(mesh), dtype=bool)
+    # a mesh round: one handshake, then three messages posted one after another
+    step = Step(tuple(map(tuple, mesh)), 1.0)
+    assert proto.step_latency_s(step, mesh, inside, 1 * US) == pytest.approx((1 + 10 + 3 * 2) * US)
+    ring = np.asarray([(i, (i + 1) % 4) for i in range(4)])
+    across = np.asarray([False, True, False, True])  # half the pairs cross domains
+    repeated = Step(tuple(map(tuple, ring)), 1.0, 6)
+    expected = 6 * (1 * US + 0.5 * 10 * US + 0.5 * 30 * US + 2 * US)
+    assert proto.step_latency_s(repeated, ring, across, 1 * US) == pytest.approx(expected)
+    # a streaming ring pays its handshake once, as the pipeline's fill
+    streamed = Step(tuple(map(tuple, ring)), 1.0, 6, pipelined=True)
+    fill = 0.5 * 10 * US + 0.5 * 30 * US + 2 * US
+    assert proto.step_latency_s(streamed, ring, across, 1 * US) == pytest.approx(6 * US + fill)
+
+
+def test_a_collective_costs_its_launch_rounds_and_wire() -> None:
+    """Four chips in a row of a Trn2 torus, ring all-gather of 64 MiB, uncontended."""
+    chip, inst = catalog.chip("trn2"), catalog.instance("trn2.48xlarge")
+    topo = build_topology(inst, chip, 1)
+    proto = neuron_protocol(chip)
+    ranks = [0, 1, 2, 3]
+    env = simpy.Environment()
+    net = Network(
+        env, topo, list(range(16)), {"all_gather": "ring_uni"}, runtime=NeuronRuntime(proto)
+    )
+    t = _elapsed(env, net.collective("all_gather", ranks, 64 * MIB))
+    a, bw = inst.fabric.link_latency_s, inst.fabric.link_bw_Bps * chip.calibration.link_efficiency
+    wire = 3 * a + 3 / 4 * 64 * MIB / bw
+    assert t == pytest.approx(proto.launch_s + proto.step_s + wire, rel=1e-9)
+
+
+def test_halving_doubling_messages_are_bound_by_their_dma_queues() -> None:
+    """One message of a round that is not pipelined moves through a few DMA engines,
+    and reduces at half their copy rate before NeuronCore-v4."""
+    chip = catalog.chip("trn2")
+    proto = neuron_protocol(chip)
+    copy = chip.collectives.message_engines * chip.dma_engine_Bps
+    assert proto.message_cap_Bps(pipelined=False, reduces=False) == pytest.approx(copy)
+    assert proto.message_cap_Bps(pipelined=False, reduces=True) == pytest.approx(copy / 2)
+    assert proto.message_cap_Bps(pipelined=True, reduces=True) == math.inf
+    trn3 = neuron_protocol(catalog.chip("trn3"))
+    assert trn3.message_cap_Bps(pipelined=False, reduces=True) == trn3.message_cap_Bps(
+        pipelined=False, reduces=False
+    )
+
+
+def test_a_capped_group_runs_at_its_cap() -> None:
+    topo = build_topology(catalog.instance("trn2.48xlarge"), catalog.chip("trn2"), 1)
+    env = simpy.Environment()
+    flows = FlowNetwork(env, topo)
+    group = flows.group(((0, 1),))
+    from dataclasses import replace
+
+    capped = replace(group, rate_cap_Bps=10e9)
+    done = [flows.transfer_group(capped, 1e9, 0.0), flows.transfer_group(group, 1e9, 0.0)]
+    env.run(until=env.all_of(done))
+    link = float(topo.capacity_Bps[group.links[0]])
+    # the capped flow takes 10 GB/s; the other the rest of the link, then all of it
+    t_capped = 1e9 / 10e9
+    assert done[0].processed and env.now == pytest.approx(max(t_capped, 2e9 / link), rel=1e-9)
+
+
+def test_two_ranks_on_one_chip_move_through_dma_and_hbm() -> None:
+    """Two ranks of one Trn1 chip: the local path is a DMA copy through HBM."""
+    chip = catalog.chip("trn1")
+    capacity, latency = local_path(chip)
+    assert capacity == pytest.approx(min(chip.dma_bw_Bps, chip.hbm_bw_Bps * 0.85 / 2))
+    assert latency == chip.dma_setup_s > 0
+    (row,) = run_collective(
+        "trn1.32xlarge", 1, "all_reduce", [2.0**30], algorithm="ring", ranks=2, lnc=1
+    )
+    # ring over two ranks: two rounds of half the buffer each way, both directions on
+    # the one chip's DMA path, then the runtime's costs
+    proto = neuron_protocol(chip)
+    wire = 2 * (latency + 2.0**30 / 2 / (capacity / 2))
+    assert row["time_s"] == pytest.approx(wire + proto.launch_s + proto.step_s, rel=1e-6)
+    assert row["busbw_GBps"] < 200
+
+
+# -- NCCL ------------------------------------------------------------------------------------
+
+
+def _nccl(nvls: bool = True) -> NcclRuntime:
+    return NcclRuntime(
+        intra_Bps=360e9, inter_Bps=40e9, net_latency_s=15 * US, nvls=nvls, nvls_efficiency=0.76
+    )
+
+
+def _nodes(nodes: int, per_node: int) -> GroupInfo:
+    p = nodes * per_node
+    return GroupInfo(tuple(range(p)), tuple(i // per_node for i in range(p)), (), ())
+
+
+def test_nccl_ring_latency_by_hand() -> None:
+    """Ring LL over 8 ranks of one node: base + 2(p-1) NVLink hops (tuning model)."""
+    t = nccl_tables()
+    rt = _nccl()
+    info = _nodes(1, 8)
+    want = (t.base_us["ring"]["LL"] + 14 * t.intra_hop_us["ring"]["LL"]) * US
+    assert rt.predict_s("all_reduce", 8, 0.0, info, ("ring", "LL")) == pytest.approx(want)
+    two = _nodes(2, 8)
+    net = (t.net_hop_us["ring"]["LL"] + t.net_post_us) * US + 15 * US
+    want = (t.base_us["ring"]["LL"] + 28 * t.intra_hop_us["ring"]["LL"]) * US + 2 * net
+    assert rt.predict_s("all_reduce", 16, 0.0, two, ("ring", "LL")) == pytest.approx(want)
+
+
+def test_nccl_choice_changes_with_size_and_nodes() -> None:
+    rt = _nccl()
+    one, two = _nodes(1, 8), _nodes(2, 8)
+    assert rt.choose("all_reduce", 8, 8.0, one, "auto")[0] == "ring"
+    assert rt.choose("all_reduce", 8, 8.0, one, "auto")[1].name == "LL"
+    assert rt.choose("all_reduce", 8, 2.0**30, one, "auto")[0] == "nvls"
+    assert _nccl(nvls=False).choose("all_reduce", 8, 2.0**30, one, "auto")[0] == "ring"
+    big = rt.choose("all_reduce", 8, 2.0**30, one, "ring")
+    assert big[0] == "ring" and big[1].name == "Simple"
+    # across two nodes the tree beats a ring bound by one NIC a rank
+    assert rt.choose("all_reduce", 16, 2.0**30, two, "auto")[0] == "double_tree"
+    assert rt.choose("all_gather", 16, 2.0**30, two, "auto")[0] == "ring"
+    with pytest.raises(ScenarioError, match=r"cluster\.collectives\.all_reduce"):
+        _nccl(nvls=False).choose("all_reduce", 8, 1.0, one, "nvls")
+
+
+def test_nccl_rows_name_algorithm_and_protocol() -> None:
+    rows = run_collective("p5.48xlarge", 1, "all_reduce", [8, 2.0**31])
+    assert [(r["algorithm"], r["protocol"]) for r in rows] == [("ring", "LL"), ("nvls", "Simple")]
+    # NVLS at large sizes: about 480 GB/s busbw on 8 x H100 (nccl-tests)
+    assert rows[1]["busbw_GBps"] == pytest.approx(480, rel=0.05)
+
+
+def test_double_tree_carries_the_buffer_twice_over_every_chain_edge() -> None:
+    steps = collective_steps("all_reduce", 8, 16.0, "double_tree", _nodes(2, 4))
+    up, down = steps
+    assert up.reduces and not down.reduces and up.pipelined and down.pipelined
+    assert up.hops == (3, 1)
+    loads: dict[tuple[int, int], float] = {}
+    for pair in up.pairs:
+        loads[pair] = loads.get(pair, 0.0) + up.bytes_per_flow
+    inside = {k: v for k, v in loads.items() if k[0] // 4 == k[1] // 4}
+    # every rank sends the whole buffer up its chains (4 rotations, two trees each)
+    sent = [sum(v for k, v in inside.items() if k[0] == r) for r in range(8)]
+    assert sent == pytest.approx([16.0 * 3 / 4] * 8)
+
+
+def test_neuron_refuses_nvls() -> None:
+    with pytest.raises(ScenarioError, match="NCCL"):
+        NeuronRuntime().choose("all_reduce", 4, 1.0, GroupInfo.flat(4), "nvls")
