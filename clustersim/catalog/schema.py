@@ -155,6 +155,8 @@ class EnginesSpec(Strict):
     dma_queue_Bps: LinkRate
     dma_setup_s: Duration = 0.0
     dma_tile_bytes: Bytes = Field(default=512 * 1024, gt=0)
+
+
 class CollectiveCosts(Strict):
     """What the communication runtime adds to a collective's wire time, per chip family.
 

@@ -135,5 +135,3 @@ def test_folded_agrees_with_detailed(tiny_yaml: object, sets: list[str]) -> None
     assert folded["step_time_s"] == pytest.approx(detailed["step_time_s"], rel=0.01)
     for part in ("compute", "optimizer"):
         assert folded["breakdown_s"][part] == pytest.approx(detailed["breakdown_s"][part], rel=0.01)
-
-
