@@ -51,7 +51,7 @@ description: Llama-3-405B on {chips:,} Trainium2 chips ({count:,} x trn2.48xlarg
 seed: 0
 cluster:
   instance: trn2.48xlarge
-  count: {count}
+  count: {count}{efa}
 model: llama3-405b
 parallelism:
   tp: 8              # two chips at LNC=2
@@ -80,6 +80,9 @@ FOLD_CHIPS: dict[str, int] = {
 }
 """The folded cases by chip count: c is ``fold-16k``, d is ``fold-1m``."""
 
+FAT_TREE_CHIPS: dict[str, int] = {"fattree-16k": 16_384, "fattree-1m": 1_048_576}
+"""The folded cases on a fat tree oversubscribed 2:1 at the top tier (:func:`fat_tree`)."""
+
 
 @dataclass(frozen=True)
 class Case:
@@ -88,14 +91,30 @@ class Case:
     run: Callable[[Phase], dict[str, Any]]
 
 
-def fold_scenario(chips: int) -> str:
-    """The YAML of the Llama-3-405B layout of cases c, d and f on ``chips`` Trn2 chips."""
+def fat_tree(chips: int) -> str:
+    """The EFA fabric of an UltraCluster of ``chips`` Trn2 chips: a Clos of radix-64
+    switches, non-blocking within a pod and 2:1 oversubscribed into the top tier
+    (3 tiers up to 65,536 chips, 4 beyond)."""
+    tiers = 3 if chips <= 65_536 else 4
+    return (
+        f"\n  efa: {{fabric: fat_tree, tiers: {tiers}, radix: 64, oversubscription: 2, "
+        "oversubscription_at: top}"
+    )
+
+
+def fold_scenario(chips: int, *, fabric: bool = False) -> str:
+    """The YAML of the Llama-3-405B layout of cases c, d and f on ``chips`` Trn2 chips,
+    on the non-blocking fabric or (``fabric``) on :func:`fat_tree`."""
     count = chips // CHIPS_PER_INSTANCE
     # 4 ranks per chip at LNC=2, tp 8 x pp 16 = 128 ranks per replica.
     dp = chips * 4 // (8 * 16)
     batch = dp * FOLD_MICROBATCHES
     return FOLD_TEMPLATE.format(
-        chips=chips, count=count, batch=batch, microbatches=FOLD_MICROBATCHES
+        chips=chips,
+        count=count,
+        batch=batch,
+        microbatches=FOLD_MICROBATCHES,
+        efa=fat_tree(chips) if fabric else "",
     )
 
 
@@ -197,9 +216,9 @@ def _ultraserver(phase: Phase) -> dict[str, Any]:
     return _simulate(phase, ultraserver_scenario(), "detailed")
 
 
-def _fold(chips: int) -> Callable[[Phase], dict[str, Any]]:
+def _fold(chips: int, *, fabric: bool = False) -> Callable[[Phase], dict[str, Any]]:
     def run(phase: Phase) -> dict[str, Any]:
-        return _simulate(phase, fold_scenario(chips), "folded")
+        return _simulate(phase, fold_scenario(chips, fabric=fabric), "folded")
 
     return run
 
@@ -237,6 +256,14 @@ CASES: dict[str, Case] = {
     **{
         name: Case(name, f"Llama-3-405B step on {_chips_label(chips)}, folded", _fold(chips))
         for name, chips in FOLD_CHIPS.items()
+    },
+    **{
+        name: Case(
+            name,
+            f"Llama-3-405B step on {_chips_label(chips)}, fat tree 2:1 at the top, folded",
+            _fold(chips, fabric=True),
+        )
+        for name, chips in FAT_TREE_CHIPS.items()
     },
 }
 """Every case, in the order a full bench runs them (quick ones first)."""

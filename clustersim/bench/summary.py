@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clustersim.bench.cases import CASES, FOLD_CHIPS
+from clustersim.bench.cases import CASES, FAT_TREE_CHIPS, FOLD_CHIPS
 from clustersim.errors import ScenarioError
 
 __all__ = [
@@ -34,11 +34,13 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "d": ("fold-1m",),
     "e": ("collective",),
     "f": tuple(FOLD_CHIPS),
+    "g": tuple(FAT_TREE_CHIPS),
 }
 """The issue's sections and the cases each one reports."""
 GROUPS: dict[str, tuple[str, ...]] = {
     "event-rate": SECTIONS["a"],
     "scaling": SECTIONS["f"],
+    "fat-tree": SECTIONS["g"],
     "all": tuple(CASES),
 }
 """Names ``--only`` accepts besides the case names."""
@@ -194,26 +196,42 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
     out.append(_wall_target(cases, "fold_1m_wall", "fold-1m", "1,048,576-chip step", 60))
     out.append(_rss_1m(cases))
     out.append(
+        _wall_target(
+            cases, "fattree_16k_wall", "fattree-16k", "16,384-chip 405B step, fat tree 2:1", 10
+        )
+    )
+    out.append(
+        _wall_target(cases, "fattree_1m_wall", "fattree-1m", "1,048,576-chip step, fat tree", 90)
+    )
+    out.append(_rss_1m(cases, "fattree-1m", "fattree_1m_rss", 6))
+    out.append(
         _wall_target(cases, "collective_wall", "collective", "1,024-rank ring all-reduce", 1)
     )
     out.append(_sublinear(cases))
     return out
 
 
-def _rss_1m(cases: Cases) -> dict[str, Any]:
-    case, what, goal = cases.get("fold-1m"), "1,048,576-chip step peak RSS", "<= 4 GiB"
+def _rss_1m(
+    cases: Cases, name: str = "fold-1m", key: str = "fold_1m_rss", limit_gib: float = 4
+) -> dict[str, Any]:
+    case, what = cases.get(name), f"1,048,576-chip step peak RSS{_on(name)}"
+    goal = f"<= {limit_gib:g} GiB"
     if case is None:
-        return _target("fold_1m_rss", what, goal)
+        return _target(key, what, goal)
     rss = case["peak_rss_bytes"]
     shown = f"{rss / GIB:.2f} GiB" if rss is not None else "unknown"
     if case["status"] != "ok":
         # An unfinished step cannot meet the target, whatever it held when stopped.
         at = f"{shown} when stopped" if rss is not None else "no reading"
-        return _target("fold_1m_rss", what, goal, shown=at, note=_stopped(case))
+        return _target(key, what, goal, shown=at, note=_stopped(case))
     if rss is None:
-        return _target("fold_1m_rss", what, goal, shown=shown, note="no reading")
-    met = rss <= 4 * GIB
-    return _target("fold_1m_rss", what, goal, met=met, value=float(rss), shown=shown)
+        return _target(key, what, goal, shown=shown, note="no reading")
+    met = rss <= limit_gib * GIB
+    return _target(key, what, goal, met=met, value=float(rss), shown=shown)
+
+
+def _on(name: str) -> str:
+    return ", fat tree" if name in FAT_TREE_CHIPS else ""
 
 
 def _sublinear(cases: Cases) -> dict[str, Any]:

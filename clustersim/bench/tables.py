@@ -193,6 +193,8 @@ def bench_tables(result: Mapping[str, Any]) -> list[Table]:
         "ultraserver": "b. Trn2 UltraServer (64 chips) Llama-3-70B step, detailed",
         "fold-16k": "c. Llama-3-405B on 16,384 Trn2 chips (1,024 x trn2.48xlarge), folded",
         "fold-1m": "d. one step on 1,048,576 Trn2 chips (65,536 x trn2.48xlarge), folded",
+        "fattree-16k": "g. Llama-3-405B on 16,384 Trn2 chips, fat tree 2:1 at the top, folded",
+        "fattree-1m": "g. one step on 1,048,576 Trn2 chips, fat tree 2:1 at the top, folded",
     }
     for name, title in titles.items():
         if name in cases:

@@ -273,7 +273,9 @@ class EfaSpec(Strict):
     domains (``nonblocking``, ``fat_tree``/``clos``, ``rail``; see
     ``clustersim.network.fabrics``). The switched fabrics read ``tiers`` (switch
     tiers, leaves included), ``radix`` (ports per switch) and ``oversubscription``
-    (a leaf's chip bandwidth over its uplink bandwidth). The defaults, a
+    (a leaf's chip bandwidth over its uplink bandwidth, or with
+    ``oversubscription_at: top`` the top tier's: the pods below it are then
+    non-blocking, as UltraCluster networks are built). The defaults, a
     non-blocking two-tier fabric of 64-port switches, are modelling choices, not
     published AWS figures.
     """
@@ -285,6 +287,7 @@ class EfaSpec(Strict):
     tiers: int = Field(default=2, ge=1, le=6)
     radix: int = Field(default=64, ge=2, le=4096)
     oversubscription: float = Field(default=1.0, gt=0, le=1024, allow_inf_nan=False)
+    oversubscription_at: Literal["leaf", "top"] = "leaf"
 
 
 class Prices(Strict):

@@ -25,7 +25,11 @@ ports down and half up, and the top tier all of them down, so that the tiers
 above the leaves are non-blocking. Capacities follow ``o`` exactly rather than
 the port counts: every switch-to-switch link carries ``(chips on a leaf x chip
 link) / (o x U)``, so a full leaf's uplinks carry exactly ``1/o`` of what its
-chips can inject. Parallel cables between two switches are one link.
+chips can inject. With ``efa.oversubscription_at: top`` the leaves split their
+ports evenly and every tier is non-blocking but the links into the top tier,
+which carry ``1/o`` of what the pods below can send: the shape of UltraCluster
+networks, non-blocking in a pod and oversubscribed between pods. Parallel cables
+between two switches are one link.
 Switch-to-switch hops add :data:`SWITCH_HOP_LATENCY_S` each.
 
 **Routing.** A pair goes up to the lowest tier whose subtree holds both leaves
@@ -209,10 +213,17 @@ class TreeFabric:
 
 
 def leaf_ports(efa: EfaSpec) -> tuple[int, int]:
-    """``(down, up)`` ports of a leaf switch for ``efa.radix`` and ``efa.oversubscription``."""
-    o = efa.oversubscription
+    """``(down, up)`` ports of a leaf switch for ``efa.radix`` and ``efa.oversubscription``
+    (1 at the leaves when the oversubscription is at the top tier)."""
+    o = efa.oversubscription if _at_leaf(efa) else 1.0
     down = math.floor(efa.radix * o / (1 + o) + 1e-9)
     return down, efa.radix - down
+
+
+def _at_leaf(efa: EfaSpec) -> bool:
+    """Whether the oversubscription is at the leaves' uplinks (with one tier above
+    the leaves, the top tier's links are theirs)."""
+    return efa.oversubscription_at == "leaf" or efa.tiers <= 2
 
 
 def _host_links(
@@ -355,7 +366,8 @@ def _attach_tree(
         )
     leaf_ids = topo.add_nodes(leaf_nodes)
     host_up, host_down, chip_Bps = _host_links(topo, leaf_ids, leaf_of, efa, link_efficiency)
-    uplink_Bps = per_leaf * chip_Bps / (efa.oversubscription * up_ports)
+    leaf_o = efa.oversubscription if _at_leaf(efa) else 1.0
+    uplink_Bps = per_leaf * chip_Bps / (leaf_o * up_ports)
     level_ids = [leaf_ids]
     ups: list[Int64s] = []
     downs: list[Int64s] = []
@@ -369,10 +381,11 @@ def _attach_tree(
         block, col = switch // width[j], switch % width[j]
         target_block = block * span[j] // span[j + 1]
         target = target_block * width[j + 1] + col + width[j] * port
+        top = j == tiers - 2 and not _at_leaf(efa)
         fwd, rev = topo.add_duplex_links(
             level_ids[j][switch],
             above[target],
-            capacity_Bps=uplink_Bps,
+            capacity_Bps=uplink_Bps / efa.oversubscription if top else uplink_Bps,
             latency_s=SWITCH_HOP_LATENCY_S,
             kind="efa",
         )

@@ -261,3 +261,24 @@ def test_one_flow_across_leaves_spreads_over_the_chips_nic_ports(fabric: str) ->
     done = net.transfer([(0, 31)], 1e9, 0.0)
     env.run(until=done)
     assert env.now == pytest.approx(1e9 / share, rel=1e-9)
+
+
+def test_oversubscription_at_the_top_tier() -> None:
+    """Non-blocking pods, 2:1 into the top tier: the links into it carry half as much."""
+    chip = catalog.chip("trn2")
+    efa = {"fabric": "fat_tree", "tiers": 3, "radix": 8, "oversubscription": 2}
+    leaf = build_topology(catalog.instance("trn2.48xlarge", {"efa": efa}), chip, 8)
+    top = build_topology(
+        catalog.instance("trn2.48xlarge", {"efa": {**efa, "oversubscription_at": "top"}}),
+        chip,
+        8,
+    )
+    assert isinstance(top.scaleout, TreeFabric)
+    assert leaf_ports(catalog.instance("trn2.48xlarge", {"efa": efa}).efa) == (5, 3)
+    per_leaf, (down, up) = top.scaleout.per_leaf, (4, 4)
+    host = float(top.capacity_Bps[top.scaleout.host_up[0]])
+    first = float(top.capacity_Bps[top.scaleout.up[0][0, 0]])
+    second = float(top.capacity_Bps[top.scaleout.up[1][0, 0]])
+    assert per_leaf == down
+    assert first == pytest.approx(per_leaf * host / up)  # non-blocking inside a pod
+    assert second == pytest.approx(first / 2)  # oversubscribed into the top tier
