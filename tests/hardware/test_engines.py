@@ -111,8 +111,13 @@ def test_attention_runs_tensor_then_softmax_then_tensor_per_tile_and_overlaps_ti
         # Tensor (QK^T) -> Vector, Scalar (softmax) -> Tensor (PV), chunk by chunk
         assert qk[c][0] < soft_v[c][0] <= soft_s[c][0] < pv[c][0]
         assert qk[c][1] <= soft_s[c][1] <= pv[c][1]
-    # Across tiles, engines overlap: QK^T of the next chunk runs during this chunk's softmax.
-    assert any(qk[c + 1][0] < soft_s[c][1] and qk[c + 1][1] > soft_s[c][0] for c in range(7))
+    # Across tiles, engines overlap: QK^T of a later chunk runs during an earlier chunk's
+    # softmax (how far ahead Tensor runs depends on the engines' relative speeds).
+    assert any(
+        qk[later][0] < soft_s[c][1] and qk[later][1] > soft_s[c][0]
+        for c in range(7)
+        for later in range(c + 1, 8)
+    )
     # ... so the fused block beats its ops one after another.
     alone = sum(_run(chip, [replace(op, fused=False)]).total_s for op in ops)
     assert run.total_s < 0.9 * alone

@@ -267,7 +267,6 @@ def test_oversubscription_at_the_top_tier() -> None:
     """Non-blocking pods, 2:1 into the top tier: the links into it carry half as much."""
     chip = catalog.chip("trn2")
     efa = {"fabric": "fat_tree", "tiers": 3, "radix": 8, "oversubscription": 2}
-    leaf = build_topology(catalog.instance("trn2.48xlarge", {"efa": efa}), chip, 8)
     top = build_topology(
         catalog.instance("trn2.48xlarge", {"efa": {**efa, "oversubscription_at": "top"}}),
         chip,
