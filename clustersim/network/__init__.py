@@ -331,8 +331,10 @@ class Network:
         On a :attr:`private <clustersim.network.topology.ScaleOut.private>` fabric
         (the ``nonblocking`` one) they meet on no shared link, every chip's links
         carry the same load, and the entity keeps only the first replica's links;
-        on switched fabrics (``fat_tree``, ``rail``) it keeps every link any flow
-        crosses, since ECMP does not load images alike.
+        on switched fabrics (``fat_tree``, ``rail``) it keeps every switch-to-switch
+        link any flow crosses, since ECMP does not load images alike, and the
+        first replica's domains' links to their leaves (a chip's own link carries
+        what its images' do).
         """
         key = (id(replicas), hashlib.blake2b(pairs.tobytes(), digest_size=16).digest())
         found = self._folded.get(key)
@@ -396,7 +398,17 @@ class Network:
         if topo.scaleout is None or not topo.scaleout.private:
             keep = cross | near[src_dom]
             flat, weights, latency = topo.weighted_routes(src[keep], dst[keep])
-            return flat, weights, float(latency.max()) if latency.size else 0.0, True
+            longest = float(latency.max()) if latency.size else 0.0
+            if topo.scaleout is None:
+                return flat, weights, longest, True
+            # A chip's own links to its leaf carry what the representative's chips carry
+            # (the domains are placed alike): only theirs are kept, with the shared tiers.
+            far = np.flatnonzero(~near[domain])
+            host = np.zeros(topo.n_links, dtype=bool)
+            for links in topo.scaleout.host_links(far, far):
+                host[links] = True
+            mine = ~host[flat]
+            return flat[mine], None if weights is None else weights[mine], longest, True
         inside = ~cross & near[src_dom]
         flat, _, latency = topo.weighted_routes(src[inside], dst[inside])
         longest = float(latency.max()) if latency.size else 0.0

@@ -351,7 +351,10 @@ class FlowNetwork:
         comp: _Component
         if shared.any():
             labels = self._comp_of[links[shared]]
-            comps = [self._comps[i] for i in np.unique(labels).tolist()]
+            first = int(labels[0])
+            # Mostly every shared link is in one component: no need to sort them all.
+            found = [first] if (labels == first).all() else np.unique(labels).tolist()
+            comps = [self._comps[i] for i in found]
             comp = max(comps, key=lambda c: len(c.entities))
             for other in comps:
                 if other is comp:

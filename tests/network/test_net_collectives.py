@@ -393,8 +393,13 @@ def test_private_fabric_takes_host_links_without_routing(
             [g for g, _, _ in net._plan(op, tuple(rows[0].tolist()), 64e6, replicas=rows)]
         )
     for fast, routed in zip(*groups, strict=True):
-        np.testing.assert_array_equal(fast.links, routed.links)
-        np.testing.assert_array_equal(fast.counts, routed.counts)
+        # Routed, the entity keeps every link of the representative's domains' chips;
+        # taken directly, those of the representative's own flows: the same loads there,
+        # and its other links are images just as loaded.
+        at = np.searchsorted(routed.links, fast.links)
+        np.testing.assert_array_equal(routed.links[at], fast.links)
+        np.testing.assert_array_equal(routed.counts[at], fast.counts)
+        assert routed.counts.max() == fast.counts.max()
         assert (fast.n_flows, fast.latency_s) == (routed.n_flows, routed.latency_s)
 
 
