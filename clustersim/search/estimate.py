@@ -17,7 +17,12 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   bidirectional ring of three or more) divided among the flows that share it
   (every rank of a chip runs the same collective at once). Latency is
   ``(d_k-1) a_k`` for rings, ``log2 p · a`` for halving-doubling and ``a`` for
-  a mesh, by the runtime's size rule.
+  a mesh, by the runtime's size rule. The runtime's fixed costs are added as the
+  simulator adds them (``network/costs.py``): on Trainium a launch, a handshake per
+  halving-doubling or mesh round (once per ring level), a posting cost per round
+  over EFA, and halving-doubling messages no faster than their DMA queues; on
+  GPUs NCCL's choice of algorithm and protocol and its latency (``network/nccl.py``).
+  Sharing a link slows only the bytes on it, not those fixed costs.
 - **Pipeline.** With m microbatches and pp stages the step is
   ``sum_s (F_s + B_s) + (m - 1) max_s (F_s + B_s)`` plus the point-to-point
   hops: its bubble is ``(pp - 1)/(m + pp - 1)`` of the step when stages are
@@ -37,6 +42,11 @@ from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
+from clustersim.network.costs import NO_COSTS, Protocol, Runtime
+from clustersim.network.groups import GroupInfo
+from clustersim.network.nccl import NcclRuntime
+from clustersim.network.runtimes import runtime_of
+from clustersim.network.topology import local_path
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses, steady_scatter_s
 from clustersim.workload import Layout, make_dims, microbatches, model_flops_per_step
@@ -93,6 +103,8 @@ class NetModel:
     domain_latency_s: float
     efa_Bps: float
     efa_latency_s: float
+    runtime: Runtime = NO_COSTS
+    """The communication runtime, whose fixed costs :func:`runtime_s` adds."""
 
     @classmethod
     def of(cls, instance: InstanceSpec, chip: ChipSpec, count: int, lnc: int) -> NetModel:
@@ -104,7 +116,7 @@ class NetModel:
             chips_per_instance=instance.chips,
             instances_per_domain=us.instances if us is not None else 1,
             instances=count,
-            dma_Bps=chip.dma_bw_Bps,
+            dma_Bps=local_path(chip)[0],
             fabric_topology=fab.topology,
             fabric_dims=tuple(fab.dims),
             fabric_Bps=fab.link_bw_Bps * eff,
@@ -114,8 +126,9 @@ class NetModel:
             domain_latency_s=(us.link_latency_s * (1 if us.topology in _TORUS else 2))
             if us is not None
             else 0.0,
-            efa_Bps=instance.efa.bandwidth_Bps / instance.chips * eff,
+            efa_Bps=instance.efa.bandwidth_Bps / instance.chips * chip.efa_link_efficiency,
             efa_latency_s=instance.efa.latency_s,
+            runtime=runtime_of(chip, instance),
         )
 
     def levels(self, stride: int, size: int) -> tuple[list[Level], int]:
@@ -180,36 +193,111 @@ class NetModel:
         return out, sharing
 
 
-def collective_s(op: str, nbytes: float, levels: list[Level], sharing: int) -> float:
-    """Alpha-beta time of one collective over ``levels`` (inner first); see the module doc."""
+def collective_s(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: Runtime = NO_COSTS
+) -> float:
+    """Alpha-beta time of one collective over ``levels`` (inner first), plus what the
+    ``runtime`` adds (:func:`runtime_s`); see the module doc."""
     p = math.prod(lv.size for lv in levels)
     if p <= 1 or nbytes <= 0:
         return 0.0
+    if isinstance(runtime, NcclRuntime):
+        return _nccl_s(op, nbytes, levels, sharing, runtime)
+    proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
     phases = 2 if op == "all_reduce" else 1
-    flows = sharing * (levels[0].size if levels[0].shared_link else 1)
-    halving = MESH_MAX_BYTES <= nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
-    bw_s = 0.0
-    m = nbytes
-    for lv in levels:
-        d = lv.size
-        if halving and d & (d - 1) == 0:
-            # Round j swaps m / 2^(j+1) with the partner 2^j away; on a torus that
-            # partner is min(2^j, d - 2^j) hops off, and the hops load one direction.
-            for j in range(d.bit_length() - 1):
-                hops = min(2**j, d - 2**j) * lv.hop if lv.bidirectional else 1
-                bw_s += m / 2 ** (j + 1) * hops * flows / lv.bw_Bps
-        else:
-            load = lv.hop if d >= 3 else 1
-            cap = lv.bw_Bps * (2 if lv.bidirectional and d >= 3 else 1)
-            bw_s += (d - 1) / d * m * flows * load / cap
-        m /= d
+    return (
+        phases * _latency_s(nbytes, levels)
+        + _wire_s(op, nbytes, levels, sharing, proto)
+        + runtime_s(proto, nbytes, levels, phases)
+    )
+
+
+def _halving(nbytes: float, p: int) -> bool:
+    return MESH_MAX_BYTES <= nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
+
+
+def _latency_s(nbytes: float, levels: list[Level]) -> float:
+    """The route latencies of one phase, by the runtime's size rule."""
+    p = math.prod(lv.size for lv in levels)
     if nbytes < MESH_MAX_BYTES:
-        lat = max(lv.latency_s for lv in levels)
-    elif halving:
-        lat = math.log2(p) * max(lv.latency_s for lv in levels)
+        return max(lv.latency_s for lv in levels)
+    if _halving(nbytes, p):
+        return math.log2(p) * max(lv.latency_s for lv in levels)
+    return sum((lv.size - 1) * lv.latency_s for lv in levels)
+
+
+def _wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Protocol) -> float:
+    """The bandwidth part: every phase's bytes over each level's bottleneck."""
+    p = math.prod(lv.size for lv in levels)
+    flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+    halving = _halving(nbytes, p)
+    phases = {"all_reduce": ("reduce", "copy"), "all_gather": ("copy",)}.get(op, ("reduce",))
+    bw_s = 0.0
+    for phase in phases:
+        cap = proto.message_cap_Bps(pipelined=not halving, reduces=phase == "reduce")
+        m = nbytes
+        for lv in levels:
+            d = lv.size
+            if halving and d & (d - 1) == 0:
+                # Round j swaps m / 2^(j+1) with the partner 2^j away; on a torus that
+                # partner is min(2^j, d - 2^j) hops off, and the hops load one direction.
+                # Each message moves no faster than the DMA queues that carry it.
+                for j in range(d.bit_length() - 1):
+                    hops = min(2**j, d - 2**j) * lv.hop if lv.bidirectional else 1
+                    sent = m / 2 ** (j + 1)
+                    bw_s += max(sent * hops * flows / lv.bw_Bps, sent / cap)
+            else:
+                load = lv.hop if d >= 3 else 1
+                link = lv.bw_Bps * (2 if lv.bidirectional and d >= 3 else 1)
+                bw_s += (d - 1) / d * m * flows * load / link
+            m /= d
+    return bw_s
+
+
+def runtime_s(proto: Protocol, nbytes: float, levels: list[Level], phases: int) -> float:
+    """The Neuron runtime's fixed costs of one collective (:mod:`~clustersim.network.costs`):
+    its launch, a handshake per dependent round (once per ring phase and level, which
+    streams), and a posting cost per round that crosses EFA."""
+    if proto.zero:
+        return 0.0
+    p = math.prod(lv.size for lv in levels)
+    mesh = nbytes < MESH_MAX_BYTES
+    halving = not mesh and nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
+    rounds = efa_rounds = 0.0
+    for lv in levels:
+        if lv.size < 2:
+            continue
+        per_phase = 1.0 if mesh or not halving else math.log2(lv.size)
+        rounds += per_phase
+        if lv.tier == "efa":
+            efa_rounds += per_phase
+    return proto.launch_s + phases * (rounds * proto.step_s + efa_rounds * proto.efa_message_s)
+
+
+def _nccl_s(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: NcclRuntime
+) -> float:
+    """NCCL's choice and its latency (its tuning model), over the levels' bandwidths."""
+    return sum(_nccl_parts(op, nbytes, levels, sharing, runtime))
+
+
+def _nccl_parts(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: NcclRuntime
+) -> tuple[float, float]:
+    """(latency, seconds on the links) of NCCL's choice for one collective."""
+    p = math.prod(lv.size for lv in levels)
+    nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
+    info = GroupInfo(tuple(range(p)), tuple(i * nodes // p for i in range(p)), (), ())
+    algo, proto = runtime.choose(op, p, nbytes, info, "auto")
+    latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
+    flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+    if algo == "nvls":
+        wire = nbytes * flows / (levels[0].bw_Bps * runtime.nvls_efficiency)
+    elif algo == "double_tree":
+        wire = 2 * nbytes * flows / min(lv.bw_Bps for lv in levels)
     else:
-        lat = sum((lv.size - 1) * lv.latency_s for lv in levels)
-    return phases * (bw_s + lat)
+        wire = _wire_s(op, nbytes, levels, sharing, Protocol())
+    return latency, wire * proto.wire_factor
 
 
 @dataclass(frozen=True)
@@ -268,7 +356,21 @@ class Estimator:
         if key not in self._levels:
             self._levels[key] = self.net.levels(stride, size)
         levels, sharing = self._levels[key]
-        return collective_s(op, nbytes, levels, sharing) if levels else 0.0
+        return collective_s(op, nbytes, levels, sharing, self.net.runtime) if levels else 0.0
+
+    def wire_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
+        """The part of :meth:`coll_s` the bytes spend on the links, which is what another
+        collective on those links slows (the runtime's fixed costs hold no link)."""
+        self.coll_s(stride, size, op, nbytes)
+        levels, sharing = self._levels[(stride, size)]
+        if not levels or math.prod(lv.size for lv in levels) <= 1 or nbytes <= 0:
+            return 0.0
+        runtime = self.net.runtime
+        if isinstance(runtime, NcclRuntime):
+            return _nccl_parts(op, nbytes, levels, sharing, runtime)[1]
+        p = math.prod(lv.size for lv in levels)
+        proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
+        return _wire_s(op, nbytes, levels, sharing, proto)
 
     def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
         comp = comm = 0.0
@@ -305,12 +407,15 @@ class Estimator:
         return found
 
     def _comm_times(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[tuple[float, float], ...]:
+        """(start, seconds on the links) of each collective of ``tpls``, in order."""
         out: list[tuple[float, float]] = []
         t = 0.0
         for tpl in tpls:
             comp, comm = self._tpls_s((tpl,), layout)
-            if comm > 0:
-                out.append((t, comm))
+            kind, _, _, _, coll, group, nbytes = tpl
+            if comm > 0 and kind == Kind.COLLECTIVE:
+                stride, size = (1, layout.tp) if group == "tp" else (layout.tp, layout.cp)
+                out.append((t, self.wire_s(stride, size, coll, nbytes)))
             t += comp + comm
         return tuple(out)
 
@@ -381,8 +486,8 @@ class Estimator:
             # scatter) start with a layer: they share links with its first collectives.
             n = len(stage_layers(self.model, layout, stage))
             per_layer = float(ACT_BYTES * sum(k for _, k in layer_pieces(self.model, layout.tp)))
-            gather = self.coll_s(*shard, "all_gather", per_layer)
-            scatter = self.coll_s(*shard, "reduce_scatter", per_layer)
+            gather = self.wire_s(*shard, "all_gather", per_layer)
+            scatter = self.wire_s(*shard, "reduce_scatter", per_layer)
             again = gather if par.fsdp.reshard_after_forward else 0.0
             # Only the first collectives of a layer meet its prefetched gather, a
             # burst from one group: k is the ring's flows (measured on the shipped
