@@ -445,6 +445,7 @@ def _collective(args: argparse.Namespace) -> int:
             algorithm=algorithm, ranks=integer("--ranks", args.ranks),
             lnc=integer("--lnc", args.lnc), chip_model=args.chip_model or "roofline",
             fabric_file=args.fabric_file,
+            protocol=args.protocol,
         )  # fmt: skip
     except ScenarioError as exc:
         if exc.path.startswith("-"):

@@ -133,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--max", dest="max_size", metavar="SIZE", help="sweep up to this size")
     coll.add_argument("--factor", default="2", help="sweep step factor (default 2)")
     coll.add_argument("--algorithm", default="auto", help="collective algorithm (default auto)")
+    coll.add_argument(
+        "--protocol", help="NCCL protocol on GPUs: LL, LL128 or Simple (default: NCCL's choice)"
+    )
     coll.add_argument("--ranks", help="group size (default: every rank)")
     coll.add_argument("--lnc", help="logical core grouping (default: one rank per chip)")
     coll.add_argument(

@@ -67,13 +67,20 @@ class GraphTopology(Topology):
     """A topology compiled from a user's graph, routed by latency with ECMP."""
 
     def __init__(
-        self, spec: FabricSpec, *, chips_per_instance: int, instances: int, local_bw_Bps: float
+        self,
+        spec: FabricSpec,
+        *,
+        chips_per_instance: int,
+        instances: int,
+        local_bw_Bps: float,
+        local_latency_s: float = 0.0,
     ) -> None:
         super().__init__(
             spec.name,
             chips_per_instance=chips_per_instance,
             instances=instances,
             local_bw_Bps=local_bw_Bps,
+            local_latency_s=local_latency_s,
             domain_instances=spec.domain_instances,
         )
         n_chips = spec.n_chips
@@ -261,6 +268,7 @@ def load_graph(
     chips_per_instance: int,
     instances: int,
     local_bw_Bps: float,
+    local_latency_s: float = 0.0,
     where: str,
 ) -> GraphTopology:
     """The fabric graph in ``path`` read, checked and compiled; errors name ``where``.
@@ -277,5 +285,9 @@ def load_graph(
         str(file.resolve()), (st.st_size, st.st_mtime_ns), chips_per_instance, instances, where
     )
     return GraphTopology(
-        spec, chips_per_instance=chips_per_instance, instances=instances, local_bw_Bps=local_bw_Bps
+        spec,
+        chips_per_instance=chips_per_instance,
+        instances=instances,
+        local_bw_Bps=local_bw_Bps,
+        local_latency_s=local_latency_s,
     )

@@ -25,6 +25,7 @@ from clustersim.network.collectives import OPS, algorithm_names, busbw_factor
 from clustersim.network.costs import NO_COSTS
 from clustersim.network.registry import build_topology
 from clustersim.network.runtimes import runtime_of
+from clustersim.network.topology import local_path
 from clustersim.units import format_bytes
 
 __all__ = ["busbw_factor", "run_collective", "size_sweep"]
@@ -60,6 +61,7 @@ def run_collective(
     chip_model: str = "roofline",
     fabric_file: str | None = None,
     overheads: bool = True,
+    protocol: str | None = None,
 ) -> list[dict[str, Any]]:
     """Time ``op`` on each of ``sizes`` (bytes) over ``count`` x ``instance``.
 
@@ -69,7 +71,8 @@ def run_collective(
     override catalog fields, like the ``cluster`` keys of a scenario. ``overheads``
     adds the runtime's fixed costs (the chip's ``collectives`` block,
     :mod:`~clustersim.network.costs`); without them a collective costs its wire time
-    alone, as its alpha-beta closed form assumes. Bad input
+    alone, as its alpha-beta closed form assumes. ``protocol`` forces NCCL's protocol
+    on GPUs (``LL``, ``LL128``, ``Simple``). Bad input
     raises :class:`~clustersim.errors.ScenarioError` naming the parameter.
 
     Returns one row per size: ``op``, ``size_bytes``, ``time_s``,
@@ -110,11 +113,13 @@ def run_collective(
     else:
         from clustersim.network.custom import load_graph
 
+        local_Bps, local_s = local_path(chip_spec)
         topo = load_graph(
             fabric_file,
             chips_per_instance=inst.chips,
             instances=count,
-            local_bw_Bps=chip_spec.dma_bw_Bps,
+            local_bw_Bps=local_Bps,
+            local_latency_s=local_s,
             where="--fabric-file",
         )
     total = topo.n_chips * per_chip
@@ -125,7 +130,7 @@ def run_collective(
         if not (size > 0 and math.isfinite(size)):
             raise ScenarioError("sizes", size, "each size must be a positive number of bytes")
     rank_chip = [r // per_chip for r in range(total)]
-    runtime = runtime_of(chip_spec, inst) if overheads else NO_COSTS
+    runtime = runtime_of(chip_spec, inst, protocol=protocol) if overheads else NO_COSTS
     group = list(range(p))
     rows = []
     for size in sizes:

@@ -87,6 +87,8 @@ class NcclRuntime:
     nvls: bool
     nvls_efficiency: float
     name: str = "nccl"
+    only_protocol: str | None = None
+    """Run this protocol whatever the tuning model prefers (nccl-tests' ``NCCL_PROTO``)."""
 
     @classmethod
     def of(
@@ -154,6 +156,11 @@ class NcclRuntime:
         if algorithm != "auto":
             table = nccl_tables().base_us[_TABLE.get(algorithm, "ring")]
             options = [(algorithm, proto) for proto in PROTOCOLS if proto in table]
+        if self.only_protocol is not None:
+            # NVLS has Simple alone: with another protocol forced, the ring runs.
+            options = [o for o in options if o[1] == self.only_protocol] or [
+                ("ring", self.only_protocol)
+            ]
         algo, proto = min(options, key=lambda ap: self.predict_s(op, p, nbytes, info, ap))
         return algo, self.protocol(algo, proto)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from clustersim.errors import ScenarioError
 from clustersim.network.custom import GraphTopology, load_graph
 from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology
+from clustersim.network.topology import Topology, local_path
 from clustersim.scenario import Resolved
 
 __all__ = ["FABRIC_KEY", "fabric_graph_topology", "scenario_topology"]
@@ -25,11 +25,13 @@ def fabric_graph_topology(res: Resolved) -> GraphTopology | None:
     name = res.scenario.cluster.fabric_file
     if name is None:
         return None
+    local_Bps, local_s = local_path(res.chip)
     return load_graph(
         name,
         chips_per_instance=res.instance.chips,
         instances=res.scenario.cluster.count,
-        local_bw_Bps=res.chip.dma_bw_Bps,
+        local_bw_Bps=local_Bps,
+        local_latency_s=local_s,
         where=FABRIC_KEY,
     )
 

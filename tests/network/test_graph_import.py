@@ -82,6 +82,7 @@ def test_round_trip_times_every_family(family: str, tmp_path: Path) -> None:
         chips_per_instance=built.chips_per_instance,
         instances=built.instances,
         local_bw_Bps=local,
+        local_latency_s=float(built.latency_s[built.local_link(0)]),
     )
     assert topo.n_links == built.n_links and topo.n_nodes == built.n_nodes
     assert topo.domain_instances == built.domain_instances

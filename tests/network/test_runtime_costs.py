@@ -178,3 +178,47 @@ def test_double_tree_carries_the_buffer_twice_over_every_chain_edge() -> None:
 def test_neuron_refuses_nvls() -> None:
     with pytest.raises(ScenarioError, match="NCCL"):
         NeuronRuntime().choose("all_reduce", 4, 1.0, GroupInfo.flat(4), "nvls")
+
+
+def test_a_forced_protocol_runs_and_bad_ones_are_refused() -> None:
+    rows = run_collective("p5.48xlarge", 1, "all_reduce", [2.0**30], protocol="ll")
+    assert (rows[0]["algorithm"], rows[0]["protocol"]) == ("ring", "LL")
+    simple = run_collective("p5.48xlarge", 1, "all_reduce", [2.0**30], algorithm="ring")
+    # LL puts a flag beside every 4 bytes of data: half the bandwidth
+    assert rows[0]["busbw_GBps"] == pytest.approx(simple[0]["busbw_GBps"] / 2, rel=0.02)
+    with pytest.raises(ScenarioError, match="protocol: unknown NCCL protocol"):
+        run_collective("p5.48xlarge", 1, "all_reduce", [1.0], protocol="LL256")
+    with pytest.raises(ScenarioError, match="only NCCL"):
+        run_collective("trn2.48xlarge", 1, "all_reduce", [1.0], protocol="Simple")
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        (["--protocol", "LL64"], "--protocol"),
+        (["--algorithm", "butterfly"], "--algorithm"),
+    ],
+)
+def test_collective_bad_input_exits_2(
+    args: list[str], path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clustersim.cli import main
+
+    base = ["collective", "--instance", "p5.48xlarge", "--op", "all_reduce", "--size", "1MiB"]
+    code = main([*base, *args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"clustersim: error: {path}") and "Traceback" not in err
+
+
+def test_a_fabric_whose_radix_cannot_hold_the_cluster_exits_2(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from clustersim.cli import main
+
+    scenario = Path(str(tmp_path)) / "big.yaml"
+    scenario.write_text(
+        "name: big\\ncluster: {instance: p5.48xlarge, count: 64, "
+        "efa: {fabric: fat_tree, tiers: 2, radix: 8}}\\nmodel: llama3-8b\\n"
+        "parallelism: {tp: 8}\\ntraining: {seq_len: 1024, global_batch_size: 64}\\n"
+    )
+    assert main(["check", str(scenario)]) == 2
