@@ -125,6 +125,7 @@ class Network:
             tuple[str, str, float, GroupInfo], tuple[str, Protocol, list[tuple[Step, _IntArray]]]
         ] = {}
         self._infos: dict[bytes, GroupInfo] = {}
+        self._send_protocols: dict[float, Protocol] = {}
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
@@ -200,7 +201,11 @@ class Network:
         else:
             group = self._replica_send_group(src_rank, dst_rank, replicas)
         self.sends_started += 1
-        _, proto = self.runtime.choose("all_to_all", 2, float(nbytes), _PAIR_INFO, "pairwise")
+        proto = self._send_protocols.get(nbytes)
+        if proto is None:
+            _, proto = self.runtime.choose("all_to_all", 2, float(nbytes), _PAIR_INFO, "pairwise")
+            if len(self._send_protocols) < self.max_cached_plans:
+                self._send_protocols[nbytes] = proto
         crosses = np.asarray([self.topology.chip_domain[src] != self.topology.chip_domain[dst]])
         latency_s = proto.step_latency_s(_SEND_STEP, _SEND_PAIR, crosses, group.latency_s)
         return self.flows.transfer_group(group, float(nbytes) * proto.wire_factor, latency_s)
@@ -348,7 +353,7 @@ class Network:
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
         flat, weights, latency_s, union = self._reaching(src, dst, rep_src, rep_dst)
         if union:
-            links, counts = link_counts(flat, weights)
+            links, counts = link_counts(flat, weights, topo.n_links)
         else:
             # Every flow's load on each of the first replica's links; other links are dropped.
             links = np.unique(topo.weighted_routes(rep_src, rep_dst)[0])

@@ -86,9 +86,17 @@ class FlowGroup:
 
 
 def link_counts(
-    flat: NDArray[np.int64], weights: NDArray[np.float64] | None
+    flat: NDArray[np.int64], weights: NDArray[np.float64] | None, n_links: int = 0
 ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """Distinct links of a multiset of route links, and the flows on each (weighted)."""
+    """Distinct links of a multiset of route links, and the flows on each (weighted).
+
+    With ``n_links`` (the topology's) and many entries, a count per link replaces the
+    sort: the routes of every replica of a folded step hold millions of entries.
+    """
+    if n_links and flat.size > n_links // 4:
+        per_link = np.bincount(flat, weights=weights, minlength=n_links)
+        links = np.flatnonzero(per_link).astype(np.int64)
+        return links, per_link[links].astype(np.float64)
     if weights is None:
         distinct, multiplicity = np.unique(flat, return_counts=True)
         return distinct, multiplicity.astype(np.float64)
