@@ -59,6 +59,7 @@ from clustersim.workload.transformer import (
     ADAM_HBM_BYTES_PER_PARAM,
     ADAM_SCALAR_OPS_PER_PARAM,
     ADAM_VECTOR_OPS_PER_PARAM,
+    pipeline_message_bytes,
 )
 
 __all__ = ["Estimate", "Estimator", "Level", "NetModel", "collective_s", "estimate"]
@@ -325,6 +326,7 @@ class _Blocks:
     head_fwd: tuple[float, float]
     head_bwd: tuple[float, float]
     p2p_bytes: float
+    p2p_gather_s: float  # the TP all-gather that rebuilds a scatter-gathered message
     # (start, seconds) of each TP/CP collective in a layer's forward, and in its
     # recompute and backward, from the layer's start
     layer_fwd_comms: tuple[tuple[float, float], ...] = ()
@@ -400,7 +402,10 @@ class Estimator:
                 embed_bwd=self._tpls_s(embed.bwd, layout),
                 head_fwd=self._tpls_s(head.fwd, layout),
                 head_bwd=self._tpls_s(head.bwd, layout),
-                p2p_bytes=float(dm.sp_tokens * dm.hidden * ACT_BYTES),
+                p2p_bytes=pipeline_message_bytes(dm, layout)[0],
+                p2p_gather_s=self.coll_s(
+                    1, layout.tp, "all_gather", pipeline_message_bytes(dm, layout)[1]
+                ),
                 layer_fwd_comms=self._comm_times(layer.fwd, layout),
                 layer_bwd_comms=self._comm_times((*layer.recompute, *layer.bwd), layout),
             )
@@ -517,7 +522,7 @@ class Estimator:
         blk = self.blocks(par, layout)
         n_mb = microbatches(par, self.train, layout)
         pp = layout.pp
-        p2p = self.p2p_s(layout, blk.p2p_bytes) if pp > 1 else 0.0
+        p2p = self.p2p_s(layout, blk.p2p_bytes) + blk.p2p_gather_s if pp > 1 else 0.0
         fwd: list[float] = []
         bwd: list[float] = []
         comp: list[float] = []

@@ -37,6 +37,7 @@ from clustersim.hardware.work import Work
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.workload.dims import (
     EXPERT_PIECES,
+    Dims,
     chunk_layers,
     make_dims,
     optimizer_params,
@@ -169,7 +170,7 @@ def _build(
     )
     embed = embed_block(dm)
     head = head_block(dm)
-    p2p_bytes = float(dm.sp_tokens * dm.hidden * ACT_BYTES)
+    p2p_bytes, gather_bytes = pipeline_message_bytes(dm, layout)
     programs = []
     pp, vp = layout.pp, layout.vp
     for stage in range(pp):
@@ -204,6 +205,7 @@ def _build(
                 else:
                     tag = _tag(mb, c - 1, layout, grad=False)
                     out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=p2p_bytes, tag=tag))
+                    _gather(out, "pp.gather.act", Phase.FORWARD, mb, gather_bytes)
                 for lay in layers:
                     _stamp(out, blocks[lay].fwd, lay, mb)
                 if last:
@@ -218,6 +220,7 @@ def _build(
             else:
                 tag = _tag(mb, c, layout, grad=True)
                 out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, nxt, nbytes=p2p_bytes, tag=tag))
+                _gather(out, "pp.gather.grad", Phase.BACKWARD, mb, gather_bytes)
             for lay in reversed(layers):
                 block = blocks[lay]
                 _stamp(out, block.recompute, lay, mb)
@@ -331,6 +334,38 @@ def _backward(out: list[Instr], block: Block, layer: int, mb: int, emit: Emit | 
         pieces = ready.get(j)
         if pieces:
             emit(out, layer, mb, pieces)
+
+
+def pipeline_message_bytes(dm: Dims, layout: Layout) -> tuple[float, float]:
+    """Bytes each rank sends to the next stage, and the all-gather that rebuilds them.
+
+    With sequence parallelism a rank holds ``T / tp`` tokens, and that is what it
+    sends. Without it every rank of a TP group holds the whole activation, and
+    Megatron-LM's scatter-gather optimization (arXiv 2104.04473, section 4.1) sends
+    one ``1/tp`` slice per rank between stages and all-gathers the slices over the
+    TP group's fast links on arrival, rather than sending the whole tensor ``tp``
+    times over the slower inter-node links: ``(T h b / tp, T h b)``.
+    """
+    full = float(dm.sp_tokens * dm.hidden * ACT_BYTES)
+    if layout.tp > 1 and not dm.sequence_parallel:
+        return full / layout.tp, full
+    return full, 0.0
+
+
+def _gather(out: list[Instr], name: str, phase: str, mb: int, nbytes: float) -> None:
+    if nbytes > 0:
+        out.append(
+            Instr(
+                Kind.COLLECTIVE,
+                name,
+                phase,
+                -1,
+                mb,
+                collective="all_gather",
+                group="tp",
+                nbytes=nbytes,
+            )
+        )
 
 
 def _p2p(kind: Kind, name: str, mb: int, peer: int, *, nbytes: float, tag: int) -> Instr:
