@@ -1,0 +1,274 @@
+"""The cluster's links as the search's estimate sees them, and one collective's time.
+
+:class:`NetModel` cuts a group of ranks into levels (the ranks of one chip, the
+chips of an instance along each torus axis, the instances of an UltraServer, the
+scale-up domains over EFA), and :func:`collective_s` adds up the alpha-beta cost of
+each level with what the communication runtime adds, as the simulator adds it
+(:mod:`clustersim.network.costs`, :mod:`clustersim.network.nccl`); see
+:mod:`clustersim.search.estimate`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clustersim.catalog.schema import ChipSpec, InstanceSpec
+from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
+from clustersim.network.costs import NO_COSTS, Protocol, Runtime
+from clustersim.network.groups import GroupInfo
+from clustersim.network.nccl import NcclRuntime
+from clustersim.network.runtimes import runtime_of
+from clustersim.network.topology import local_path
+
+__all__ = ["TORUS", "Level", "NetModel", "collective_s", "collective_wire_s", "runtime_s", "wire_s"]
+
+TORUS = ("torus2d", "torus3d")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a group: ``size`` members, each chip's bandwidth and the hop latency.
+
+    ``bw_Bps`` is one direction of one chip's link at this level; ``bidirectional``
+    rings of three or more use both directions. ``shared_link`` marks the chip's
+    own DMA link, which every rank of the chip shares in both directions. Members
+    ``hop`` links apart share each link with the groups interleaved between them.
+    """
+
+    size: int
+    bw_Bps: float
+    latency_s: float
+    bidirectional: bool = False
+    shared_link: bool = False
+    hop: int = 1  # torus links between neighbouring members (their chip stride on this axis)
+    tier: str = ""  # which links: chip (DMA), x or y (a torus axis), fabric, domain, efa
+
+
+@dataclass(frozen=True)
+class NetModel:
+    """The bandwidth tiers of a cluster, from its instance and chip catalog entries."""
+
+    ranks_per_chip: int
+    chips_per_instance: int
+    instances_per_domain: int
+    instances: int
+    dma_Bps: float
+    fabric_topology: str
+    fabric_dims: tuple[int, ...]
+    fabric_Bps: float
+    fabric_latency_s: float
+    domain_topology: str
+    domain_Bps: float
+    domain_latency_s: float
+    efa_Bps: float
+    efa_latency_s: float
+    runtime: Runtime = NO_COSTS
+    """The communication runtime, whose fixed costs :func:`runtime_s` adds."""
+
+    @classmethod
+    def of(cls, instance: InstanceSpec, chip: ChipSpec, count: int, lnc: int) -> NetModel:
+        eff = chip.calibration.link_efficiency
+        fab, us = instance.fabric, instance.ultraserver
+        switch_hops = 1 if fab.topology in TORUS else 2  # chip -> switch -> chip
+        return cls(
+            ranks_per_chip=chip.cores // lnc,
+            chips_per_instance=instance.chips,
+            instances_per_domain=us.instances if us is not None else 1,
+            instances=count,
+            dma_Bps=local_path(chip)[0],
+            fabric_topology=fab.topology,
+            fabric_dims=tuple(fab.dims),
+            fabric_Bps=fab.link_bw_Bps * eff,
+            fabric_latency_s=fab.link_latency_s * switch_hops,
+            domain_topology=us.topology if us is not None else "",
+            domain_Bps=us.link_bw_Bps * eff if us is not None else 0.0,
+            domain_latency_s=(us.link_latency_s * (1 if us.topology in TORUS else 2))
+            if us is not None
+            else 0.0,
+            efa_Bps=instance.efa.bandwidth_Bps / instance.chips * chip.efa_link_efficiency,
+            efa_latency_s=instance.efa.latency_s,
+            runtime=runtime_of(chip, instance),
+        )
+
+    def levels(self, stride: int, size: int) -> tuple[list[Level], int]:
+        """The levels of a group of ``size`` ranks ``stride`` apart, and the groups per chip.
+
+        Ranks fill chips in order, chips fill instances, instances fill domains.
+        """
+        rpc, cpi = self.ranks_per_chip, self.chips_per_instance
+        per_chip = min(size, max(1, rpc // stride)) if stride < rpc else 1
+        sharing = max(1, rpc // per_chip)  # groups of this kind with a member on each chip
+        out: list[Level] = []
+        if per_chip > 1:
+            out.append(Level(per_chip, self.dma_Bps, 0.0, shared_link=True, tier="chip"))
+        chips = size // per_chip
+        chip_stride = max(1, stride * per_chip // rpc)
+        in_instance = min(chips, max(1, cpi // chip_stride)) if chip_stride < cpi else 1
+        if in_instance > 1:
+            torus = self.fabric_topology in TORUS
+            if torus and len(self.fabric_dims) >= 2:
+                # Chips fill the torus along x first: the group's chips form lines
+                # along x (chip_stride apart) and then along y.
+                row = self.fabric_dims[0]
+                x = min(in_instance, row // chip_stride) if chip_stride < row else 1
+                hops = (chip_stride, 1) if chip_stride < row else (1, chip_stride // row)
+                sizes = (x, in_instance // x)
+                axes = [
+                    (a, h, name)
+                    for a, h, name in zip(sizes, hops, ("x", "y"), strict=True)
+                    if a > 1
+                ]
+            else:
+                axes = [(in_instance, 1, "fabric")]
+            for d, hop, name in axes:
+                out.append(
+                    Level(
+                        d,
+                        self.fabric_Bps,
+                        self.fabric_latency_s,
+                        bidirectional=torus,
+                        hop=hop,
+                        tier=name,
+                    )
+                )
+        rest = chips // in_instance
+        inst_stride = max(1, chip_stride * in_instance // cpi)
+        upd = self.instances_per_domain
+        in_domain = min(rest, max(1, upd // inst_stride)) if inst_stride < upd else 1
+        if in_domain > 1:
+            torus = self.domain_topology in TORUS
+            out.append(
+                Level(
+                    in_domain,
+                    self.domain_Bps,
+                    self.domain_latency_s,
+                    bidirectional=torus,
+                    tier="domain",
+                )
+            )
+        domains = rest // in_domain
+        if domains > 1:
+            out.append(Level(domains, self.efa_Bps, self.efa_latency_s, tier="efa"))
+        return out, sharing
+
+
+def collective_s(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: Runtime = NO_COSTS
+) -> float:
+    """Alpha-beta time of one collective over ``levels`` (inner first), plus what the
+    ``runtime`` adds (:func:`runtime_s`); see the module doc."""
+    p = math.prod(lv.size for lv in levels)
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    if isinstance(runtime, NcclRuntime):
+        return _nccl_s(op, nbytes, levels, sharing, runtime)
+    proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
+    phases = 2 if op == "all_reduce" else 1
+    return (
+        phases * _latency_s(nbytes, levels)
+        + wire_s(op, nbytes, levels, sharing, proto)
+        + runtime_s(proto, nbytes, levels, phases)
+    )
+
+
+def _halving(nbytes: float, p: int) -> bool:
+    return MESH_MAX_BYTES <= nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
+
+
+def _latency_s(nbytes: float, levels: list[Level]) -> float:
+    """The route latencies of one phase, by the runtime's size rule."""
+    p = math.prod(lv.size for lv in levels)
+    if nbytes < MESH_MAX_BYTES:
+        return max(lv.latency_s for lv in levels)
+    if _halving(nbytes, p):
+        return math.log2(p) * max(lv.latency_s for lv in levels)
+    return sum((lv.size - 1) * lv.latency_s for lv in levels)
+
+
+def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Protocol) -> float:
+    """The bandwidth part: every phase's bytes over each level's bottleneck."""
+    p = math.prod(lv.size for lv in levels)
+    flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+    halving = _halving(nbytes, p)
+    phases = {"all_reduce": ("reduce", "copy"), "all_gather": ("copy",)}.get(op, ("reduce",))
+    bw_s = 0.0
+    for phase in phases:
+        cap = proto.message_cap_Bps(pipelined=not halving, reduces=phase == "reduce")
+        m = nbytes
+        for lv in levels:
+            d = lv.size
+            if halving and d & (d - 1) == 0:
+                # Round j swaps m / 2^(j+1) with the partner 2^j away; on a torus that
+                # partner is min(2^j, d - 2^j) hops off, and the hops load one direction.
+                # Each message moves no faster than the DMA queues that carry it.
+                for j in range(d.bit_length() - 1):
+                    hops = min(2**j, d - 2**j) * lv.hop if lv.bidirectional else 1
+                    sent = m / 2 ** (j + 1)
+                    bw_s += max(sent * hops * flows / lv.bw_Bps, sent / cap)
+            else:
+                load = lv.hop if d >= 3 else 1
+                link = lv.bw_Bps * (2 if lv.bidirectional and d >= 3 else 1)
+                bw_s += (d - 1) / d * m * flows * load / link
+            m /= d
+    return bw_s
+
+
+def runtime_s(proto: Protocol, nbytes: float, levels: list[Level], phases: int) -> float:
+    """The Neuron runtime's fixed costs of one collective (:mod:`~clustersim.network.costs`):
+    its launch, a handshake per dependent round (once per ring phase and level, which
+    streams), and a posting cost per round that crosses EFA."""
+    if proto.zero:
+        return 0.0
+    p = math.prod(lv.size for lv in levels)
+    mesh = nbytes < MESH_MAX_BYTES
+    halving = not mesh and nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
+    rounds = efa_rounds = 0.0
+    for lv in levels:
+        if lv.size < 2:
+            continue
+        per_phase = 1.0 if mesh or not halving else math.log2(lv.size)
+        rounds += per_phase
+        if lv.tier == "efa":
+            efa_rounds += per_phase
+    return proto.launch_s + phases * (rounds * proto.step_s + efa_rounds * proto.efa_message_s)
+
+
+def _nccl_s(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: NcclRuntime
+) -> float:
+    """NCCL's choice and its latency (its tuning model), over the levels' bandwidths."""
+    return sum(_nccl_parts(op, nbytes, levels, sharing, runtime))
+
+
+def _nccl_parts(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: NcclRuntime
+) -> tuple[float, float]:
+    """(latency, seconds on the links) of NCCL's choice for one collective."""
+    p = math.prod(lv.size for lv in levels)
+    nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
+    info = GroupInfo(tuple(range(p)), tuple(i * nodes // p for i in range(p)), (), ())
+    algo, proto = runtime.choose(op, p, nbytes, info, "auto")
+    latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
+    flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+    if algo == "nvls":
+        wire = nbytes * flows / (levels[0].bw_Bps * runtime.nvls_efficiency)
+    elif algo == "double_tree":
+        wire = 2 * nbytes * flows / min(lv.bw_Bps for lv in levels)
+    else:
+        wire = wire_s(op, nbytes, levels, sharing, Protocol())
+    return latency, wire * proto.wire_factor
+
+
+def collective_wire_s(
+    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: Runtime = NO_COSTS
+) -> float:
+    """The part of :func:`collective_s` the bytes spend on the links, which is what
+    another collective on those links slows (the runtime's fixed costs hold no link)."""
+    p = math.prod(lv.size for lv in levels) if levels else 1
+    if p <= 1 or nbytes <= 0:
+        return 0.0
+    if isinstance(runtime, NcclRuntime):
+        return _nccl_parts(op, nbytes, levels, sharing, runtime)[1]
+    proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
+    return wire_s(op, nbytes, levels, sharing, proto)
