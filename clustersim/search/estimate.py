@@ -366,12 +366,12 @@ class Estimator:
         # 1/(k+1) of the rate, k times longer. A bidirectional ring of three or more
         # puts two flows on a chip's link to its switch.
         ring = 2.0 if layout.shard >= 3 and self.net.fabric_topology not in _TORUS else 1.0
+        levels, sharing = self.net.levels(*shard)
+        slow = ring * sharing * max((lv.hop for lv in levels), default=1)
         if par.zero == 2:
             # The buckets stream under the whole backward, from every rank of a chip
             # at once (each its own shard group), with the groups interleaved
             # between a group's members on each link: k is all of their flows.
-            levels, sharing = self.net.levels(*shard)
-            slow = ring * sharing * max((lv.hop for lv in levels), default=1)
             b_total = b_comp + b_comm
             busy_frac = min(busy / b_total, 1.0) if b_total > 0 else 0.0
             # ... and it can lose no more time than the shard traffic holds the link.
@@ -391,10 +391,13 @@ class Estimator:
             f_x += n * ring * _overlap(blk.layer_fwd_comms, gather)
             b_x += n * ring * _overlap(blk.layer_bwd_comms, again + scatter)
             return f_x, b_x
+        # Whole-chunk units: their gathers stream under the microbatch, as ZeRO-2's
+        # buckets do under the backward.
         total = f_comp + f_comm + b_comp + b_comm
         if total > 0:
             busy_frac = min(busy / total, 1.0)
-            f_x, b_x = f_x + ring * busy_frac * f_comm, b_x + ring * busy_frac * b_comm
+            f_x = f_x + min(slow * busy_frac * f_comm, busy)
+            b_x = b_x + min(slow * busy_frac * b_comm, busy)
         return f_x, b_x
 
     def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
