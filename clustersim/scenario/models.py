@@ -125,6 +125,10 @@ class ParallelismCfg(Strict):
     # attention; see clustersim.workload.ops)
     attention: Literal["flash", "unfused"] = "flash"
     uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
+    # Megatron's distributed optimizer (--overlap-param-gather, with zero: 1): the
+    # all-gather of the updated parameters runs under the next step's forward instead
+    # of after the optimizer; only the first bucket's gather is waited for.
+    overlap_param_gather: bool = False
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)

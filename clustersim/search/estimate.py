@@ -18,11 +18,15 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   (every rank of a chip runs the same collective at once). Latency is
   ``(d_k-1) a_k`` for rings, ``log2 p · a`` for halving-doubling and ``a`` for
   a mesh, by the runtime's size rule.
-- **Pipeline.** With m microbatches and pp stages the step is
-  ``sum_s (F_s + B_s) + (m - 1) max_s (F_s + B_s)`` plus the point-to-point
-  hops: its bubble is ``(pp - 1)/(m + pp - 1)`` of the step when stages are
+- **Compute** follows the scenario's attention kernel (``parallelism.attention``),
+  precision and recompute, through the same op templates as the simulator.
+- **Pipeline.** With m microbatches, pp stages and v model chunks per stage
+  (interleaved 1F1B when v > 1) the step is
+  ``sum_s (F_s + B_s) / v + (m - 1/v) max_s (F_s + B_s)`` plus the point-to-point
+  hops: its bubble is ``(pp - 1)/(v m + pp - 1)`` of the step when stages are
   equal. Then each stage's DP gradient reduction, less what hides behind the
-  last microbatch's backward, the Adam step, and the ZeRO-1 all-gather.
+  last microbatch's backward, the Adam step, and the ZeRO-1 all-gather (with
+  ``overlap_param_gather``, its first bucket and what the forwards cannot hide).
 
 Contention between different collectives running at once, and the network's
 max-min sharing, are left to the simulation of the best candidates.
@@ -37,9 +41,17 @@ from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
+from clustersim.scenario import Resolved
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses, steady_scatter_s
-from clustersim.workload import Layout, make_dims, microbatches, model_flops_per_step
+from clustersim.workload import (
+    Layout,
+    make_dims,
+    make_layout,
+    microbatches,
+    model_flops_per_step,
+    validate,
+)
 from clustersim.workload.dims import layer_pieces, stage_layers, stage_pieces
 from clustersim.workload.layers import LayerBlocks
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
@@ -51,7 +63,15 @@ from clustersim.workload.transformer import (
     ADAM_VECTOR_OPS_PER_PARAM,
 )
 
-__all__ = ["Estimate", "Estimator", "Level", "NetModel", "collective_s", "estimate"]
+__all__ = [
+    "Estimate",
+    "Estimator",
+    "Level",
+    "NetModel",
+    "collective_s",
+    "estimate",
+    "estimate_resolved",
+]
 
 _TORUS = ("torus2d", "torus3d")
 
@@ -253,7 +273,7 @@ class Estimator:
     def __init__(self, model: ModelSpec, train: TrainingCfg, chip: ChipModel, net: NetModel):
         self.model, self.train, self.chip, self.net = model, train, chip, net
         self._work: dict[Work, float] = {}
-        self._blocks: dict[tuple[int, int, int, str, bool], _Blocks] = {}
+        self._blocks: dict[tuple[int, int, int, str, bool, str], _Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
         self.flops_per_step = model_flops_per_step(model, train)
 
@@ -281,12 +301,23 @@ class Estimator:
         return comp, comm
 
     def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
-        key = (layout.tp, layout.cp, par.microbatch_size, par.recompute, par.sequence_parallel)
+        key = (
+            layout.tp,
+            layout.cp,
+            par.microbatch_size,
+            par.recompute,
+            par.sequence_parallel,
+            par.attention,
+        )
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
             layer = LayerBlocks(
-                self.model, dm, precision=self.train.precision, recompute=par.recompute
+                self.model,
+                dm,
+                precision=self.train.precision,
+                recompute=par.recompute,
+                attention=par.attention,
             ).dense
             embed, head = embed_block(dm), head_block(dm)
             bwd = self._tpls_s(layer.bwd, layout)
@@ -442,7 +473,10 @@ class Estimator:
             sharded_mb += n_mb * (f_fsdp + b_fsdp) / pp
         per_mb = [f + b for f, b in zip(fwd, bwd, strict=True)]
         hops = 2 * (pp - 1) * p2p
-        pipeline = sum(per_mb) + (n_mb - 1) * max(per_mb) + hops
+        # Interleaved 1F1B (v model chunks per stage): the fill and drain take one
+        # chunk's time per stage, (pp - 1)/v slots instead of pp - 1.
+        vp = layout.vp
+        pipeline = sum(per_mb) / vp + (n_mb - 1 / vp) * max(per_mb) + hops
         # Each stage ends its last backward earlier than stage 0 by the backwards of the
         # stages before it; then its gradient reduction, the Adam step, the ZeRO-1 gather.
         ends: list[float] = []
@@ -463,9 +497,14 @@ class Estimator:
             opt_params = -(-params // layout.shard) if par.zero >= 1 else params
             opt_s = self.work_s(_adam(opt_params))
             gather = 0.0
-            if par.zero == 1:
+            if par.zero == 1 and layout.dp > 1:
                 gather = full * self.coll_s(*dp_group, "all_gather", bucket)
                 gather += self.coll_s(*dp_group, "all_gather", rest)
+                if par.overlap_param_gather:
+                    # Under the forward: the first bucket blocks, the rest hide behind
+                    # the stage's forwards (see workload.transformer).
+                    first = self.coll_s(*dp_group, "all_gather", min(bucket, grad_bytes))
+                    gather = first + max(gather - first - n_mb * fwd[stage], 0.0)
             if par.zero >= 2 and layout.dp > 1:
                 pieces = [bucket] * int(full) + ([rest] if rest else [])
                 if par.zero == 3:
@@ -475,7 +514,7 @@ class Estimator:
                 exposed += once[stage] if par.zero == 3 else 0.0
             ends.append(pipeline - offset + exposed + opt_s + gather)
             tails.append((exposed + gather, opt_s))
-            offset += bwd[stage] + p2p
+            offset += bwd[stage] / vp + p2p
         step = max(ends)
         peak = self.chip.peak_flops(self.train.precision) * layout.chips
         sends = 2 * n_mb * p2p if pp > 1 else 0.0
@@ -515,6 +554,16 @@ def estimate(
 ) -> Estimate:
     """The analytic step time of one (validated) layout; see the module doc."""
     return Estimator(model, train, chip, net)(par, layout)
+
+
+def estimate_resolved(res: Resolved) -> Estimate:
+    """The analytic step time of a resolved scenario's own layout."""
+    sc = res.scenario
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    validate(res.model, sc.parallelism, sc.training, layout)
+    chip = ChipModel(res.chip, res.lnc)
+    net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
+    return Estimator(res.model, sc.training, chip, net)(sc.parallelism, layout)
 
 
 def _adam(params: int) -> Work:

@@ -76,6 +76,22 @@ def check_collectives(collectives: Mapping[str, str]) -> None:
             check(f"cluster.collectives.{op}", name, valid, problem)
 
 
+def check_precision(res: Resolved) -> None:
+    """Refuse a training precision the chip's tensor engine does not have.
+
+    ``precision: fp8`` needs an FP8 tensor rate in the chip's catalog entry (the
+    A100 has none); it is never run silently at another precision.
+    """
+    precision = res.scenario.training.precision
+    peaks = res.chip.core.tensor_tflops
+    if precision == "fp8" and peaks.fp8 is None:
+        raise ScenarioError(
+            "training.precision",
+            precision,
+            f"{res.chip.name} has no FP8 tensor engine; use bf16 or fp16",
+        )
+
+
 def plan(
     res: Resolved, *, check_memory: bool = True, limits: Limits | None = None, folded: bool = False
 ) -> Plan:
@@ -85,6 +101,7 @@ def plan(
     before the programs are built.
     """
     sc = res.scenario
+    check_precision(res)
     layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
     validate(res.model, sc.parallelism, sc.training, layout)
     if limits is not None:
