@@ -36,6 +36,7 @@ __all__ = [
     "family_of",
     "fit_overrides",
     "interval",
+    "overlaps",
     "residual_basis",
 ]
 
@@ -160,14 +161,13 @@ def interval(
     half_log = spread(residuals, fitted)
     if half_log is None:
         d = cal.families[family].default_spread
-        basis = (
-            f"{family}: {len(residuals)} calibration rows for {fitted} fitted constants, "
-            f"no residual spread; declared default ±{d:.0%}"
-        )
+        basis = f"{family}: no fitted residuals, declared default ±{d:.0%}"
         return step_s / (1 + d), step_s * (1 + d), basis
     n, dof = len(residuals), len(residuals) - fitted
-    basis = (
-        f"{family}: 90% prediction interval from {n} calibration rows "
-        f"({fitted} constants fitted, {dof} dof)"
-    )
+    basis = f"{family}: 90% from {n} calibration rows, {dof} dof"
     return step_s * math.exp(-half_log), step_s * math.exp(half_log), basis
+
+
+def overlaps(a: tuple[float, float] | list[float], b: tuple[float, float] | list[float]) -> bool:
+    """Whether two intervals (low, high) overlap: then the model cannot tell them apart."""
+    return a[0] <= b[1] and b[0] <= a[1]

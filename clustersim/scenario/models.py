@@ -189,6 +189,9 @@ class Scenario(Strict):
     # roofline: an op lasts as long as its busiest engine or its HBM traffic; engines:
     # ops lowered into tile streams on each engine (needs the chip's `engines` entry)
     chip_model: Literal["roofline", "engines"] = "roofline"
+    # A YAML file of catalog entries merged over the shipped catalog (what
+    # `clustersim calibrate --out` writes); relative to the scenario file.
+    catalog_overlay: str | None = Field(default=None, min_length=1, max_length=4096)
 
     @field_validator("name")
     @classmethod

@@ -10,6 +10,7 @@ import numpy as np
 import simpy
 
 from clustersim import cost
+from clustersim.catalog.fits import interval
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.failures.injection import StepFailure, fold_with
 from clustersim.failures.jobs import needs_degraded_step
@@ -253,6 +254,7 @@ def summarise(
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens_per_s = tokens / step_s
+    low, high, basis = interval(res.chip.name, step_s)
     return {
         **run_identity(pl),
         "step_time_s": step_s,
@@ -264,6 +266,11 @@ def summarise(
         "mfu": model_flops / (step_s * peak),
         "hfu": model_flops * recompute_factor / (step_s * peak),
         "breakdown_s": parts,
+        "uncertainty": {
+            "step_time_s": [low, high],
+            "tokens_per_s": [tokens / high, tokens / low],
+            "basis": basis,
+        },
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
         "cost": {
             "pricing": sc.cost.pricing,
