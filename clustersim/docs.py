@@ -94,7 +94,7 @@ def validation_table(ctx: Context) -> str:
         status = "known gap" if r["status"] == "known_gap" else "ok"
         out.append(
             f"| {name} | {r['role']} | {r['extra']['chips']:,} | {r['published']:.2f} s | "
-            f"{pred:.2f} s | {r['error']:+.1%} | {r['bubble_s'] / pred:.0%} | "
+            f"{pred:.2f} s | {pred / r['published'] - 1:+.1%} | {r['bubble_s'] / pred:.0%} | "
             f"{r['exposed_comm_s'] / pred:.0%} | {status} |"
         )
     return "\n".join(out)
