@@ -174,6 +174,8 @@ class ChipSpec(Strict):
     chip_to_chip_bw_Bps: LinkRate
     power_w: Power
     calibration: Calibration
+    collective_sm_fraction: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    """Share of the chip's compute a collective takes while it runs (NCCL's SMs on a GPU)."""
     engines: EnginesSpec | None = None
     """The tile-level description for ``chip_model: engines``; chips without one run
     the roofline model only."""

@@ -39,6 +39,7 @@ from clustersim.network.collectives import (
     register_algorithm,
     resolve_algorithm,
 )
+from clustersim.network.entity import NO_CHIPS
 from clustersim.network.flows import FlowGroup, FlowNetwork
 from clustersim.network.groups import GroupInfo, group_info
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
@@ -79,7 +80,10 @@ class Network:
     ``rank_chip[r]`` is the chip of rank ``r``. ``algorithms`` maps a collective
     (``all_reduce``, ...) to an algorithm name; unset ops use ``auto``. Algorithms
     see each group's placement (shared chips, scale-up domains, torus coordinates)
-    as a :class:`~.groups.GroupInfo` derived from the topology.
+    as a :class:`~.groups.GroupInfo` derived from the topology. ``hbm_Bps`` (each
+    chip's sustained HBM bandwidth) makes HBM shared: flows read it at their source
+    chip and write it at their destination, in the same max-min solve as the links
+    (:meth:`FlowNetwork.share_hbm`), so collectives are capped by the HBM they get.
     """
 
     max_cached_plans: int = 16_384
@@ -102,10 +106,13 @@ class Network:
         algorithms: Mapping[str, str] | None = None,
         *,
         path: str = "cluster.collectives",
+        hbm_Bps: float | None = None,
     ) -> None:
         self.env = env
         self.topology = topology
         self.flows = FlowNetwork(env, topology)
+        if hbm_Bps is not None:  # each chip's HBM, shared by its flows and its compute
+            self.flows.share_hbm(hbm_Bps)
         chips = np.asarray(rank_chip, dtype=np.int64).reshape(-1)
         bad = chips[(chips < 0) | (chips >= topology.n_chips)]
         if bad.size:
@@ -333,13 +340,13 @@ class Network:
             rows = chips[np.asarray(replicas, dtype=np.int64)]
             return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
 
-        group = FlowGroup(
-            rep_links[used],
-            counts[used].astype(np.float64),
-            int(src.size),
-            latency_s,
-            every_pair,
-        )
+        # HBM: every replica's flows that start or end on the first replica's chips.
+        links, loads = rep_links[used], counts[used].astype(np.float64)
+        hbm, chips = self.flows.hbm, NO_CHIPS
+        if hbm is not None:  # every flow starting or ending on the first replica's chips
+            links, loads = hbm.add(links, loads, src, dst, np.unique(rows[0]))
+            chips = hbm.chips_of(links)
+        group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=chips)
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()
         self._folded[key] = (replicas, group)

@@ -29,6 +29,7 @@ from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.engines_exec import SegmentRun
 from clustersim.sim.fabric import fabric_graph_topology, scenario_topology
 from clustersim.sim.guard import Estimate, Limits, check_work, estimate
+from clustersim.sim.hbm import ComputeRuns
 from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.sim.result import Plan, Result
 from clustersim.sim.summary_keys import run_identity, simulation_keys
@@ -189,13 +190,20 @@ def simulate(
     if topology is None:
         topology = scenario_topology(res)
     rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
-    network = Network(env, topology, rank_chip, sc.cluster.collectives)
+    # HBM is shared, not split: each chip's sustained bandwidth is one capacity of the
+    # max-min solve, loaded by the flows that start or end on it and by its compute.
+    hbm_Bps = res.chip.hbm_bw_Bps * res.chip.calibration.hbm_efficiency
+    network = Network(env, topology, rank_chip, sc.cluster.collectives, hbm_Bps=hbm_Bps)
     injector = build_injector(env, topology, sc.failures)
     compiled = compile_programs(pl)
     sim = StepSim(
         env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded,
         slowdown=injector.slowdown if injector is not None else None,
         chip_model=sc.chip_model,
+    )  # fmt: skip
+    sim.hbm = ComputeRuns(
+        env, network.flows, [pl.layout.chip_of(r) for r in sim.ranks],
+        res.chip.collective_sm_fraction,
     )  # fmt: skip
     try:
         sim.run()
@@ -250,6 +258,8 @@ def summarise(
         "exposed_comm": sum(t.exposed_comm_s for t in sim.times) / n,
         "bubble": sum(t.bubble_s for t in sim.times) / n,
         "optimizer": sum(t.optimizer_s for t in sim.times) / n,
+        # compute time lost to HBM (and SMs) shared with collectives running beside it
+        "interference": sum(t.interference_s for t in sim.times) / n,
     }
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
