@@ -35,7 +35,7 @@ max-min sharing, are left to the simulation of the best candidates.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.hardware.chip import ChipModel
@@ -391,6 +391,15 @@ class Estimator:
             once[-1] = sh.once_s
             busy = sum(u.gather_s + u.scatter_s for u in uses)
             f_x, b_x = sh.fwd_s, sh.bwd_s
+            if layout.pp > 1 and not par.fsdp.reshard_after_forward:
+                # Gathered once per step (``sharding``): the first microbatch waits for
+                # the gathers, the others only for the reduce-scatters.
+                kept = [replace(u, gather_s=0.0) for u in uses]
+                steady = fsdp_overhead(kept, par.fsdp.prefetch)
+                once[-1] = sh.once_s + sh.fwd_s + sh.bwd_s + steady.once_s
+                n_mb = microbatches(par, self.train, layout)
+                busy = sum(u.scatter_s for u in uses) + sum(u.gather_s for u in uses) / n_mb
+                f_x, b_x = steady.fwd_s, steady.bwd_s
         if not self._shares_links(layout, shard):
             return f_x, b_x
         # A collective sharing a link with k of the shard group's flows runs at
