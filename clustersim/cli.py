@@ -228,8 +228,18 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
         f"{lay['microbatches']} microbatches, {lay['schedule']}, recompute {lay['recompute']}"
     )
     t.add_row("model", s["model"], layout)
-    t.add_row("step time", f"{step:.3f} s", f"{s['tokens_per_step']:,} tokens per step")
-    t.add_row("throughput", f"{s['tokens_per_s']:,.0f} tok/s", f"{s['sequences_per_s']:.2f} seq/s")
+    unc = s.get("uncertainty")
+    pm = ""
+    if unc is not None:  # the interval's half-width, as a share of the point
+        low, high = unc["step_time_s"]
+        pm = f" ±{(high - low) / (2 * step):.0%}"
+    t.add_row("step time", f"{step:.3f} s{pm}", f"{s['tokens_per_step']:,} tokens per step")
+    t.add_row(
+        "throughput", f"{s['tokens_per_s']:,.0f} tok/s{pm}", f"{s['sequences_per_s']:.2f} seq/s"
+    )
+    if unc is not None:
+        low, high = unc["step_time_s"]
+        t.add_row("interval", f"{low:.3f} .. {high:.3f} s", unc["basis"])
     t.add_row("MFU", f"{s['mfu']:.1%}", f"HFU {s['hfu']:.1%} (counts recompute)")
     for part, secs in s["breakdown_s"].items():
         t.add_row(f"  {part.replace('_', ' ')}", f"{secs:.3f} s", f"{secs / step:.1%} of step")
@@ -517,6 +527,12 @@ def _topology(args: argparse.Namespace) -> int:
     return topology_command(args)
 
 
+def _calibrate(args: argparse.Namespace) -> int:
+    from clustersim.calibration.command import calibrate_command
+
+    return calibrate_command(args)
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from clustersim.sweep.command import sweep_command
 
@@ -549,4 +565,5 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "topology": _topology,
     "search": _search,
     "validate": _validate,
+    "calibrate": _calibrate,
 }

@@ -176,6 +176,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help="leave out the slow end-to-end rows (large clusters)"
     )
 
+    cal = sub.add_parser(
+        "calibrate", help="fit the chip families' constants, or your cluster's from measurements"
+    )
+    cal.add_argument("--check", action="store_true", help="exit 1 if the shipped fits differ")
+    cal.add_argument("--write", action="store_true", help="write the fits into the catalog")
+    cal.add_argument(
+        "--no-simulate", action="store_true",
+        help="fit on the closed-form estimate alone (no anchoring simulation per row)",
+    )  # fmt: skip
+    cal.add_argument(
+        "--nccl-tests", nargs="+", metavar="[OP=]FILE",
+        help="nccl-tests outputs (all_reduce_perf etc.); OP if the file name does not say",
+    )  # fmt: skip
+    cal.add_argument("--nccom-test", nargs="+", metavar="[OP=]FILE", help="nccom-test outputs")
+    cal.add_argument("--step-times", metavar="CSV", help="measured steps: scenario,step_time_s")
+    cal.add_argument("--instance", help="the instance the collectives ran on")
+    cal.add_argument("--count", type=_positive, default=1, help="instances they spanned")
+    cal.add_argument("--out", metavar="FILE", help="the overlay to write (catalog_overlay:)")
+    cal.add_argument("--json", action="store_true", help="print the fits as JSON")
+
     sweep = sub.add_parser("sweep", help="run a study: many points of one base scenario")
     sweep.add_argument("study", type=Path, help="study YAML file")
     sweep.add_argument(

@@ -105,6 +105,8 @@ class Calibration(Strict):
     """Efficiency constants, set once per chip family and documented in ``sources``.
 
     - ``tensor_efficiency``: fraction of the tensor peak a large, tile-aligned matmul sustains.
+    - ``fp8_tensor_efficiency``: the same for FP8 matmuls against the FP8 peak (their
+      scaling and accumulation cost more of it); ``tensor_efficiency`` when not set.
     - ``tile``: the systolic array (or MMA) tile; matmul dimensions are padded up to it.
     - ``matmul_latency_s``: fixed cost of one matmul (pipeline fill, weight load); it makes
       small matmuls latency-bound.
@@ -114,6 +116,7 @@ class Calibration(Strict):
     """
 
     tensor_efficiency: Fraction
+    fp8_tensor_efficiency: Fraction | None = None
     tile: tuple[PositiveInt, PositiveInt] = (128, 128)
     matmul_latency_s: Duration = 0.0
     hbm_efficiency: Fraction
@@ -213,6 +216,8 @@ class ChipSpec(Strict):
     dma_reduce_throughput: Fraction = 1.0
     power_w: Power
     calibration: Calibration
+    collective_sm_fraction: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False)
+    """Share of the chip's compute a collective takes while it runs (NCCL's SMs on a GPU)."""
     engines: EnginesSpec | None = None
     """The tile-level description for ``chip_model: engines``; chips without one run
     the roofline model only."""

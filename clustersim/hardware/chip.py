@@ -52,7 +52,11 @@ class ChipModel:
         self._tensor_peak = {
             p: core.tensor_tflops.get(p) * 1e12 * lnc for p in ("bf16", "fp16", "fp8", "fp32")
         }
-        self._tensor_eff = cal.tensor_efficiency
+        fp8_eff = cal.fp8_tensor_efficiency
+        self._tensor_eff = {
+            p: fp8_eff if p == "fp8" and fp8_eff is not None else cal.tensor_efficiency
+            for p in self._tensor_peak
+        }
         self._tile_k, self._tile_n = cal.tile
         self._mm_latency_s = cal.matmul_latency_s
         self._vector_Bps = core.vector_tflops * 1e12 * lnc
@@ -81,7 +85,8 @@ class ChipModel:
         k_pad = math.ceil(k / self._tile_k) * self._tile_k
         n_pad = math.ceil(n / self._tile_n) * self._tile_n
         flops = 2.0 * m * k_pad * n_pad
-        return max(flops / (self._tensor_peak[precision] * self._tensor_eff), self._mm_latency_s)
+        rate = self._tensor_peak[precision] * self._tensor_eff[precision]
+        return max(flops / rate, self._mm_latency_s)
 
     def op_time(self, work: Work) -> OpTime:
         tensor_s = 0.0

@@ -40,6 +40,7 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.costs import NO_COSTS, Protocol, Runtime
+from clustersim.network.entity import NO_CHIPS
 from clustersim.network.flows import FlowGroup, FlowNetwork, link_counts
 from clustersim.network.groups import GroupInfo, group_info
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
@@ -90,7 +91,10 @@ class Network:
     (:mod:`.costs`; default: no overheads) chooses what ``auto`` runs and with which
     protocol, and prices its fixed costs: a launch per collective, a handshake per
     round, a posting cost per message, each message's DMA bound and the protocol's
-    wire overhead.
+    wire overhead. ``hbm_Bps`` (each chip's sustained HBM bandwidth) makes HBM
+    shared: flows read it at their source chip and write it at their destination,
+    in the same max-min solve as the links (:meth:`FlowNetwork.share_hbm`), so
+    collectives are capped by the HBM they get.
     """
 
     max_cached_plans: int = 16_384
@@ -104,11 +108,14 @@ class Network:
         *,
         runtime: Runtime = NO_COSTS,
         path: str = "cluster.collectives",
+        hbm_Bps: float | None = None,
     ) -> None:
         self.env = env
         self.runtime = runtime
         self.topology = topology
         self.flows = FlowNetwork(env, topology)
+        if hbm_Bps is not None:  # each chip's HBM, shared by its flows and its compute
+            self.flows.share_hbm(hbm_Bps)
         chips = np.asarray(rank_chip, dtype=np.int64).reshape(-1)
         bad = chips[(chips < 0) | (chips >= topology.n_chips)]
         if bad.size:
@@ -371,7 +378,13 @@ class Network:
             rows = chips[np.asarray(replicas, dtype=np.int64)]
             return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
 
-        group = FlowGroup(links[used], counts[used], int(src.size), latency_s, every_pair)
+        # HBM: every replica's flows that start or end on the first replica's chips.
+        links, loads = links[used], counts[used]
+        hbm, hbm_chips = self.flows.hbm, NO_CHIPS
+        if hbm is not None:
+            links, loads = hbm.add(links, loads, src, dst, np.unique(rows[0]))
+            hbm_chips = hbm.chips_of(links)
+        group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=hbm_chips)
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()
         self._folded[key] = (replicas, group)

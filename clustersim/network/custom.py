@@ -20,7 +20,9 @@ takes hop ``number mod k`` and carries ``number // k`` on. Consecutive
 destinations thus leave a switch by different uplinks and, one tier up, by
 different uplinks again (D-mod-k, as the built fat trees route), and the hash
 decorrelates instance pairs. Routes are compiled by the topology's bulk path
-lookup into the same route arrays the built fabrics use.
+lookup into the same route arrays the built fabrics use. Tables are kept per
+destination (bounded); a chip with a single link in takes its neighbour's table,
+completed, so a fat tree of single-homed chips runs one Dijkstra per leaf.
 
 When a link goes down, routes on a graph with torus coordinates keep their
 preferred paths and the topology falls back to the lowest-latency path over the
@@ -38,6 +40,7 @@ simulates every rank.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import TypeAlias
@@ -61,6 +64,19 @@ _TIE_RTOL = 1e-9
 _MAX_TABLE_ENTRIES = 1 << 25
 """Next-hop table entries kept (4 bytes each), over all destinations."""
 _Table: TypeAlias = tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]
+
+
+@dataclass(frozen=True, eq=False)
+class _RoutingGraph:
+    """The links routes may take (one topology version), for the next-hop tables."""
+
+    u: Int64s
+    v: Int64s
+    weight: NDArray[np.float64]
+    rank: Int64s
+    reverse: sp.csr_matrix
+    gateway: Int64s
+    """Of each chip with a single link in: the node at its other end (else -1)."""
 
 
 class GraphTopology(Topology):
@@ -115,7 +131,7 @@ class GraphTopology(Topology):
         self._tables: dict[tuple[int, bool], _Table] = {}
         self._entries = 0
         self._tables_version = -1
-        self._reverse: dict[bool, sp.csr_matrix] = {}
+        self._graphs: dict[bool, _RoutingGraph] = {}
         self.path_fn = self._path
 
     def prove_symmetry(self, built: Topology) -> None:
@@ -152,42 +168,71 @@ class GraphTopology(Topology):
         counts[u]]`` (``counts[u]`` is 0 where ``u`` cannot reach it)."""
         if self._tables_version != self.version:
             self._tables.clear()
-            self._reverse.clear()
+            self._graphs.clear()
+            self._entries = 0
             self._tables_version = self.version
         key = (dst, live)
         found = self._tables.get(key)
         if found is not None:
             return found
+        g = self._graphs.get(live) or self._routing_graph(live)
+        gateway = int(g.gateway[dst])
+        # A chip reached only through one node: every shortest path to it is one to that
+        # node and then the link in, so its table is the node's, completed.
+        table = self._table(dst, g) if gateway < 0 else self._through(dst, gateway, live)
+        self._entries += table[0].size + table[1].size + table[2].size
+        if self._entries > _MAX_TABLE_ENTRIES:
+            self._tables.clear()
+            self._entries = 0
+        self._tables[key] = table
+        return table
+
+    def _through(self, dst: int, gateway: int, live: bool) -> _Table:
+        first, counts, hops = self._next_hops(gateway, live=live)
+        first, counts = first.copy(), counts.copy()
+        first[gateway], counts[gateway], counts[dst] = hops.size, 1, 0
+        return first, counts, np.append(hops, np.int32(dst))
+
+    def _table(self, dst: int, g: _RoutingGraph) -> _Table:
+        n = self.n_nodes
+        dist = dijkstra(g.reverse, directed=True, indices=np.asarray([dst]))[0]
+        du, dv = dist[g.u], dist[g.v]
+        tight = np.flatnonzero(
+            np.isfinite(du) & np.isfinite(dv) & (np.abs(dv + g.weight - du) <= _TIE_RTOL * du)
+        )
+        # Links are sorted by (source, preference, target): the first tight link of each
+        # source has its best preference, and only its equals are kept.
+        cu, rank = g.u[tight], g.rank[tight]
+        start = np.ones(tight.size, dtype=bool)
+        start[1:] = cu[1:] != cu[:-1]
+        best = rank[np.flatnonzero(start)][np.cumsum(start) - 1]
+        keep = tight[rank == best]
+        counts = np.bincount(g.u[keep], minlength=n).astype(np.int32)
+        first = (np.cumsum(counts) - counts).astype(np.int32)
+        return first, counts, g.v[keep].astype(np.int32)
+
+    def _routing_graph(self, live: bool) -> _RoutingGraph:
+        """The links routes may take, sorted by (source, preference, target), and the
+        reverse graph Dijkstra runs on."""
         u, v = self.link_u, self.link_v
         use = u != v
         if live:
             use &= self._lanes_up.view > 0
-        weight = self.latency_s + HOP_EPS_S
-        reverse = self._reverse.get(live)
+        uu, vv = u[use], v[use]
+        rank = self._move_rank(uu, vv)
+        order = np.lexsort((vv, rank, uu))
+        uu, vv, rank = uu[order], vv[order], rank[order]
+        weight = (self.latency_s + HOP_EPS_S)[use][order]
         n = self.n_nodes
-        if reverse is None:
-            reverse = sp.csr_matrix((weight[use], (v[use], u[use])), shape=(n, n))
-            self._reverse[live] = reverse
-        dist = dijkstra(reverse, directed=True, indices=np.asarray([dst]))[0]
-        du, dv = dist[u], dist[v]
-        tight = use & np.isfinite(du) & np.isfinite(dv)
-        tight &= np.abs(dv + weight - du) <= _TIE_RTOL * du
-        cu, cv = u[tight], v[tight]
-        rank = self._move_rank(cu, cv)
-        best = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(best, cu, rank)
-        keep = rank == best[cu]
-        cu, cv = cu[keep], cv[keep]
-        order = np.lexsort((cv, cu))
-        counts = np.bincount(cu, minlength=n).astype(np.int32)
-        first = (np.cumsum(counts) - counts).astype(np.int32)
-        table = (first, counts, cv[order].astype(np.int32))
-        self._entries += 2 * n + cu.size
-        if self._entries > _MAX_TABLE_ENTRIES:
-            self._tables.clear()
-            self._entries = 2 * n + cu.size
-        self._tables[key] = table
-        return table
+        reverse = sp.csr_matrix((weight, (vv, uu)), shape=(n, n))
+        into = np.bincount(vv, minlength=n)
+        gateway = np.full(n, -1, dtype=np.int64)
+        only = np.flatnonzero(into[vv] == 1)
+        chips = only[vv[only] < self.n_chips]
+        gateway[vv[chips]] = uu[chips]
+        g = _RoutingGraph(uu, vv, weight, rank, reverse, gateway)
+        self._graphs[live] = g
+        return g
 
     def _move_rank(self, cu: Int64s, cv: Int64s) -> Int64s:
         """Preference of each hop ``cu -> cv`` among a node's equal-cost next hops.

@@ -35,6 +35,13 @@ crosses a link that is down are rerouted over the links still up; if a pair has
 no route left, the entity's event fails with
 :class:`~clustersim.errors.PartitionError`.
 
+**Shared HBM.** With :meth:`FlowNetwork.share_hbm`, each chip's HBM is one more
+capacity in the solve (indices after the topology's links): a flow between two
+chips reads the source's HBM and writes the destination's, and a compute run of
+a rank is an entity on its chip's HBM capped at its demand (``rate_cap_Bps``), so
+collectives and compute share HBM max-min. A listener hears of every flow that
+starts moving on a chip's HBM, so compute can leave its fast path only then.
+
 **Observability.** :class:`~clustersim.network.linkstats.LinkStats` accumulates
 per-link bytes, time-weighted and peak utilisation and a binned time series,
 touching only the links whose load changes; :meth:`FlowNetwork.link_utilisation`
@@ -46,7 +53,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -55,34 +62,13 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
+from clustersim.network.entity import NO_CHIPS, FlowGroup, Pairs
+from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation, LoadPattern
-from clustersim.network.maxmin import maxmin_rates_csc
+from clustersim.network.maxmin import maxmin_rates_csc, with_ceilings
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
-
-Pairs = tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True, eq=False)
-class FlowGroup:
-    """The routed flows of one entity: its column of the incidence matrix.
-
-    ``links`` are distinct link indices and ``counts`` how many of the group's
-    flows cross each; ``latency_s`` is the longest route latency of its flows.
-    ``rate_cap_Bps`` bounds each flow's rate whatever the links offer: the DMA
-    queues that move one message (:mod:`~clustersim.network.costs`).
-    ``pairs`` are the chip pairs it was routed from (to reroute it after a failure):
-    a tuple, or for the many flows of a folded step a function that builds them
-    as an ``n x 2`` array (a group stays small however many replicas it stands for).
-    """
-
-    links: NDArray[np.int64]
-    counts: NDArray[np.float64]
-    n_flows: int
-    latency_s: float
-    pairs: Pairs | Callable[[], NDArray[np.int64]] = ()
-    rate_cap_Bps: float = math.inf
 
 
 def link_counts(
@@ -99,40 +85,12 @@ def link_counts(
         return links, per_link[links].astype(np.float64)
     if weights is None:
         distinct, multiplicity = np.unique(flat, return_counts=True)
-        return distinct, multiplicity.astype(np.float64)
+        return distinct.astype(np.int64), multiplicity.astype(np.float64)
     links, inverse = np.unique(flat, return_inverse=True)
     counts: NDArray[np.float64] = np.bincount(
         inverse.ravel(), weights=weights, minlength=links.size
     ).astype(np.float64)
-    return links, counts
-
-
-def _with_caps(
-    groups: tuple[FlowGroup, ...],
-    capped: list[int],
-    indptr: NDArray[np.int64],
-    rows: NDArray[np.int64],
-    counts: NDArray[np.float64],
-) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
-    """The compressed columns with one virtual row per capped group (after the real
-    rows, ``rows.max() + 1`` onwards), and the virtual rows' capacities."""
-    n_real = int(rows.max()) + 1 if rows.size else 0
-    extra = np.zeros(len(groups), dtype=np.int64)
-    extra[capped] = 1
-    new_ptr = indptr + np.concatenate([[0], np.cumsum(extra)])
-    new_rows = np.empty(rows.size + len(capped), dtype=np.int64)
-    new_counts = np.empty(new_rows.size)
-    virtual = iter(range(n_real, n_real + len(capped)))
-    for e in range(len(groups)):
-        a, b = int(indptr[e]), int(indptr[e + 1])
-        c = int(new_ptr[e])
-        new_rows[c : c + b - a] = rows[a:b]
-        new_counts[c : c + b - a] = counts[a:b]
-        if extra[e]:
-            new_rows[c + b - a] = next(virtual)
-            new_counts[c + b - a] = 1.0
-    caps = np.asarray([groups[i].rate_cap_Bps for i in capped], dtype=np.float64)
-    return new_ptr, new_rows, new_counts, caps
+    return links.astype(np.int64), counts
 
 
 class _Entity:
@@ -222,9 +180,38 @@ class FlowNetwork:
         self._generation = 0
         self._wake_s = math.inf
         self._solve_scheduled = False
+        self.hbm: SharedHbm | None = None
+        """Each chip's HBM as a capacity of the solve (:meth:`share_hbm`); None: not shared."""
+        self.hbm_listener: Callable[[NDArray[np.int64]], None] | None = None
+        """Called with the chips whose HBM a flow starts to load (before it is solved)."""
+        self._capacity: NDArray[np.float64] | None = None
         topology.add_listener(self.capacity_changed)
 
     # -- public API -----------------------------------------------------------------------------
+
+    def share_hbm(self, hbm_Bps: float | NDArray[np.float64]) -> None:
+        """Make each chip's HBM (``hbm_Bps``: one figure, or one per chip) a capacity that
+        the flows starting or ending on the chip and its compute runs share."""
+        hbm = self.hbm = SharedHbm(self.topology.n_links, hbm_Bps, self.topology.n_chips)
+        n_chips = hbm.flows.size
+        self._occupancy = np.concatenate([self._occupancy, np.zeros(n_chips, dtype=np.int64)])
+        self._comp_of = np.concatenate([self._comp_of, np.full(n_chips, -1, dtype=np.int64)])
+        self._groups.clear()
+        self._memo.clear()
+        self._capacity = None
+
+    def compute_group(self, chip: int, demand_Bps: float) -> FlowGroup:
+        """A compute run on ``chip``'s shared HBM, moving at most ``demand_Bps``."""
+        if self.hbm is None:
+            raise SimulationError("HBM is not shared: call share_hbm first")
+        return self.hbm.compute_group(chip, demand_Bps)
+
+    def _cap(self) -> NDArray[np.float64]:
+        """Capacities of the topology's links, then of each chip's HBM if shared."""
+        if self._capacity is None:
+            cap = self.topology.capacity_Bps
+            self._capacity = cap if self.hbm is None else np.concatenate([cap, self.hbm.capacity])
+        return self._capacity
 
     @property
     def active(self) -> int:
@@ -266,13 +253,15 @@ class FlowNetwork:
         found = self._groups.get(key)
         if found is not None:
             return found
-        chips = np.asarray(key, dtype=np.int64).reshape(-1, 2)
-        flat, weights, latency = topo.weighted_routes(chips[:, 0], chips[:, 1])
+        ends = np.asarray(key, dtype=np.int64).reshape(-1, 2)
+        flat, weights, latency = topo.weighted_routes(ends[:, 0], ends[:, 1])
         links, counts = link_counts(flat, weights)
         latency_s = float(latency.max()) if latency.size else 0.0
-        found = FlowGroup(
-            links.astype(np.int64), counts.astype(np.float64), len(key), latency_s, key
-        )
+        chips = NO_CHIPS
+        if self.hbm is not None:
+            links, counts = self.hbm.add(links, counts, ends[:, 0], ends[:, 1])
+            chips = self.hbm.chips_of(links)
+        found = FlowGroup(links, counts, len(key), latency_s, key, hbm_chips=chips)
         self._groups[key] = found
         self._cached_pairs += len(key)
         return found
@@ -315,6 +304,7 @@ class FlowNetwork:
         self._memo.clear()
         self._memo_links = 0
         self._zero = None
+        self._capacity = None
         for ident in self._comps:
             self._dirty[ident] = None
         if self._comps or self._pending:
@@ -324,6 +314,8 @@ class FlowNetwork:
 
     def _resize(self) -> None:
         """The topology gained links: grow the per-link arrays."""
+        if self.hbm is not None:
+            raise SimulationError("the topology gained links while HBM is shared")
         n = self.topology.n_links
         self.stats.grow(n)
         occupancy = np.zeros(n, dtype=np.int64)
@@ -341,9 +333,23 @@ class FlowNetwork:
             self.entities_done += 1
             done.succeed()
             return
-        self._pending.append(_Entity(group, nbytes, done, self._created))
+        ent = _Entity(group, nbytes, done, self._created)
+        self._pending.append(ent)
         self._created += 1
+        chips = group.hbm_chips
+        if chips.size:
+            assert self.hbm is not None
+            self.hbm.flows[chips] += 1
+            if self.hbm_listener is not None:
+                self.hbm_listener(chips)
         self._request_solve()
+
+    def _left(self, ent: _Entity) -> None:
+        """``ent`` is done (or failed): it no longer loads its chips' HBM."""
+        chips = ent.group.hbm_chips
+        if chips.size:
+            assert self.hbm is not None
+            self.hbm.flows[chips] -= 1
 
     def _request_solve(self) -> None:
         if not self._solve_scheduled:
@@ -358,11 +364,9 @@ class FlowNetwork:
         shared = occupancy > 0
         comp: _Component
         if shared.any():
-            labels = self._comp_of[links[shared]]
-            first = int(labels[0])
-            # Mostly every shared link is in one component: no need to sort them all.
-            found = [first] if (labels == first).all() else np.unique(labels).tolist()
-            comps = [self._comps[i] for i in found]
+            labels = self._comp_of[links[shared]].tolist()
+            # sorted(set()) is np.unique's order, without its cost on a few labels
+            comps = [self._comps[i] for i in sorted(set(labels))]
             comp = max(comps, key=lambda c: len(c.entities))
             for other in comps:
                 if other is comp:
@@ -456,40 +460,41 @@ class FlowNetwork:
     def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> _Solved:
         """Max-min rates of entities routed as ``groups``, with their links' loads.
 
-        An entity alone on its links runs at the rate of its tightest link. A group's
-        ``rate_cap_Bps`` is a constraint of its own: a virtual link that only it
-        crosses, once, which the link statistics never see.
+        An entity alone on its links runs at the rate of its tightest link.
         """
-        cap = self.topology.capacity_Bps
+        cap = self._cap()
+        capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
         if len(groups) == 1 and groups[0].links.size:
             (g,) = groups
             cap_nz = cap[g.links]
             rate = min(float((cap_nz / g.counts).min()), g.rate_cap_Bps)
             rates = np.asarray([rate])
-            out: _Solved = (rates, LoadPattern(g.links, g.counts * rate, cap_nz))
+            out: _Solved = (rates, self._pattern(g.links, g.counts * rate, cap_nz))
         else:
-            capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
             nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
             counts = np.concatenate([g.counts for g in groups])
             loaded, rows = np.unique(np.concatenate([g.links for g in groups]), return_inverse=True)
             rows = rows.ravel()
             capacity = cap[loaded]
+            if capped:
+                # A rate ceiling is a private link of that capacity, crossed once.
+                ceilings = np.asarray([groups[i].rate_cap_Bps for i in capped])
+                nnz, rows, counts, capacity = with_ceilings(
+                    np.asarray(capped, dtype=np.int64), ceilings, (nnz, rows, counts), capacity
+                )
             indptr = np.zeros(len(groups) + 1, dtype=np.int64)
             np.cumsum(nnz, out=indptr[1:])
-            if capped:
-                indptr, rows, counts, full = _with_caps(groups, capped, indptr, rows, counts)
-                rates = maxmin_rates_csc(indptr, rows, counts, np.concatenate([capacity, full]))
-                real = rows < loaded.size
-                nnz_rates = np.repeat(rates, np.diff(indptr))
-                load = np.bincount(
-                    rows[real], weights=(counts * nnz_rates)[real], minlength=loaded.size
-                )
-            else:
-                rates = maxmin_rates_csc(indptr, rows, counts, capacity)
-                load = np.bincount(
-                    rows, weights=counts * np.repeat(rates, nnz), minlength=loaded.size
-                )
-            out = (rates, LoadPattern(loaded.astype(np.int64), load.astype(np.float64), capacity))
+            rates = maxmin_rates_csc(indptr, rows, counts, capacity)
+            load = np.bincount(
+                rows, weights=counts * np.repeat(rates, nnz), minlength=capacity.size
+            )
+            load = load[: loaded.size]
+            out = (
+                rates,
+                self._pattern(
+                    loaded.astype(np.int64), load.astype(np.float64), capacity[: loaded.size]
+                ),
+            )
         # Rate 0 is a stall: a link on the route has failed and routing has not
         # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
         if not (rates.min() >= 0 and np.isfinite(rates).all()):
@@ -499,6 +504,15 @@ class FlowNetwork:
                 "a link on its route has no capacity"
             )
         return out
+
+    def _pattern(
+        self, links: NDArray[np.int64], load: NDArray[np.float64], capacity: NDArray[np.float64]
+    ) -> LoadPattern:
+        """The load on the topology's links (HBM is left out of the link statistics)."""
+        if self.hbm is not None and links.size and links[-1] >= self.hbm.base:
+            keep = links < self.hbm.base
+            return LoadPattern(links[keep], load[keep], capacity[keep])
+        return LoadPattern(links, load, capacity)
 
     def _schedule_wake(self, now: float) -> None:
         """One wake-up, for the earliest predicted completion."""
@@ -543,6 +557,7 @@ class FlowNetwork:
             self.bytes_moved += ent.remaining * ent.group.n_flows
             ent.remaining = 0.0
             self._detach(ent, now)
+            self._left(ent)
             self.entities_done += 1
             ent.event.succeed()
         self._request_solve()
@@ -557,7 +572,7 @@ class FlowNetwork:
         dead_links = zero[self._occupancy[zero] > 0]
         if not dead_links.size:
             return
-        cap = self.topology.capacity_Bps
+        cap = self._cap()
         hit = [self._comps[i] for i in np.unique(self._comp_of[dead_links]).tolist()]
         dead = [e for c in hit for e in c.entities if (cap[e.group.links] <= 0).any()]
         for ent in sorted(dead, key=lambda e: e.seq):
@@ -565,6 +580,7 @@ class FlowNetwork:
             pairs = routed() if callable(routed) else routed
             self._drain(ent, now)
             self._detach(ent, now)
+            self._left(ent)
             try:
                 if len(pairs) == 0:
                     raise PartitionError(
@@ -575,9 +591,17 @@ class FlowNetwork:
             except PartitionError as exc:
                 ent.event.fail(exc)
                 continue
+            if ent.group.hbm_chips.size and self.hbm is not None:
+                self.hbm.flows[ent.group.hbm_chips] += 1
             ent.rate = 0.0
             self._attach(ent, now)
             self.reroutes += 1
 
     def _names(self, links: NDArray[np.int64]) -> list[str]:
-        return [self.topology.link_name(int(link)) for link in links]
+        topo = self.topology
+        return [
+            topo.link_name(int(link))
+            if link < topo.n_links
+            else f"hbm of chip {link - topo.n_links}"
+            for link in links
+        ]

@@ -27,7 +27,13 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-__all__ = ["DEFAULT_RTOL", "maxmin_rates", "maxmin_rates_csc", "maxmin_rates_reference"]
+__all__ = [
+    "DEFAULT_RTOL",
+    "maxmin_rates",
+    "maxmin_rates_csc",
+    "maxmin_rates_reference",
+    "with_ceilings",
+]
 
 DEFAULT_RTOL = 1e-9
 """Links whose saturation level is within this relative tolerance of the current
@@ -232,3 +238,36 @@ def maxmin_rates_reference(
                     rate[e] = level
                     active.discard(e)
     return np.asarray(rate, dtype=np.float64)
+
+
+def with_ceilings(
+    capped: NDArray[np.int64],
+    ceilings: NDArray[np.float64],
+    columns: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64]],
+    capacity: NDArray[np.float64],
+) -> tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.float64]]:
+    """Rate ceilings as private links: the compressed columns (``nnz`` per entity,
+    ``rows``, ``counts``, as :func:`maxmin_rates_csc` takes them) with one row of
+    capacity ``ceilings[j]``, crossed once, for entity ``capped[j]`` (increasing). The
+    rows are appended after ``capacity``'s, which keep their indices."""
+    nnz, rows, counts = columns
+    n0 = capacity.size
+    starts = np.concatenate([[0], np.cumsum(nnz)])
+    cols_rows: list[NDArray[np.int64]] = []
+    cols_counts: list[NDArray[np.float64]] = []
+    new_nnz = nnz.copy()
+    extra = dict(zip(capped.tolist(), range(n0, n0 + capped.size), strict=True))
+    for i in range(nnz.size):
+        cols_rows.append(rows[starts[i] : starts[i + 1]])
+        cols_counts.append(counts[starts[i] : starts[i + 1]])
+        row = extra.get(i)
+        if row is not None:
+            cols_rows.append(np.asarray([row], dtype=np.int64))
+            cols_counts.append(np.ones(1))
+            new_nnz[i] += 1
+    return (
+        new_nnz,
+        np.concatenate(cols_rows).astype(np.int64),
+        np.concatenate(cols_counts),
+        np.concatenate([capacity, ceilings]),
+    )

@@ -72,6 +72,7 @@ PART_COLORS = {
     "exposed_comm": "#C44E52",
     "bubble": "#BDBDBD",
     "optimizer": "#CCB974",
+    "interference": "#DD8452",
     "other": "#8C8C8C",
 }
 MEMORY_COLORS = {

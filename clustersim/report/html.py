@@ -239,6 +239,33 @@ def render_report(
     return template_env().get_template("report.html.j2").render(context)
 
 
+def _band(s: Mapping[str, Any]) -> str:
+    unc = s.get("uncertainty")
+    if not unc:
+        return "n/a"
+    low, high = unc["step_time_s"]
+    return f"{_seconds(float(low))} .. {_seconds(float(high))}"
+
+
+def _overlap_cells(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+    """For each run, whether its step-time interval overlaps the fastest run's: where it
+    does, the calibration cannot tell the two apart."""
+    fastest = min(summaries, key=lambda s: float(s["step_time_s"]))
+    ref = fastest.get("uncertainty")
+    cells = []
+    for s in summaries:
+        unc = s.get("uncertainty")
+        if s is fastest:
+            cells.append("(fastest)")
+        elif not unc or not ref:
+            cells.append("n/a")
+        else:
+            (a_low, a_high), (b_low, b_high) = unc["step_time_s"], ref["step_time_s"]
+            hit = a_low <= b_high and b_low <= a_high
+            cells.append("yes: not resolved" if hit else "no")
+    return cells
+
+
 def render_comparison(runs: Sequence[RunData], figures: Sequence[Rendered]) -> str:
     """The HTML page comparing several runs side by side."""
     summaries = [r.summary for r in runs]
@@ -254,6 +281,8 @@ def render_comparison(runs: Sequence[RunData], figures: Sequence[Rendered]) -> s
         row("model", [str(s.get("model", "")) for s in summaries]),
         row("layout", [_layout_text(s) for s in summaries]),
         row("step time", [_seconds(float(s["step_time_s"])) for s in summaries]),
+        row("90% interval", [_band(s) for s in summaries]),
+        row("interval overlaps the fastest's", _overlap_cells(summaries)),
         row("tokens / s", [f"{s.get('tokens_per_s', 0.0):,.0f}" for s in summaries]),
         row("MFU", [f"{s.get('mfu', 0.0):.1%}" for s in summaries]),
         row("HFU", [f"{s.get('hfu', 0.0):.1%}" for s in summaries]),

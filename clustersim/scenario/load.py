@@ -40,6 +40,7 @@ from clustersim import catalog
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.scenario.models import Scenario
+from clustersim.scenario.overlay import load_overlay
 from clustersim.units import MAX_MAGNITUDE, MIN_MAGNITUDE
 
 __all__ = ["Resolved", "apply_set", "load_scenario", "parse_yaml", "resolve"]
@@ -362,6 +363,9 @@ def load_scenario(
         apply_set(data, assignment)
     if seed is not None:
         data["seed"] = seed
+    over = data.get("catalog_overlay")
+    if isinstance(over, str) and over and label != "<scenario>" and not Path(over).is_absolute():
+        data["catalog_overlay"] = str(Path(source).parent / over)  # relative to the scenario
     return resolve(data)
 
 
@@ -412,15 +416,16 @@ def resolve(data: dict[str, Any]) -> Resolved:
         raise catalog.pydantic_error(exc, "") from None
 
     cl = scenario.cluster
-    inst_over: dict[str, Any] = {}
-    if cl.neuronlink:
-        inst_over["fabric"] = cl.neuronlink
-    if cl.efa:
-        inst_over["efa"] = cl.efa
-    if cl.ultraserver:
-        inst_over["ultraserver"] = cl.ultraserver
-    if cl.prices_usd_per_hour:
-        inst_over["prices_usd_per_hour"] = cl.prices_usd_per_hour
+    overlay = load_overlay(scenario.catalog_overlay) if scenario.catalog_overlay else {}
+    inst_over: dict[str, Any] = dict(overlay.get("instances", {}).get(cl.instance, {}))
+    for field, given in (
+        ("fabric", cl.neuronlink),
+        ("efa", cl.efa),
+        ("ultraserver", cl.ultraserver),
+        ("prices_usd_per_hour", cl.prices_usd_per_hour),
+    ):
+        if given:
+            inst_over = catalog.deep_merge(inst_over, {field: given})
     try:
         inst = catalog.instance(cl.instance, inst_over or None, "cluster")
     except ScenarioError as exc:
@@ -429,7 +434,8 @@ def resolve(data: dict[str, Any]) -> Resolved:
             path = "cluster.neuronlink" + exc.path[len("cluster.fabric") :]
             raise ScenarioError(path, exc.value, exc.problem) from None
         raise
-    chip = catalog.chip(inst.chip, cl.chip or None, "cluster.chip")
+    chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})
+    chip = catalog.chip(inst.chip, chip_over or None, "cluster.chip")
 
     if isinstance(scenario.model, str):
         model = catalog.model(scenario.model, None, "model")

@@ -125,6 +125,10 @@ class ParallelismCfg(Strict):
     # attention; see clustersim.workload.ops)
     attention: Literal["flash", "unfused"] = "flash"
     uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
+    # Megatron's distributed optimizer (--overlap-param-gather, with zero: 1): the
+    # all-gather of the updated parameters runs under the next step's forward instead
+    # of after the optimizer; only the first bucket's gather is waited for.
+    overlap_param_gather: bool = False
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)
@@ -185,6 +189,9 @@ class Scenario(Strict):
     # roofline: an op lasts as long as its busiest engine or its HBM traffic; engines:
     # ops lowered into tile streams on each engine (needs the chip's `engines` entry)
     chip_model: Literal["roofline", "engines"] = "roofline"
+    # A YAML file of catalog entries merged over the shipped catalog (what
+    # `clustersim calibrate --out` writes); relative to the scenario file.
+    catalog_overlay: str | None = Field(default=None, min_length=1, max_length=4096)
 
     @field_validator("name")
     @classmethod

@@ -23,11 +23,15 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   over EFA, and halving-doubling messages no faster than their DMA queues; on
   GPUs NCCL's choice of algorithm and protocol and its latency (``network/nccl.py``).
   Sharing a link slows only the bytes on it, not those fixed costs.
-- **Pipeline.** With m microbatches and pp stages the step is
-  ``sum_s (F_s + B_s) + (m - 1) max_s (F_s + B_s)`` plus the point-to-point
-  hops: its bubble is ``(pp - 1)/(m + pp - 1)`` of the step when stages are
+- **Compute** follows the scenario's attention kernel (``parallelism.attention``),
+  precision and recompute, through the same op templates as the simulator.
+- **Pipeline.** With m microbatches, pp stages and v model chunks per stage
+  (interleaved 1F1B when v > 1) the step is
+  ``sum_s (F_s + B_s) / v + (m - 1/v) max_s (F_s + B_s)`` plus the point-to-point
+  hops: its bubble is ``(pp - 1)/(v m + pp - 1)`` of the step when stages are
   equal. Then each stage's DP gradient reduction, less what hides behind the
-  last microbatch's backward, the Adam step, and the ZeRO-1 all-gather.
+  last microbatch's backward, the Adam step, and the ZeRO-1 all-gather (with
+  ``overlap_param_gather``, its first bucket and what the forwards cannot hide).
 
 Contention between different collectives running at once, and the network's
 max-min sharing, are left to the simulation of the best candidates.
@@ -36,15 +40,23 @@ max-min sharing, are left to the simulation of the best candidates.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
+from clustersim.scenario import Resolved
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses, steady_scatter_s
-from clustersim.workload import Layout, make_dims, microbatches, model_flops_per_step
+from clustersim.workload import (
+    Layout,
+    make_dims,
+    make_layout,
+    microbatches,
+    model_flops_per_step,
+    validate,
+)
 from clustersim.workload.dims import layer_pieces, stage_layers, stage_pieces
 from clustersim.workload.layers import LayerBlocks
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
@@ -57,7 +69,15 @@ from clustersim.workload.transformer import (
     pipeline_message_bytes,
 )
 
-__all__ = ["Estimate", "Estimator", "Level", "NetModel", "collective_s", "estimate"]
+__all__ = [
+    "Estimate",
+    "Estimator",
+    "Level",
+    "NetModel",
+    "collective_s",
+    "estimate",
+    "estimate_resolved",
+]
 
 
 @dataclass(frozen=True)
@@ -102,7 +122,7 @@ class Estimator:
     def __init__(self, model: ModelSpec, train: TrainingCfg, chip: ChipModel, net: NetModel):
         self.model, self.train, self.chip, self.net = model, train, chip, net
         self._work: dict[Work, float] = {}
-        self._blocks: dict[tuple[int, int, int, str, bool], _Blocks] = {}
+        self._blocks: dict[tuple[int, int, int, str, bool, str], _Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
         self.flops_per_step = model_flops_per_step(model, train)
 
@@ -137,12 +157,23 @@ class Estimator:
         return comp, comm
 
     def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
-        key = (layout.tp, layout.cp, par.microbatch_size, par.recompute, par.sequence_parallel)
+        key = (
+            layout.tp,
+            layout.cp,
+            par.microbatch_size,
+            par.recompute,
+            par.sequence_parallel,
+            par.attention,
+        )
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
             layer = LayerBlocks(
-                self.model, dm, precision=self.train.precision, recompute=par.recompute
+                self.model,
+                dm,
+                precision=self.train.precision,
+                recompute=par.recompute,
+                attention=par.attention,
             ).dense
             embed, head = embed_block(dm), head_block(dm)
             bwd = self._tpls_s(layer.bwd, layout)
@@ -222,18 +253,27 @@ class Estimator:
             once[-1] = sh.once_s
             busy = sum(u.gather_s + u.scatter_s for u in uses)
             f_x, b_x = sh.fwd_s, sh.bwd_s
+            if layout.pp > 1 and not par.fsdp.reshard_after_forward:
+                # Gathered once per step (``sharding``): the first microbatch waits for
+                # the gathers, the others only for the reduce-scatters.
+                kept = [replace(u, gather_s=0.0) for u in uses]
+                steady = fsdp_overhead(kept, par.fsdp.prefetch)
+                once[-1] = sh.once_s + sh.fwd_s + sh.bwd_s + steady.once_s
+                n_mb = microbatches(par, self.train, layout)
+                busy = sum(u.scatter_s for u in uses) + sum(u.gather_s for u in uses) / n_mb
+                f_x, b_x = steady.fwd_s, steady.bwd_s
         if not self._shares_links(layout, shard):
             return f_x, b_x
         # A collective sharing a link with k of the shard group's flows runs at
         # 1/(k+1) of the rate, k times longer. A bidirectional ring of three or more
         # puts two flows on a chip's link to its switch.
         ring = 2.0 if layout.shard >= 3 and self.net.fabric_topology not in TORUS else 1.0
+        levels, sharing = self.net.levels(*shard)
+        slow = ring * sharing * max((lv.hop for lv in levels), default=1)
         if par.zero == 2:
             # The buckets stream under the whole backward, from every rank of a chip
             # at once (each its own shard group), with the groups interleaved
             # between a group's members on each link: k is all of their flows.
-            levels, sharing = self.net.levels(*shard)
-            slow = ring * sharing * max((lv.hop for lv in levels), default=1)
             b_total = b_comp + b_comm
             busy_frac = min(busy / b_total, 1.0) if b_total > 0 else 0.0
             # ... and it can lose no more time than the shard traffic holds the link.
@@ -253,10 +293,13 @@ class Estimator:
             f_x += n * ring * _overlap(blk.layer_fwd_comms, gather)
             b_x += n * ring * _overlap(blk.layer_bwd_comms, again + scatter)
             return f_x, b_x
+        # Whole-chunk units: their gathers stream under the microbatch, as ZeRO-2's
+        # buckets do under the backward.
         total = f_comp + f_comm + b_comp + b_comm
         if total > 0:
             busy_frac = min(busy / total, 1.0)
-            f_x, b_x = f_x + ring * busy_frac * f_comm, b_x + ring * busy_frac * b_comm
+            f_x = f_x + min(slow * busy_frac * f_comm, busy)
+            b_x = b_x + min(slow * busy_frac * b_comm, busy)
         return f_x, b_x
 
     def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
@@ -301,7 +344,10 @@ class Estimator:
             sharded_mb += n_mb * (f_fsdp + b_fsdp) / pp
         per_mb = [f + b for f, b in zip(fwd, bwd, strict=True)]
         hops = 2 * (pp - 1) * p2p
-        pipeline = sum(per_mb) + (n_mb - 1) * max(per_mb) + hops
+        # Interleaved 1F1B (v model chunks per stage): the fill and drain take one
+        # chunk's time per stage, (pp - 1)/v slots instead of pp - 1.
+        vp = layout.vp
+        pipeline = sum(per_mb) / vp + (n_mb - 1 / vp) * max(per_mb) + hops
         # Each stage ends its last backward earlier than stage 0 by the backwards of the
         # stages before it; then its gradient reduction, the Adam step, the ZeRO-1 gather.
         ends: list[float] = []
@@ -322,9 +368,14 @@ class Estimator:
             opt_params = -(-params // layout.shard) if par.zero >= 1 else params
             opt_s = self.work_s(_adam(opt_params))
             gather = 0.0
-            if par.zero == 1:
+            if par.zero == 1 and layout.dp > 1:
                 gather = full * self.coll_s(*dp_group, "all_gather", bucket)
                 gather += self.coll_s(*dp_group, "all_gather", rest)
+                if par.overlap_param_gather:
+                    # Under the forward: the first bucket blocks, the rest hide behind
+                    # the stage's forwards (see workload.transformer).
+                    first = self.coll_s(*dp_group, "all_gather", min(bucket, grad_bytes))
+                    gather = first + max(gather - first - n_mb * fwd[stage], 0.0)
             if par.zero >= 2 and layout.dp > 1:
                 pieces = [bucket] * int(full) + ([rest] if rest else [])
                 if par.zero == 3:
@@ -334,7 +385,7 @@ class Estimator:
                 exposed += once[stage] if par.zero == 3 else 0.0
             ends.append(pipeline - offset + exposed + opt_s + gather)
             tails.append((exposed + gather, opt_s))
-            offset += bwd[stage] + p2p
+            offset += bwd[stage] / vp + p2p
         step = max(ends)
         peak = self.chip.peak_flops(self.train.precision) * layout.chips
         sends = 2 * n_mb * p2p if pp > 1 else 0.0
@@ -374,6 +425,16 @@ def estimate(
 ) -> Estimate:
     """The analytic step time of one (validated) layout; see the module doc."""
     return Estimator(model, train, chip, net)(par, layout)
+
+
+def estimate_resolved(res: Resolved) -> Estimate:
+    """The analytic step time of a resolved scenario's own layout."""
+    sc = res.scenario
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    validate(res.model, sc.parallelism, sc.training, layout)
+    chip = ChipModel(res.chip, res.lnc)
+    net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
+    return Estimator(res.model, sc.training, chip, net)(sc.parallelism, layout)
 
 
 def _adam(params: int) -> Work:

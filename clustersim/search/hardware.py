@@ -9,7 +9,9 @@ Point names say what they are: ``<hardware>-<group>[-<group>...]``, e.g.
 ``trn2-chips64`` or ``h100-chips64-usd440`` (a point in two comparisons). Within
 each group, every hardware is compared with a reference (``h100`` by default):
 "x% better price-performance" means the reference's $/M tokens over the
-hardware's, minus one.
+hardware's, minus one. ``intervals_overlap`` says whether the two $/M tokens
+intervals (from each chip family's calibration residuals, ``uncertainty`` in
+summary.json) overlap: then the verdict is within what the model can resolve.
 
 ``python -m clustersim.search.hardware STUDY_DIR [--out DIR] [--reference NAME]``
 writes ``hardware.csv`` and ``hardware.png`` and prints the table.
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustersim import catalog
+from clustersim.catalog.fits import interval, overlaps
 from clustersim.cost import PRICING_MODES, usd_per_hour, usd_per_million_tokens
 from clustersim.errors import ClusterSimError, ScenarioError
 from clustersim.scenario.models import CostCfg
@@ -67,6 +70,8 @@ def comparison_frame(results: pd.DataFrame) -> pd.DataFrame:
         }
         if "time_to_train_h" in rec:
             base["time_to_train_h"] = float(rec["time_to_train_h"])
+        low, high, _ = interval(chip.name, base["step_time_s"])
+        base["step_low_s"], base["step_high_s"] = low, high
         for mode in PRICING_MODES:
             hour = usd_per_hour(inst, count, CostCfg(pricing=mode), chip)
             base[f"usd_per_hour.{mode}"] = hour
@@ -105,6 +110,17 @@ def claim_table(frame: pd.DataFrame, reference: str = "h100") -> pd.DataFrame:
             row["energy"] = (
                 float(ref["kwh_per_million_tokens"].iloc[0]) / rec["kwh_per_million_tokens"] - 1.0
             )
+            if "step_low_s" in rec:
+                # $/M tokens scales with the step time: the intervals of the two prices are
+                # the step intervals scaled alike, so they overlap when those ratios meet.
+                r_ref = float(ref["usd_per_million_tokens.on_demand"].iloc[0])
+                r_rec = float(rec["usd_per_million_tokens.on_demand"])
+                s_ref = float(ref["step_time_s"].iloc[0])
+                a = (r_rec * rec["step_low_s"] / rec["step_time_s"],
+                     r_rec * rec["step_high_s"] / rec["step_time_s"])  # fmt: skip
+                b = (r_ref * float(ref["step_low_s"].iloc[0]) / s_ref,
+                     r_ref * float(ref["step_high_s"].iloc[0]) / s_ref)  # fmt: skip
+                row["intervals_overlap"] = overlaps(a, b)
             out.append(row)
     return pd.DataFrame(out)
 

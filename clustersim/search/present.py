@@ -60,7 +60,11 @@ def search_table(result: SearchResult, top: int) -> Table:
         table.add_column(name, no_wrap=True)
     for name in ("step s", "MFU", "GiB/chip", "$/M tok"):
         table.add_column(name, justify="right", no_wrap=True)
-    for row in result.top(top).to_dict(orient="records"):
+    rows = result.top(top).to_dict(orient="records")
+    note = overlap_note(result, rows)
+    if note:
+        table.caption = f"~ estimate (not simulated); {note}"
+    for row in rows:
         sim = bool(row["simulated"]) and not row["sim_error"]
         pre, mark = ("sim_", "") if sim else ("est_", "~")
         table.add_row(
@@ -83,3 +87,27 @@ def search_table(result: SearchResult, top: int) -> Table:
 
 
 _RECOMPUTE = {"selective": "sel", "none": "none", "full": "full"}
+
+
+def overlap_note(result: SearchResult, rows: list[dict[Any, Any]]) -> str:
+    """Which of the listed layouts the best cannot be told apart from: their 90% step-time
+    intervals (the chip family's calibration residuals) overlap the best's."""
+    from clustersim import catalog
+    from clustersim.catalog.fits import interval, overlaps
+
+    if len(rows) < 2:
+        return ""
+    chip = catalog.instance(result.instance).chip
+
+    def band(row: dict[Any, Any]) -> tuple[float, float]:
+        sim = bool(row["simulated"]) and not row["sim_error"]
+        step = float(row["sim_step_time_s" if sim else "est_step_time_s"])
+        low, high, _ = interval(chip, step)
+        return low, high
+
+    best = band(rows[0])
+    close = [str(r["rank"]) for r in rows[1:] if overlaps(best, band(r))]
+    width = (best[1] - best[0]) / (best[0] + best[1])
+    if not close:
+        return f"step intervals ±{width:.0%}: the best's overlaps none of the others listed"
+    return f"step intervals ±{width:.0%}: the best's overlaps #{', #'.join(close)}"

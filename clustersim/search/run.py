@@ -112,7 +112,10 @@ def search(
     if simulate < 0:
         raise ScenarioError("--simulate", simulate, "must be zero or more")
     t0 = time.perf_counter()
+    from clustersim.sim.run import check_precision
+
     res = resize(res, chips)
+    check_precision(res)
     sc = res.scenario
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)

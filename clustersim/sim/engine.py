@@ -25,6 +25,7 @@ from clustersim.hardware.tiles import ENGINE_NAMES, TiledOp
 from clustersim.network import Network
 from clustersim.sim.engines_exec import SegmentRun, run_segment
 from clustersim.sim.folding import replica_groups, replica_pairs, representatives
+from clustersim.sim.hbm import ComputeRuns
 from clustersim.workload import Layout
 from clustersim.workload.layout import GROUP_NAMES
 from clustersim.workload.program import Instr, Kind, Phase, Program
@@ -64,10 +65,20 @@ class CompiledProgram:
     """With the engine model: each segment's run on the engines (None for communication)."""
     engine_busy_s: np.ndarray | None = None
     """With the engine model: seconds per step each engine (``ENGINE_NAMES``, then HBM) works."""
+    segment_hbm_bytes: list[float] = field(default_factory=list)
+    """HBM bytes of each segment's compute ops (0 for communication)."""
 
     def __post_init__(self) -> None:
         # The rank loop unpacks tuples: cheaper than attribute access per segment.
         self.steps_view = [(seg.kind, seg.total_s, seg.instr) for seg in self.segments]
+        if not self.segment_hbm_bytes:
+            instrs = self.program.instrs
+            self.segment_hbm_bytes = [
+                sum(i.work.hbm_bytes for i in instrs[seg.i0 : seg.i1] if i.work is not None)
+                if seg.kind == Kind.COMPUTE
+                else 0.0
+                for seg in self.segments
+            ]
 
     def op_times(
         self,
@@ -89,9 +100,12 @@ class CompiledProgram:
                 a, b = step * n + seg.i0, step * n + seg.i1
                 if seg.offsets is not None:
                     offsets = seg.offsets
-                    t1 = seg_end[step * nseg + j]  # recorded only for a straggling chip
-                    if warp is not None and t1 > t0 + seg.total_s > t0:
-                        offsets = np.asarray([warp(t0, w) for w in offsets.tolist()])
+                    t1 = seg_end[step * nseg + j]  # recorded only for a stretched run
+                    if t1 > t0 + seg.total_s > t0:
+                        if warp is not None:
+                            offsets = np.asarray([warp(t0, w) for w in offsets.tolist()])
+                        else:  # stretched by shared HBM: spread over the ops alike
+                            offsets = offsets * ((t1 - t0) / seg.total_s)
                     starts[a:b] = t0 + offsets[:-1]
                     ends[a:b] = t0 + offsets[1:]
                 else:
@@ -233,6 +247,8 @@ class RankTimes:
     optimizer_s: float = 0.0
     exposed_comm_s: float = 0.0
     bubble_s: float = 0.0
+    interference_s: float = 0.0
+    """Compute time lost to HBM (and, on GPUs, SMs) shared with collectives."""
 
 
 @dataclass(slots=True)
@@ -262,6 +278,8 @@ class StepSim:
     folded: bool = False
     slowdown: Mapping[int, Callable[[float, float], float]] | None = None
     chip_model: str = "roofline"
+    hbm: ComputeRuns | None = None
+    """Compute runs on shared HBM (``sim.hbm``); None keeps every run one timeout."""
     ranks: list[int] = field(default_factory=list)
     seg_start: list[np.ndarray] = field(default_factory=list)
     seg_end: list[np.ndarray] = field(default_factory=list)
@@ -359,6 +377,8 @@ class StepSim:
         seg_start, seg_end, acc = self.seg_start[pos], self.seg_end[pos], self.times[pos]
         report = self.progress if pos == 0 else None
         segments = compiled.steps_view
+        seg_hbm = compiled.segment_hbm_bytes
+        hbm = self.hbm
         nseg = len(segments)
         groups = {name: self._group(name, rank) for name in GROUP_NAMES}
         offsets = {ins.peer for _, _, ins in segments if ins is not None and ins.peer}
@@ -376,7 +396,7 @@ class StepSim:
             Kind.COMPUTE, Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC, Kind.SEND,
             Kind.RECV,
         )  # fmt: skip
-        exposed = bubble = 0.0
+        exposed = bubble = interference = 0.0
         for step in range(self.steps):
             base = step * nseg if self.record else 0
             pending: list[simpy.Event] = []
@@ -385,7 +405,16 @@ class StepSim:
                 seg_start[base + j] = t0
                 if kind == COMPUTE:
                     if slow is None:
+                        if hbm is None or not seg_hbm[j] or not total_s:
+                            yield env.timeout(total_s)
+                            continue
+                        hbm.begin(pos, seg_hbm[j], total_s)
                         yield env.timeout(total_s)
+                        rest = hbm.end(pos)
+                        if rest is not None:  # it met flows on the chip's HBM
+                            yield rest
+                            interference += max(env.now - t0 - total_s, 0.0)
+                            seg_end[base + j] = env.now
                         continue
                     took = slow(t0, total_s)
                     yield env.timeout(took)
@@ -453,7 +482,7 @@ class StepSim:
                 bubble += env.now - t_done
             if report is not None:
                 report((step + 1) / self.steps)
-        acc.exposed_comm_s, acc.bubble_s = exposed, bubble
+        acc.exposed_comm_s, acc.bubble_s, acc.interference_s = exposed, bubble, interference
 
     def _arrive_barrier(self) -> simpy.Event:
         event = self._barrier

@@ -9,7 +9,7 @@ A chip or instance going down fails the step. The run still ends normally, with 
 summary that says so: ``step_failed: {at_s, step, cause, injection}``, the steps
 that completed before (``steps_completed``, ``step_times_s``), and ``null`` for the
 figures that need a finished step (``step_time_s``, ``tokens_per_s``,
-``sequences_per_s``, ``mfu``, ``hfu``, ``breakdown_s``, ``cost``).
+``sequences_per_s``, ``mfu``, ``hfu``, ``breakdown_s``, ``uncertainty``, ``cost``).
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def failed_summary(
         "mfu": None,
         "hfu": None,
         "breakdown_s": None,
+        "uncertainty": None,
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
         "cost": None,
         **simulation_keys(sim, network, wall_s),

@@ -10,6 +10,7 @@ import numpy as np
 import simpy
 
 from clustersim import cost
+from clustersim.catalog.fits import interval
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.failures.injection import StepFailure, fold_with
 from clustersim.failures.jobs import needs_degraded_step
@@ -29,6 +30,7 @@ from clustersim.sim.engine import CompiledProgram, StepSim, compile_program
 from clustersim.sim.engines_exec import SegmentRun
 from clustersim.sim.fabric import fabric_graph_topology, scenario_topology
 from clustersim.sim.guard import Estimate, Limits, check_work, estimate
+from clustersim.sim.hbm import ComputeRuns
 from clustersim.sim.injected import build_injector, failed_summary
 from clustersim.sim.result import Plan, Result
 from clustersim.sim.summary_keys import run_identity, simulation_keys
@@ -77,6 +79,22 @@ def check_collectives(collectives: Mapping[str, str]) -> None:
             check(f"cluster.collectives.{op}", name, valid, problem)
 
 
+def check_precision(res: Resolved) -> None:
+    """Refuse a training precision the chip's tensor engine does not have.
+
+    ``precision: fp8`` needs an FP8 tensor rate in the chip's catalog entry (the
+    A100 has none); it is never run silently at another precision.
+    """
+    precision = res.scenario.training.precision
+    peaks = res.chip.core.tensor_tflops
+    if precision == "fp8" and peaks.fp8 is None:
+        raise ScenarioError(
+            "training.precision",
+            precision,
+            f"{res.chip.name} has no FP8 tensor engine; use bf16 or fp16",
+        )
+
+
 def plan(
     res: Resolved, *, check_memory: bool = True, limits: Limits | None = None, folded: bool = False
 ) -> Plan:
@@ -86,6 +104,7 @@ def plan(
     before the programs are built.
     """
     sc = res.scenario
+    check_precision(res)
     layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
     validate(res.model, sc.parallelism, sc.training, layout)
     if limits is not None:
@@ -172,14 +191,23 @@ def simulate(
     if topology is None:
         topology = scenario_topology(res)
     rank_chip = np.arange(res.ranks, dtype=np.int64) // res.ranks_per_chip
+    # HBM is shared, not split: each chip's sustained bandwidth is one capacity of the
+    # max-min solve, loaded by the flows that start or end on it and by its compute.
+    hbm_Bps = res.chip.hbm_bw_Bps * res.chip.calibration.hbm_efficiency
     runtime = runtime_of(res.chip, res.instance)
-    network = Network(env, topology, rank_chip, sc.cluster.collectives, runtime=runtime)
+    network = Network(
+        env, topology, rank_chip, sc.cluster.collectives, runtime=runtime, hbm_Bps=hbm_Bps
+    )
     injector = build_injector(env, topology, sc.failures)
     compiled = compile_programs(pl)
     sim = StepSim(
         env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded,
         slowdown=injector.slowdown if injector is not None else None,
         chip_model=sc.chip_model,
+    )  # fmt: skip
+    sim.hbm = ComputeRuns(
+        env, network.flows, [pl.layout.chip_of(r) for r in sim.ranks],
+        res.chip.collective_sm_fraction,
     )  # fmt: skip
     try:
         sim.run()
@@ -234,10 +262,13 @@ def summarise(
         "exposed_comm": sum(t.exposed_comm_s for t in sim.times) / n,
         "bubble": sum(t.bubble_s for t in sim.times) / n,
         "optimizer": sum(t.optimizer_s for t in sim.times) / n,
+        # compute time lost to HBM (and SMs) shared with collectives running beside it
+        "interference": sum(t.interference_s for t in sim.times) / n,
     }
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens_per_s = tokens / step_s
+    low, high, basis = interval(res.chip.name, step_s)
     return {
         **run_identity(pl),
         "step_time_s": step_s,
@@ -249,6 +280,11 @@ def summarise(
         "mfu": model_flops / (step_s * peak),
         "hfu": model_flops * recompute_factor / (step_s * peak),
         "breakdown_s": parts,
+        "uncertainty": {
+            "step_time_s": [low, high],
+            "tokens_per_s": [tokens / high, tokens / low],
+            "basis": basis,
+        },
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
         "cost": {
             "pricing": sc.cost.pricing,

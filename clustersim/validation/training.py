@@ -6,6 +6,8 @@ The published step time is derived from the published figure (``Published.basis`
   2104.04473, eq. 3), ``F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h))``, which counts
   the full recompute, over ``tflops_per_gpu x GPUs``;
 - ``sequences_per_s``: the global batch over the published sequences per second;
+- ``tokens_per_s_per_device``: the tokens of a step over the published tokens per
+  second per device times the devices;
 - ``mfu``: the simulator's model FLOPs per step (the PaLM formula of its MFU)
   over ``mfu x dense peak x chips``.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import time
 from importlib import resources
 
+from clustersim.catalog.fits import fit_overrides
 from clustersim.scenario import Resolved, load_scenario
 from clustersim.sim import simulate
 from clustersim.validation.rows import Published, Row, TrainingRef
@@ -46,6 +49,10 @@ def published_step_s(pub: Published, res: Resolved, model_flops: float, peak: fl
     if pub.basis == "sequences_per_s":
         assert pub.sequences_per_s is not None
         return res.scenario.training.global_batch_size / pub.sequences_per_s
+    if pub.basis == "tokens_per_s_per_device":
+        assert pub.tokens_per_s_per_device is not None
+        tr = res.scenario.training
+        return tr.global_batch_size * tr.seq_len / (pub.tokens_per_s_per_device * res.chips)
     assert pub.mfu is not None
     return model_flops / (pub.mfu * peak)
 
@@ -54,6 +61,10 @@ def run_training(ref: TrainingRef) -> Row:
     """Simulate the reference's scenario (one step) and compare with the publication."""
     t0 = time.perf_counter()
     res = load_scenario(scenario_text(ref))
+    fitted = fit_overrides(res.chip.name, ref.stack)
+    if fitted:  # the row runs with its stack's calibration (catalog/calibration.yaml)
+        sets = [f"cluster.chip.calibration.{k}={v!r}" for k, v in sorted(fitted.items())]
+        res = load_scenario(scenario_text(ref), sets)
     result = simulate(res, record=False, fidelity=ref.fidelity)
     s = result.summary
     peak = result.plan.chip.peak_flops(res.scenario.training.precision) * res.chips
@@ -62,6 +73,9 @@ def run_training(ref: TrainingRef) -> Row:
     predicted_s = float(s["step_time_s"])
     extra = {
         "chips": res.chips,
+        "calibration": fitted,
+        "id": ref.id,
+        "stack": ref.stack,
         "fidelity": s["fidelity"],
         "breakdown_s": s["breakdown_s"],
         "tflops_per_gpu_predicted": (
@@ -77,6 +91,10 @@ def run_training(ref: TrainingRef) -> Row:
         extra["sequences_per_s_predicted"] = float(s["sequences_per_s"])
     if ref.published.mfu is not None:
         extra["mfu_reported"] = ref.published.mfu
+    if ref.published.tokens_per_s_per_device is not None:
+        extra["tokens_per_s_per_device_published"] = ref.published.tokens_per_s_per_device
+        extra["tokens_per_s_per_device_predicted"] = float(s["tokens_per_s"]) / res.chips
+    breakdown = s["breakdown_s"]
     return Row(
         name=ref.name,
         kind="training",
@@ -87,6 +105,10 @@ def run_training(ref: TrainingRef) -> Row:
         tolerance=ref.tolerance,
         source=ref.source,
         role=ref.role,
+        status=ref.status,
+        gap=ref.gap,
+        bubble_s=float(breakdown["bubble"]),
+        exposed_comm_s=float(breakdown["exposed_comm"]),
         mfu_published=model_flops / (pub_s * peak),
         mfu_predicted=float(s["mfu"]),
         note=ref.note,

@@ -37,7 +37,9 @@ state per parameter):
   previous unit's being reduce-scattered), optimizer 12P/S.
 
 Without ``reshard_after_forward`` a ZeRO-3 rank keeps every unit it gathered until
-its backward: 2P/S + 2P of weights. Divisions round up.
+its backward: 2P/S + 2P of weights; with a pipeline (pp > 1) it keeps them for the
+whole step, as PyTorch's pipelining schedules do with FSDP, so each unit is
+gathered once per step rather than once per microbatch. Divisions round up.
 """
 
 from __future__ import annotations
@@ -303,6 +305,13 @@ def _fsdp(
     units = stage_units(model, layout, prog.stage, cfg.unit)
     uses = _uses(prog, cfg.unit, layer_chunk)
     gathered = [u for u in uses if cfg.reshard_after_forward or not u.backward]
+    if not cfg.reshard_after_forward and layout.pp > 1:
+        # A pipeline keeps the units gathered from their first forward to the end of
+        # the step (as PyTorch's pipelining schedules do with FSDP): one gather each.
+        first: dict[str, _Use] = {}
+        for use in gathered:
+            first.setdefault(use.unit, use)
+        gathered = list(first.values())
     issued = 0
 
     def gather(j: int, at: list[Instr]) -> None:

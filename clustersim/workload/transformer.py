@@ -19,7 +19,10 @@ stage (its TP, CP and DP peers) runs it. A program is:
    rest of the backward: an all-reduce, or a reduce-scatter under ZeRO-1;
 4. a wait for those buckets, the Adam step (on 1/dp of the parameters under
    ZeRO-1), and under ZeRO-1 an all-gather of the updated bf16 parameters, in
-   the same buckets.
+   the same buckets. With ``overlap_param_gather`` (Megatron's distributed
+   optimizer) the gathers move to the start of the program instead, where the
+   next step's forward hides them: the first bucket blocks, the others are
+   asynchronous and waited for with the gradient buckets.
 
 Not modelled: the tiny all-reduces of gradient norms (clipping) and of the
 replicated norm weights' gradients across TP; tied embeddings are lowered as
@@ -192,6 +195,10 @@ def _build(
         )
         sync = _Syncs(syncs)
         dp_on = bool(syncs)
+        gather_early = par.zero == 1 and par.overlap_param_gather
+        if gather_early:  # Megatron's distributed optimizer: under the forward
+            for grad_sync in syncs:
+                _param_gathers(out, grad_sync.sizes, grad_sync.group)
         # Offsets to the stages of the previous and next chunk (the last stage's
         # next chunk, and the first stage's previous one, wrap around).
         prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
@@ -236,7 +243,7 @@ def _build(
         if dp_on and par.zero >= 2:
             shard_program(prog, model, par, layout, n_mb)
         out.append(Instr(Kind.COMPUTE, "optimizer", Phase.OPTIMIZER, work=_adam(params)))
-        if par.zero in (1, 2):
+        if par.zero in (1, 2) and not gather_early:
             for grad_sync in syncs:
                 for nbytes in grad_sync.sizes:
                     out.append(
@@ -286,6 +293,25 @@ class _Syncs:
     def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
         for sync in self.syncs:
             sync.emit(out, layer, mb, pieces)
+
+
+def _param_gathers(out: list[Instr], sizes: list[int], group: str) -> None:
+    """The ZeRO-1 parameter all-gathers overlapped with the forward (Megatron's
+    ``--overlap-param-gather``): the buckets are gathered in forward order (the
+    reverse of the gradient order); the first one blocks, since the first layer's
+    forward needs it, and the others run under the forward until ``dp.wait``."""
+    for i, nbytes in enumerate(reversed(sizes)):
+        kind = Kind.COLLECTIVE if i == 0 else Kind.ASYNC_COLLECTIVE
+        out.append(
+            Instr(
+                kind,
+                f"{group}.all_gather",
+                Phase.PARAM_SYNC,
+                collective="all_gather",
+                group=group,
+                nbytes=float(nbytes),
+            )
+        )
 
 
 class _GradSync:

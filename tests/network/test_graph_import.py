@@ -289,3 +289,14 @@ def test_an_imported_graph_exports_with_its_own_names(tmp_path: Path) -> None:
     assert again.labels == topo.labels
     assert sorted(again.aliases) == ["a0", "a1", "b0", "b1", "p0", "p1", "s0", "s1"]
     assert again.n_links == topo.n_links
+
+
+def test_tables_through_a_gateway_equal_their_own() -> None:
+    """A chip with one link in takes its gateway's table, completed: the same routes."""
+    topo = compile_graph(two_spines(), 2, 2)
+    fast = {(s, d): topo._path(s, d) for s in range(4) for d in range(4) if s != d}
+    slow = compile_graph(two_spines(), 2, 2)
+    graph = slow._routing_graph(True)
+    graph.gateway[:] = -1
+    assert {(s, d): slow._path(s, d) for s, d in fast} == fast
+    assert int(topo._routing_graph(True).gateway[0]) == topo.aliases["s0"]

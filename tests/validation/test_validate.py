@@ -28,7 +28,22 @@ LAYOUTS = {
     "megatron-39.1b": (8, 2, 32, 1536, 2048),
     "megatron-145.6b": (8, 8, 24, 2304, 2048),
     "megatron-1008b": (8, 64, 6, 3072, 2048),
+    "megatron-3.6b": (2, 1, 32, 512, 2048),
+    "megatron-18.4b": (8, 1, 32, 1024, 2048),
+    "megatron-76.1b": (8, 4, 32, 1792, 2048),
+    "megatron-310.1b": (8, 16, 15, 2160, 2048),
+    "megatron-529.6b": (8, 35, 9, 2520, 2048),
     "trn1-llama2-7b": (8, 1, 64, 1024, 4096),
+    "t1-llama2-7b": (8, 1, 64, 1024, 4096),
+    "t5-llama2-13b": (8, 4, 32, 1024, 4096),
+    "t6-llama2-70b": (32, 4, 8, 1024, 4096),
+    "nemo-gpt3-175b-512": (4, 8, 16, 2048, 2048),
+    "nemo-gpt3-175b-128": (4, 8, 4, 256, 2048),
+    "nemo-llama2-7b": (1, 1, 8, 128, 4096),
+    "nemo-llama2-70b": (4, 4, 4, 128, 4096),
+    "nemo-llama3-8b": (1, 1, 4, 128, 8192),  # and cp 2
+    "nemo-llama3-70b": (4, 4, 2, 128, 8192),  # and cp 2
+    "nemo-nemotron-340b": (8, 8, 2, 32, 4096),
     "llama3-405b": (8, 16, 64, 2048, 8192),
 }
 
@@ -38,7 +53,7 @@ def test_reference_set_covers_the_published_rows() -> None:
     names = refs.names()
     assert len(names) == len(set(names))
     assert {r.name for r in refs.training} == set(LAYOUTS)
-    assert {r.role for r in refs.training} == {"calibration", "hold-out"}
+    assert {r.role for r in refs.training} == {"calibration", "holdout"}
     assert all(r.tolerance == 0.10 for r in refs.training)
     assert all(r.tolerance == 0.01 for r in refs.collectives)
     assert all(r.tolerance == 0.02 for r in refs.reliability)
@@ -56,7 +71,7 @@ def test_scenarios_use_the_published_layout(name: str) -> None:
     par, tr = res.scenario.parallelism, res.scenario.training
     tp, pp, dp, batch, seq = LAYOUTS[name]
     assert (par.tp, par.pp, tr.global_batch_size, tr.seq_len) == (tp, pp, batch, seq)
-    assert res.ranks == tp * pp * dp
+    assert res.ranks == tp * pp * dp * par.cp
     if name.startswith("megatron"):
         assert (par.recompute, par.attention, par.sequence_parallel) == ("full", "unfused", False)
         assert res.instance.name == "dgx-a100"

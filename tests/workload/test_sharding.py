@@ -96,6 +96,20 @@ def test_fsdp_traffic_closed_form(microbatches: int) -> None:
     assert _traffic(zero=0, gbs=gbs) == {("dp", "all_reduce"): 2 * P8B}
 
 
+def test_pipeline_keeps_units_gathered_for_the_step() -> None:
+    """Without resharding, a pipeline stage gathers each unit once per step."""
+    model = llama3_8b()
+    par, train, lay = setup(
+        16, 1, pp=2, zero=3, global_batch_size=32, fsdp={"reshard_after_forward": False}
+    )
+    for prog in build_programs(model, par, train, lay):
+        units = stage_units(model, lay, prog.stage, "layer")
+        gathers = [i.nbytes for i in prog.instrs if i.name == "dp_shard.all_gather"]
+        assert sum(gathers) == 2 * sum(units.values())
+        scatters = [i.nbytes for i in prog.instrs if i.name == "dp_shard.reduce_scatter"]
+        assert sum(scatters) == 4 * 2 * sum(units.values())  # four microbatches
+
+
 def test_hsdp_replicas_all_reduce_their_shards_once() -> None:
     traffic = _traffic(zero=3, gbs=16, dp_shard=4)
     units = [EMBED, *[LAYER] * 32, HEAD]

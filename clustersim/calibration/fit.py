@@ -1,0 +1,191 @@
+"""Bounded least-squares fits of a chip family's declared constants.
+
+The fit runs on the closed-form step estimate (``search.estimate``), which
+agrees with the simulator within a few percent on the shipped scenarios and
+reference rows, so one function evaluation costs milliseconds instead of a
+simulation. Residuals are ``log(estimate / published)``: relative, and
+symmetric between too fast and too slow.
+
+Groups: the calibration rows of one chip family and software stack form a
+group (``family/stack``). A stack with fewer than two calibration rows is
+pooled with the family's other such rows into ``family/all``, the fit every
+stack without its own falls back to. A group of n rows fits the first
+``min(len(declared), n // 2)`` declared constants: at least two rows per
+constant, so no constant is set by one row and every fit keeps as many degrees
+of freedom as it fits constants. Hold-out rows are never read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from clustersim.catalog.fits import CalibrationFile, Family, Fit, calibration, family_of
+from clustersim.catalog.schema import ChipSpec
+from clustersim.hardware.chip import ChipModel
+from clustersim.scenario import Resolved, load_scenario
+from clustersim.search.estimate import Estimator, NetModel
+from clustersim.workload import make_layout, model_flops_per_step
+
+__all__ = [
+    "POOLED",
+    "FitResult",
+    "FitRow",
+    "estimate_s",
+    "fit_group",
+    "fit_references",
+    "group_rows",
+    "with_constants",
+]
+
+POOLED = "all"
+"""The stack name of a family's pooled fit."""
+
+
+@dataclass(frozen=True)
+class FitRow:
+    """One measured step: a resolved scenario and its measured (published) step time."""
+
+    name: str
+    res: Resolved
+    measured_s: float
+
+
+@dataclass
+class FitResult:
+    key: str
+    constants: dict[str, float]
+    previous: dict[str, float]
+    rows: list[str]
+    residuals: dict[str, float]
+    before: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rms(self) -> float:
+        r = list(self.residuals.values())
+        return math.sqrt(sum(x * x for x in r) / len(r)) if r else 0.0
+
+    def as_fit(self, date: str | None = None) -> Fit:
+        return Fit(
+            constants={k: round(v, 6) for k, v in self.constants.items()},
+            previous=self.previous,
+            fitted=date or datetime.now(UTC).date().isoformat(),
+            rows=tuple(self.rows),
+            residuals={k: round(v, 6) for k, v in self.residuals.items()},
+            rms=round(self.rms, 6),
+        )
+
+
+def with_constants(chip: ChipSpec, values: dict[str, float]) -> ChipSpec:
+    """``chip`` with its calibration fields replaced by ``values``."""
+    cal = chip.calibration.model_copy(update=values)
+    return chip.model_copy(update={"calibration": cal})
+
+
+def estimate_s(res: Resolved, chip: ChipSpec | None = None) -> float:
+    """The closed-form step time of ``res``'s own layout, on ``chip`` if given."""
+    chip = chip or res.chip
+    sc = res.scenario
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    model = ChipModel(chip, res.lnc)
+    net = NetModel.of(res.instance, chip, sc.cluster.count, res.lnc)
+    return Estimator(res.model, sc.training, model, net)(sc.parallelism, layout).step_time_s
+
+
+def fit_group(
+    key: str,
+    rows: Sequence[FitRow],
+    family: Family,
+    *,
+    start: dict[str, float] | None = None,
+    estimate: Callable[[Resolved, ChipSpec], float] = estimate_s,
+) -> FitResult:
+    """Fit the group's constants on ``rows`` (see the module doc)."""
+    from scipy.optimize import least_squares
+
+    names = list(family.constants)[: min(len(family.constants), len(rows) // 2)]
+    base = rows[0].res.chip.calibration if rows else None
+    previous = {
+        n: float(getattr(base, n) if getattr(base, n) is not None else base.tensor_efficiency)
+        for n in family.constants
+        if base is not None
+    }
+    x0 = dict(previous)
+    if start:
+        x0.update(start)
+
+    def values(x: np.ndarray) -> dict[str, float]:
+        return {**x0, **{n: float(v) for n, v in zip(names, x, strict=True)}}
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        vals = values(x)
+        out = [
+            math.log(estimate(r.res, with_constants(r.res.chip, vals)) / r.measured_s) for r in rows
+        ]
+        return np.array(out)
+
+    before = dict(
+        zip((r.name for r in rows), residuals(np.array([x0[n] for n in names])), strict=True)
+    )
+    if names:
+        lo = np.array([family.constants[n].bounds[0] for n in names])
+        hi = np.array([family.constants[n].bounds[1] for n in names])
+        x_init = np.clip(np.array([x0[n] for n in names]), lo, hi)
+        scale = hi - lo
+        sol = least_squares(
+            residuals, x_init, bounds=(lo, hi), x_scale=scale, diff_step=np.full(len(names), 1e-4),
+            xtol=1e-10, ftol=1e-12, gtol=1e-12, method="trf",
+        )  # fmt: skip
+        fitted = {n: float(v) for n, v in zip(names, sol.x, strict=True)}
+        final = residuals(sol.x)
+    else:
+        fitted = {}
+        final = residuals(np.array([]))
+    return FitResult(
+        key=key,
+        constants=fitted,
+        previous={n: previous[n] for n in fitted},
+        rows=[r.name for r in rows],
+        residuals={r.name: float(v) for r, v in zip(rows, final, strict=True)},
+        before={k: float(v) for k, v in before.items()},
+    )
+
+
+def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
+    """The shipped calibration rows by fit group (``family/stack``); hold-outs never read."""
+    from clustersim.validation.rows import references
+    from clustersim.validation.training import published_step_s, scenario_text
+
+    cal = cal or calibration()
+    by_stack: dict[tuple[str, str], list[FitRow]] = {}
+    for ref in references().training:
+        if ref.role != "calibration":
+            continue
+        res = load_scenario(scenario_text(ref))
+        family = family_of(res.chip.name, cal)
+        if family is None:
+            continue
+        chip = ChipModel(res.chip, res.lnc)
+        peak = chip.peak_flops(res.scenario.training.precision) * res.chips
+        flops = model_flops_per_step(res.model, res.scenario.training)
+        measured = published_step_s(ref.published, res, flops, peak)
+        by_stack.setdefault((family, ref.stack), []).append(FitRow(ref.name, res, measured))
+    groups: dict[str, list[FitRow]] = {}
+    for (family, stack), rows in sorted(by_stack.items()):
+        key = f"{family}/{stack}" if len(rows) >= 2 else f"{family}/{POOLED}"
+        groups.setdefault(key, []).extend(rows)
+    return {k: v for k, v in groups.items() if len(v) >= 2}
+
+
+def fit_references(cal: CalibrationFile | None = None) -> list[FitResult]:
+    """Fit every group of the shipped calibration rows."""
+    cal = cal or calibration()
+    out = []
+    for key, rows in group_rows(cal).items():
+        family = cal.families[key.partition("/")[0]]
+        out.append(fit_group(key, rows, family))
+    return out

@@ -1,0 +1,37 @@
+"""A routed entity of the flow model: its column of the incidence matrix."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["NO_CHIPS", "FlowGroup", "Pairs"]
+
+Pairs = tuple[tuple[int, int], ...]
+NO_CHIPS: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class FlowGroup:
+    """The routed flows of one entity: its column of the incidence matrix.
+
+    ``links`` are distinct link indices and ``counts`` how many of the group's
+    flows cross each; ``latency_s`` is the longest route latency of its flows.
+    ``pairs`` are the chip pairs it was routed from (to reroute it after a failure):
+    a tuple, or for the many flows of a folded step a function that builds them
+    as an ``n x 2`` array (a group stays small however many replicas it stands for).
+    """
+
+    links: NDArray[np.int64]
+    counts: NDArray[np.float64]
+    n_flows: int
+    latency_s: float
+    pairs: Pairs | Callable[[], NDArray[np.int64]] = ()
+    rate_cap_Bps: float = math.inf
+    """A ceiling on the entity's rate of its own (a compute run's HBM demand at full speed)."""
+    hbm_chips: NDArray[np.int64] = field(default_factory=lambda: NO_CHIPS)
+    """The chips whose HBM its flows read or write (with shared HBM; not for compute)."""

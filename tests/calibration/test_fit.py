@@ -1,0 +1,185 @@
+"""Fits recover known constants, never read hold-outs, and land in loadable overlays."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from clustersim import validation
+from clustersim.calibration import fit as fitmod
+from clustersim.calibration.fit import FitRow, estimate_s, fit_group, with_constants
+from clustersim.calibration.measurements import CollectivePoint, parse_nccl_tests, parse_nccom_test
+from clustersim.calibration.user import _predict, fit_collectives
+from clustersim.catalog.fits import calibration
+from clustersim.cli import main
+from clustersim.scenario import load_scenario
+from clustersim.validation.rows import References, references
+from clustersim.validation.training import scenario_text
+
+from .samples import nccl_tests, nccom_test
+
+A100_ROWS = ["megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "megatron-39.1b"]
+
+
+def _rows(names: list[str], truth: dict[str, float]) -> list[FitRow]:
+    """Rows whose measured steps are the estimate under the ``truth`` constants."""
+    refs = {r.name: r for r in references().training}
+    out = []
+    for name in names:
+        res = load_scenario(scenario_text(refs[name]))
+        out.append(FitRow(name, res, estimate_s(res, with_constants(res.chip, truth))))
+    return out
+
+
+def test_fit_recovers_known_constants() -> None:
+    truth = {"tensor_efficiency": 0.62, "hbm_efficiency": 0.74}
+    family = calibration().families["a100"]
+    result = fit_group("a100/synthetic", _rows(A100_ROWS, truth), family)
+    assert set(result.constants) == set(truth)  # 4 rows: two rows per constant
+    for name, value in truth.items():
+        assert result.constants[name] == pytest.approx(value, rel=1e-3)
+    assert result.rms < 1e-4
+    assert result.previous == {"tensor_efficiency": 0.70, "hbm_efficiency": 0.65}
+
+
+def test_fewer_rows_fit_fewer_constants() -> None:
+    family = calibration().families["a100"]
+    truth = {"tensor_efficiency": 0.6}
+    two = fit_group("a100/two", _rows(A100_ROWS[:2], truth), family)
+    assert list(two.constants) == ["tensor_efficiency"]  # one constant per two rows
+    assert two.constants["tensor_efficiency"] == pytest.approx(0.6, rel=1e-3)
+    one = fit_group("a100/one", _rows(A100_ROWS[:1], truth), family)
+    assert one.constants == {}  # a row alone sets nothing
+
+
+def test_bounds_hold() -> None:
+    family = calibration().families["a100"]
+    result = fit_group("a100/slow", _rows(A100_ROWS, {"tensor_efficiency": 0.2}), family)
+    low, _ = family.constants["tensor_efficiency"].bounds
+    assert result.constants["tensor_efficiency"] >= low
+
+
+def test_perturbing_a_holdout_does_not_move_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = {r.key: r.constants for r in fitmod.fit_references()}
+    refs = references()
+    hold = next(r for r in refs.training if r.role == "holdout" and r.name.startswith("megatron"))
+    pub = hold.published.model_copy(update={"tflops_per_gpu": 2 * hold.published.tflops_per_gpu})
+    changed = tuple(
+        r.model_copy(update={"published": pub}) if r is hold else r for r in refs.training
+    )
+    fake = References(training=changed, collectives=refs.collectives)
+    monkeypatch.setattr(validation.rows, "references", lambda: fake)
+    assert {r.key: r.constants for r in fitmod.fit_references()} == base
+    # and a calibration row does move it
+    cal_row = next(
+        r for r in refs.training if r.role == "calibration" and r.name.startswith("megatron")
+    )
+    pub = cal_row.published.model_copy(
+        update={"tflops_per_gpu": 0.8 * cal_row.published.tflops_per_gpu}
+    )
+    moved = tuple(
+        r.model_copy(update={"published": pub}) if r is cal_row else r for r in refs.training
+    )
+    monkeypatch.setattr(
+        validation.rows,
+        "references",
+        lambda: References(training=moved, collectives=refs.collectives),
+    )
+    assert {r.key: r.constants for r in fitmod.fit_references()} != base
+
+
+def _truth_time(
+    instance: str, count: int, eff: float, lat: float, ranks: int
+) -> Callable[[int], float]:
+    """The model's all-reduce time under known constants, for writing sample tables."""
+    key = "efa.latency_s" if count > 1 else "fabric.link_latency_s"
+
+    def time_s(n: int) -> float:
+        point = CollectivePoint("all_reduce", float(n), 1.0, 0.0, ranks, "", 0)
+        return _predict(point, instance, count, eff, lat, key=key)
+
+    return time_s
+
+
+def test_collective_fit_recovers_link_efficiency_and_latency() -> None:
+    time_s = _truth_time("p5.48xlarge", 1, 0.71, 6e-6, 8)
+    points = parse_nccl_tests(nccl_tests(time_s), "all_reduce.txt")
+    fit = fit_collectives(points, "p5.48xlarge", 1)
+    assert fit.link_efficiency == pytest.approx(0.71, rel=1e-2)
+    assert fit.latency_s == pytest.approx(6e-6, rel=5e-2)
+    assert fit.latency_key == "fabric.link_latency_s"
+
+
+def test_nccom_fit_across_instances() -> None:
+    time_s = _truth_time("trn1.32xlarge", 2, 0.6, 30e-6, 64)
+    points = parse_nccom_test(nccom_test(time_s, ranks=64), "allr.txt")
+    fit = fit_collectives(points, "trn1.32xlarge", 2)
+    assert fit.latency_key == "efa.latency_s"
+    assert fit.link_efficiency == pytest.approx(0.6, rel=2e-2)
+    assert fit.rms < 1e-3
+
+
+def test_overlay_from_measurements_loads_in_a_scenario(tmp_path: Path) -> None:
+    time_s = _truth_time("p5.48xlarge", 1, 0.7, 5e-6, 8)
+    (tmp_path / "all_reduce_perf.txt").write_text(nccl_tests(time_s))
+    scen = tmp_path / "s.yaml"
+    scen.write_text(
+        "name: s\ncluster: {instance: p5.48xlarge, count: 1}\nmodel: {name: llama3-8b, layers: 2}\n"
+        "parallelism: {tp: 8}\ntraining: {seq_len: 2048, global_batch_size: 8}\n"
+    )
+    measured = 1.1 * estimate_s(load_scenario(scen))
+    (tmp_path / "steps.csv").write_text(f"scenario,step_time_s\ns.yaml,{measured}\n")
+    out = tmp_path / "my-cluster.yaml"
+    nccl = str(tmp_path / "all_reduce_perf.txt")
+    args = ["calibrate", "--instance", "p5.48xlarge", "--nccl-tests", nccl,
+            "--step-times", str(tmp_path / "steps.csv"), "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    overlay = yaml.safe_load(out.read_text())
+    assert overlay["chips"]["h100"]["calibration"]["link_efficiency"] == pytest.approx(
+        0.7, rel=1e-2
+    )
+    assert overlay["fit"]["step_times"]["rows"] == [str(tmp_path / "s.yaml")]
+    scen2 = tmp_path / "t.yaml"
+    scen2.write_text(scen.read_text() + "catalog_overlay: my-cluster.yaml\n")
+    res = load_scenario(scen2)
+    assert res.chip.calibration.link_efficiency == pytest.approx(0.7, rel=1e-2)
+    assert res.instance.fabric.link_latency_s == pytest.approx(5e-6, rel=5e-2)
+
+
+def test_bad_overlay_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "o.yaml").write_text("chips: {h100: {calibration: {tensor_efficiency: 2}}}\n")
+    scen = tmp_path / "s.yaml"
+    scen.write_text(
+        "name: s\ncluster: {instance: p5.48xlarge, count: 1}\nmodel: llama3-8b\n"
+        "training: {seq_len: 2048, global_batch_size: 8}\ncatalog_overlay: o.yaml\n"
+    )
+    assert main(["check", str(scen)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "catalog_overlay.chips.h100" in err
+
+
+def test_check_fails_when_shipped_constants_differ(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from clustersim.calibration import command
+
+    fresh = command.fit_shipped(simulate=False)
+    cal = calibration()
+    fits = {r.key: r.as_fit() for r in fresh if r.constants}
+    same = cal.model_copy(update={"fits": fits})
+    monkeypatch.setattr(command, "calibration", lambda: same)
+    assert main(["calibrate", "--check", "--no-simulate"]) == 0
+    key = next(iter(fits))
+    name = next(iter(fits[key].constants))
+    edited = fits[key].model_copy(
+        update={"constants": {**fits[key].constants, name: fits[key].constants[name] * 1.05}}
+    )
+    other = cal.model_copy(update={"fits": {**fits, key: edited}})
+    monkeypatch.setattr(command, "calibration", lambda: other)
+    assert main(["calibrate", "--check", "--no-simulate"]) == 1
+    assert f"{key}: {name} shipped" in capsys.readouterr().out
+    assert math.isfinite(fits[key].rms)

@@ -1,0 +1,87 @@
+"""The reference rows: roles follow the stated rule, known gaps name their mechanism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clustersim.errors import ScenarioError
+from clustersim.scenario import load_scenario
+from clustersim.sim.run import check_precision
+from clustersim.validation import mean_training_error, passed, role_errors
+from clustersim.validation.rows import Row, TrainingRef, references
+from clustersim.validation.training import scenario_text
+
+
+def _family_and_devices(ref: TrainingRef) -> tuple[str, int]:
+    res = load_scenario(scenario_text(ref))
+    return res.chip.name, res.chips
+
+
+def test_roles_alternate_by_scale_within_each_chip_family() -> None:
+    """The rule of references.yaml: sorted by devices (ties in file order), the rows of a
+    chip family alternate calibration, holdout, ... starting with calibration."""
+    by_family: dict[str, list[tuple[int, int, TrainingRef]]] = {}
+    for i, ref in enumerate(references().training):
+        family, devices = _family_and_devices(ref)
+        by_family.setdefault(family, []).append((devices, i, ref))
+    assert {"a100", "h100", "trn1"} <= set(by_family)
+    for family, rows in by_family.items():
+        rows.sort(key=lambda t: (t[0], t[1]))
+        want = ["calibration" if j % 2 == 0 else "holdout" for j in range(len(rows))]
+        assert [r.role for _, _, r in rows] == want, family
+    holdouts = [r for r in references().training if r.role == "holdout"]
+    assert len(holdouts) >= 8
+
+
+def test_known_gaps_name_their_mechanism() -> None:
+    for ref in references().training:
+        if ref.status == "known_gap":
+            assert len(ref.gap) > 40, ref.name
+    with pytest.raises(ValueError, match="gap"):
+        TrainingRef.model_validate(
+            {**references().training[0].model_dump(), "status": "known_gap", "gap": ""}
+        )
+
+
+def test_a_known_gap_reports_without_failing() -> None:
+    gap = Row("g", "training", "step time", "s", 10.0, 7.0, 0.1, "t", role="holdout",
+              status="known_gap", gap="a mechanism")  # fmt: skip
+    ok = Row("c", "training", "step time", "s", 10.0, 10.2, 0.1, "t", role="calibration")
+    assert gap.passed and not gap.within
+    assert passed([gap, ok])
+    assert mean_training_error([gap, ok]) == pytest.approx(0.02)  # the gap is left out
+    stats = role_errors([gap, ok])
+    assert stats["known_gap"]["max_abs_error"] == pytest.approx(0.3)
+    assert stats["calibration"]["rows"] == 1
+
+
+@pytest.mark.parametrize("instance", ["dgx-a100", "p4de.24xlarge"])
+def test_fp8_is_refused_on_a_chip_without_it(instance: str) -> None:
+    text = f"""
+name: a100-fp8
+cluster: {{instance: {instance}, count: 1}}
+model: {{name: llama3-8b, layers: 2}}
+parallelism: {{tp: 8}}
+training: {{seq_len: 2048, global_batch_size: 8, precision: fp8}}
+"""
+    res = load_scenario(text)
+    with pytest.raises(ScenarioError) as err:
+        check_precision(res)
+    assert err.value.path == "training.precision"
+    assert "no FP8" in str(err.value)
+
+
+def test_fp8_on_a100_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from clustersim.cli import main
+
+    path = tmp_path / "fp8.yaml"
+    path.write_text(
+        "name: a100-fp8\ncluster: {instance: dgx-a100, count: 1}\n"
+        "model: {name: llama3-8b, layers: 2}\nparallelism: {tp: 8}\n"
+        "training: {seq_len: 2048, global_batch_size: 8, precision: fp8}\n"
+    )
+    assert main(["run", str(path), "--no-report", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "training.precision" in err
