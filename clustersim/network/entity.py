@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["NO_CHIPS", "FlowGroup", "Pairs"]
+__all__ = ["NO_CHIPS", "FlowGroup", "Pairs", "link_counts"]
 
 Pairs = tuple[tuple[int, int], ...]
 NO_CHIPS: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -35,3 +35,25 @@ class FlowGroup:
     """A ceiling on the entity's rate of its own (a compute run's HBM demand at full speed)."""
     hbm_chips: NDArray[np.int64] = field(default_factory=lambda: NO_CHIPS)
     """The chips whose HBM its flows read or write (with shared HBM; not for compute)."""
+
+
+def link_counts(
+    flat: NDArray[np.int64], weights: NDArray[np.float64] | None, n_links: int = 0
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Distinct links of a multiset of route links, and the flows on each (weighted).
+
+    With ``n_links`` (the topology's) and many entries, a count per link replaces the
+    sort: the routes of every replica of a folded step hold millions of entries.
+    """
+    if n_links and flat.size > n_links // 4:
+        per_link = np.bincount(flat, weights=weights, minlength=n_links)
+        links = np.flatnonzero(per_link).astype(np.int64)
+        return links, per_link[links].astype(np.float64)
+    if weights is None:
+        distinct, multiplicity = np.unique(flat, return_counts=True)
+        return distinct.astype(np.int64), multiplicity.astype(np.float64)
+    links, inverse = np.unique(flat, return_inverse=True)
+    counts: NDArray[np.float64] = np.bincount(
+        inverse.ravel(), weights=weights, minlength=links.size
+    ).astype(np.float64)
+    return links.astype(np.int64), counts

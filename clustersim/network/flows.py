@@ -62,35 +62,13 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
-from clustersim.network.entity import NO_CHIPS, FlowGroup, Pairs
+from clustersim.network.entity import NO_CHIPS, FlowGroup, Pairs, link_counts
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation, LoadPattern
 from clustersim.network.maxmin import maxmin_rates_csc, with_ceilings
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
-
-
-def link_counts(
-    flat: NDArray[np.int64], weights: NDArray[np.float64] | None, n_links: int = 0
-) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
-    """Distinct links of a multiset of route links, and the flows on each (weighted).
-
-    With ``n_links`` (the topology's) and many entries, a count per link replaces the
-    sort: the routes of every replica of a folded step hold millions of entries.
-    """
-    if n_links and flat.size > n_links // 4:
-        per_link = np.bincount(flat, weights=weights, minlength=n_links)
-        links = np.flatnonzero(per_link).astype(np.int64)
-        return links, per_link[links].astype(np.float64)
-    if weights is None:
-        distinct, multiplicity = np.unique(flat, return_counts=True)
-        return distinct.astype(np.int64), multiplicity.astype(np.float64)
-    links, inverse = np.unique(flat, return_inverse=True)
-    counts: NDArray[np.float64] = np.bincount(
-        inverse.ravel(), weights=weights, minlength=links.size
-    ).astype(np.float64)
-    return links.astype(np.int64), counts
 
 
 class _Entity:

@@ -239,6 +239,9 @@ class Estimator:
         if par.zero < 2 or layout.dp == 1:
             return 0.0, 0.0
         f_comp, f_comm, b_comp, b_comm = mb
+        # Sharing a link slows only the bytes on it, not the runtime's fixed costs.
+        f_wire = f_comm * _wire_share(blk.layer_fwd_comms, blk.layer_fwd[1])
+        b_wire = b_comm * _wire_share(blk.layer_bwd_comms, blk.layer_bwd[1])
         shard = (layout.tp * layout.cp, layout.shard)
         if par.zero == 2:
             params = sum(n for _, _, n in stage_pieces(self.model, layout, stage))
@@ -277,7 +280,7 @@ class Estimator:
             b_total = b_comp + b_comm
             busy_frac = min(busy / b_total, 1.0) if b_total > 0 else 0.0
             # ... and it can lose no more time than the shard traffic holds the link.
-            return f_x, b_x + min(slow * busy_frac * b_comm, busy)
+            return f_x, b_x + min(slow * busy_frac * b_wire, busy)
         if par.zero == 3 and par.fsdp.unit == "layer" and par.fsdp.prefetch:
             # The next layer's gather (and in the backward the last one's reduce-
             # scatter) start with a layer: they share links with its first collectives.
@@ -298,8 +301,8 @@ class Estimator:
         total = f_comp + f_comm + b_comp + b_comm
         if total > 0:
             busy_frac = min(busy / total, 1.0)
-            f_x = f_x + min(slow * busy_frac * f_comm, busy)
-            b_x = b_x + min(slow * busy_frac * b_comm, busy)
+            f_x = f_x + min(slow * busy_frac * f_wire, busy)
+            b_x = b_x + min(slow * busy_frac * b_wire, busy)
         return f_x, b_x
 
     def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
@@ -399,6 +402,11 @@ class Estimator:
             optimizer_s=sum(t[1] for t in tails) / pp,
             mfu=self.flops_per_step / (step * peak) if step > 0 else 0.0,
         )
+
+
+def _wire_share(comms: tuple[tuple[float, float], ...], total_s: float) -> float:
+    """The fraction of a layer's collective seconds its bytes spend on the links."""
+    return min(sum(d for _, d in comms) / total_s, 1.0) if total_s > 0 else 1.0
 
 
 def _overlap(comms: tuple[tuple[float, float], ...], window_s: float) -> float:
