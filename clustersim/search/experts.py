@@ -46,14 +46,8 @@ def all_to_all_s(nbytes: float, levels: list[Level], flows: int, p: int) -> floa
 
 def group_of(name: str, lay: Layout) -> tuple[int, int]:
     """(stride, size) of a group whose collectives run inside a layer."""
-    table = {
-        "tp": (1, lay.tp),
-        "cp": (lay.tp, lay.cp),
-        "ep": (lay.etp, lay.ep),
-        "etp": (1, lay.etp),
-        "edp": (lay.etp * lay.ep, lay.edp),
-    }
-    return table.get(name, (lay.tp, lay.cp))
+    expert = {"ep": (lay.etp, lay.ep), "etp": (1, lay.etp), "edp": (lay.etp * lay.ep, lay.edp)}
+    return (1, lay.tp) if name == "tp" else expert.get(name, (lay.tp, lay.cp))
 
 
 def grad_streams_s(
