@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
@@ -17,8 +17,21 @@ from clustersim.workload import Layout
 from clustersim.workload.dims import EXPERT_PIECES, is_moe_layer, stage_pieces
 from clustersim.workload.ops import ACT_BYTES
 
-if TYPE_CHECKING:
-    from clustersim.search.estimate import Level
+
+class Level(Protocol):
+    """One level of a group, as ``estimate.Level`` describes it."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def bw_Bps(self) -> float: ...
+    @property
+    def latency_s(self) -> float: ...
+    @property
+    def bidirectional(self) -> bool: ...
+    @property
+    def hop(self) -> int: ...
+
 
 __all__ = ["all_to_all_s", "grad_streams_s", "group_of", "layer_kinds"]
 
@@ -26,7 +39,7 @@ Group = tuple[int, int]
 CollS = Callable[[int, int, str, float], float]
 
 
-def all_to_all_s(nbytes: float, levels: list[Level], flows: int, p: int) -> float:
+def all_to_all_s(nbytes: float, levels: Sequence[Level], flows: int, p: int) -> float:
     """An all-to-all (mesh, every pair at once) over ``levels``: each rank sends
     ``nbytes / p`` to every peer, and the ``(p_k - p_{k-1}) / p`` share of its buffer whose
     peers lie beyond level k-1 crosses level k, where ``p_k`` counts the members up to
