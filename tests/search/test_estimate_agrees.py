@@ -25,6 +25,9 @@ SLOW = [
     "checkpoint-interval-study.yaml",
     "trn2-ultraserver-llama3-70b-fsdp.yaml",
     "trn2-ultraserver-custom-fabric.yaml",
+    "p5-qwen3-30b-a3b.yaml",
+    "trn2-ultracluster-deepseek-v3.yaml",
+    "trn2-ultraserver-mixtral-8x7b.yaml",
 ]
 GAP = {
     "trn2-ultraserver-lane-loss.yaml": (
