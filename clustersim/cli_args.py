@@ -171,6 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check the simulator against published measurements and closed forms"
     )
     val.add_argument("--json", action="store_true", help="print the rows as JSON")
+    val.add_argument(
+        "--json-out", type=Path, metavar="FILE",
+        help="also write the rows as JSON to FILE (for python -m clustersim.docs --check)",
+    )  # fmt: skip
     val.add_argument("--only", nargs="+", metavar="NAME", help="references to check (default all)")
     val.add_argument(
         "--quick", action="store_true", help="leave out the slow end-to-end rows (large clusters)"

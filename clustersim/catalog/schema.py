@@ -107,6 +107,8 @@ class Calibration(Strict):
     - ``tensor_efficiency``: fraction of the tensor peak a large, tile-aligned matmul sustains.
     - ``fp8_tensor_efficiency``: the same for FP8 matmuls against the FP8 peak (their
       scaling and accumulation cost more of it); ``tensor_efficiency`` when not set.
+    - ``attention_efficiency``: the same for a fused flash-attention core's matmuls (at
+      its precision's peak, BF16 under an FP8 recipe); ``tensor_efficiency`` when not set.
     - ``tile``: the systolic array (or MMA) tile; matmul dimensions are padded up to it.
     - ``matmul_latency_s``: fixed cost of one matmul (pipeline fill, weight load); it makes
       small matmuls latency-bound.
@@ -117,6 +119,7 @@ class Calibration(Strict):
 
     tensor_efficiency: Fraction
     fp8_tensor_efficiency: Fraction | None = None
+    attention_efficiency: Fraction | None = None
     tile: tuple[PositiveInt, PositiveInt] = (128, 128)
     matmul_latency_s: Duration = 0.0
     hbm_efficiency: Fraction

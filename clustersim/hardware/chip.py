@@ -53,6 +53,7 @@ class ChipModel:
             p: core.tensor_tflops.get(p) * 1e12 * lnc for p in ("bf16", "fp16", "fp8", "fp32")
         }
         fp8_eff = cal.fp8_tensor_efficiency
+        self._attention_eff = cal.attention_efficiency
         self._tensor_eff = {
             p: fp8_eff if p == "fp8" and fp8_eff is not None else cal.tensor_efficiency
             for p in self._tensor_peak
@@ -93,6 +94,8 @@ class ChipModel:
         if work.matmul is not None:
             m, k, n = work.matmul
             tensor_s = work.count * self.matmul_s(m, k, n, work.precision)
+            if work.kernel == "attention" and self._attention_eff is not None:
+                tensor_s *= self._tensor_eff[work.precision] / self._attention_eff
         times = (
             tensor_s,
             work.vector_ops / self._vector_Bps,

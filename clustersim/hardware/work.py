@@ -21,6 +21,9 @@ class Work:
       tensor engine does 2*m*k*n FLOPs per matmul at ``precision``. Empty if no matmul.
     - ``vector_ops``, ``scalar_ops``, ``gpsimd_ops``: element operations on each engine.
     - ``hbm_bytes``: bytes read plus written in HBM.
+    - ``kernel``: what kind of kernel runs the matmuls, where its efficiency differs from
+      a plain GEMM's: ``attention`` for a fused flash-attention core (its softmax and
+      masking interleave with the matmuls), ``""`` otherwise.
     """
 
     matmul: tuple[int, int, int] | None = None
@@ -30,6 +33,7 @@ class Work:
     scalar_ops: float = 0.0
     gpsimd_ops: float = 0.0
     hbm_bytes: float = 0.0
+    kernel: str = ""
 
     @property
     def tensor_flops(self) -> float:

@@ -380,11 +380,15 @@ class Network:
 
         # HBM: every replica's flows that start or end on the first replica's chips.
         links, loads = links[used], counts[used]
-        hbm, hbm_chips = self.flows.hbm, NO_CHIPS
+        hbm, chips = self.flows.hbm, NO_CHIPS
         if hbm is not None:
-            links, loads = hbm.add(links, loads, src, dst, np.unique(rows[0]))
-            hbm_chips = hbm.chips_of(links)
-        group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=hbm_chips)
+            # The HBM of the group's first rank's chip (both ends' of a send), with every
+            # replica's flows that start or end there: by symmetry every chip's HBM is
+            # loaded alike, and that chip is the one whose compute is simulated.
+            head = np.unique(rows[0, : 2 if len(ranks) <= 2 else 1])
+            links, loads = hbm.add(links, loads, src, dst, head)
+            chips = hbm.chips_of(links)
+        group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=chips)
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()
         self._folded[key] = (replicas, group)

@@ -39,14 +39,14 @@ max-min sharing, are left to the simulation of the best candidates.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
-from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.search.experts import grad_streams_s, group_of, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses, steady_scatter_s
 from clustersim.workload import (
@@ -57,8 +57,13 @@ from clustersim.workload import (
     model_flops_per_step,
     validate,
 )
-from clustersim.workload.dims import layer_pieces, stage_layers, stage_pieces
-from clustersim.workload.layers import LayerBlocks
+from clustersim.workload.dims import (
+    layer_pieces,
+    optimizer_params,
+    stage_layers,
+    stage_pieces,
+)
+from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.program import Kind
 from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT, stage_units
@@ -96,10 +101,13 @@ class Estimate:
 
 @dataclass(frozen=True)
 class _Blocks:
-    """Per-microbatch (compute, communication) seconds of one layer, the embedding, the head."""
+    """Per-microbatch (compute, communication) seconds of a dense and an MoE layer (the
+    dense one's for dense models), the embedding and the head."""
 
     layer_fwd: tuple[float, float]
     layer_bwd: tuple[float, float]  # backward plus recompute
+    moe_fwd: tuple[float, float]
+    moe_bwd: tuple[float, float]
     embed_fwd: tuple[float, float]
     embed_bwd: tuple[float, float]
     head_fwd: tuple[float, float]
@@ -119,10 +127,20 @@ class Estimator:
     microbatch size, recompute); collective levels only on the group's stride and size.
     """
 
-    def __init__(self, model: ModelSpec, train: TrainingCfg, chip: ChipModel, net: NetModel):
+    def __init__(
+        self,
+        model: ModelSpec,
+        train: TrainingCfg,
+        chip: ChipModel,
+        net: NetModel,
+        *,
+        moe: MoECfg | None = None,
+        seed: int = 0,
+    ):
         self.model, self.train, self.chip, self.net = model, train, chip, net
+        self.moe, self.seed = moe, seed
         self._work: dict[Work, float] = {}
-        self._blocks: dict[tuple[int, int, int, str, bool, str], _Blocks] = {}
+        self._blocks: dict[tuple[int, ...] | tuple[object, ...], _Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
         self.flops_per_step = model_flops_per_step(model, train)
 
@@ -152,35 +170,38 @@ class Estimator:
             if kind == Kind.COMPUTE and work is not None:
                 comp += self.work_s(work)
             elif kind == Kind.COLLECTIVE:
-                stride, size = (1, layout.tp) if group == "tp" else (layout.tp, layout.cp)
+                stride, size = group_of(group, layout)
                 comm += self.coll_s(stride, size, coll, nbytes)
         return comp, comm
 
     def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
-        key = (
-            layout.tp,
-            layout.cp,
-            par.microbatch_size,
-            par.recompute,
-            par.sequence_parallel,
-            par.attention,
-        )
+        sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
+        key = (*sizes, par.recompute, par.sequence_parallel, par.attention)
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
-            layer = LayerBlocks(
+            moe = moe_sublayer(self.model, par, self.train, layout, cfg=self.moe, seed=self.seed)
+            prec, rec_kind = self.train.precision, par.recompute
+            blocks = LayerBlocks(
                 self.model,
                 dm,
-                precision=self.train.precision,
-                recompute=par.recompute,
+                precision=prec,
+                recompute=rec_kind,
                 attention=par.attention,
-            ).dense
+                moe_part=moe,
+            )
+            layer = blocks.dense
+            expert = blocks.moe if blocks.moe is not None else layer
             embed, head = embed_block(dm), head_block(dm)
             bwd = self._tpls_s(layer.bwd, layout)
             rec = self._tpls_s(layer.recompute, layout)
+            moe_bwd = self._tpls_s(expert.bwd, layout)
+            moe_rec = self._tpls_s(expert.recompute, layout)
             found = self._blocks[key] = _Blocks(
                 layer_fwd=self._tpls_s(layer.fwd, layout),
                 layer_bwd=(bwd[0] + rec[0], bwd[1] + rec[1]),
+                moe_fwd=self._tpls_s(expert.fwd, layout),
+                moe_bwd=(moe_bwd[0] + moe_rec[0], moe_bwd[1] + moe_rec[1]),
                 embed_fwd=self._tpls_s(embed.fwd, layout),
                 embed_bwd=self._tpls_s(embed.bwd, layout),
                 head_fwd=self._tpls_s(head.fwd, layout),
@@ -328,9 +349,11 @@ class Estimator:
         once: list[float] = []  # ZeRO-3's gathers and reduce-scatters once per step
         sharded_mb = 0.0
         for stage in range(pp):
-            n = len(stage_layers(model, layout, stage))
-            f_comp, f_comm = n * blk.layer_fwd[0], n * blk.layer_fwd[1]
-            b_comp, b_comm = n * blk.layer_bwd[0], n * blk.layer_bwd[1]
+            n, e = layer_kinds(model, stage_layers(model, layout, stage))
+            f_comp = n * blk.layer_fwd[0] + e * blk.moe_fwd[0]
+            f_comm = n * blk.layer_fwd[1] + e * blk.moe_fwd[1]
+            b_comp = n * blk.layer_bwd[0] + e * blk.moe_bwd[0]
+            b_comm = n * blk.layer_bwd[1] + e * blk.moe_bwd[1]
             if stage == 0:
                 f_comp, f_comm = f_comp + blk.embed_fwd[0], f_comm + blk.embed_fwd[1]
                 b_comp, b_comm = b_comp + blk.embed_bwd[0], b_comm + blk.embed_bwd[1]
@@ -356,35 +379,24 @@ class Estimator:
         ends: list[float] = []
         tails: list[tuple[float, float]] = []
         offset = 0.0
-        dp_op = "reduce_scatter" if par.zero == 1 else "all_reduce"
-        dp_group = (layout.tp * layout.cp, layout.dp)
         bucket = par.grad_bucket_bytes
         for stage in range(pp):
-            params = sum(n for _, _, n in stage_pieces(model, layout, stage))
-            grad_bytes = float(params * ACT_BYTES)
-            full, rest = divmod(grad_bytes, bucket)
-            dp_s = full * self.coll_s(*dp_group, dp_op, bucket) + self.coll_s(
-                *dp_group, dp_op, rest
-            )
-            buckets = max(1, math.ceil(grad_bytes / bucket))
+            dp_s, gather, buckets, streams = grad_streams_s(model, layout, stage, par, self.coll_s)
             exposed = max(dp_s - bwd[stage], dp_s / buckets) if dp_s > 0 else 0.0
-            opt_params = -(-params // layout.shard) if par.zero >= 1 else params
+            opt_params = optimizer_params(model, layout, stage, par.zero)
             opt_s = self.work_s(_adam(opt_params))
-            gather = 0.0
-            if par.zero == 1 and layout.dp > 1:
-                gather = full * self.coll_s(*dp_group, "all_gather", bucket)
-                gather += self.coll_s(*dp_group, "all_gather", rest)
-                if par.overlap_param_gather:
-                    # Under the forward: the first bucket blocks, the rest hide behind
-                    # the stage's forwards (see workload.transformer).
-                    first = self.coll_s(*dp_group, "all_gather", min(bucket, grad_bytes))
-                    gather = first + max(gather - first - n_mb * fwd[stage], 0.0)
-            if par.zero >= 2 and layout.dp > 1:
-                pieces = [bucket] * int(full) + ([rest] if rest else [])
+            if par.zero == 1 and par.overlap_param_gather and gather > 0:
+                # Under the forward: the first bucket blocks, the rest hide behind
+                # the stage's forwards (see workload.transformer).
+                first = self.coll_s(*streams[0][0], "all_gather", min(bucket, streams[0][1]))
+                gather = first + max(gather - first - n_mb * fwd[stage], 0.0)
+            if par.zero >= 2 and layout.dp > 1:  # dense models only: MoE is kept to ZeRO 0-1
+                full, rest = divmod(streams[0][1], bucket)
+                shards = [bucket] * int(full) + ([rest] if rest else [])
                 if par.zero == 3:
                     units = stage_units(model, layout, stage, par.fsdp.unit).values()
-                    pieces = [float(ACT_BYTES * n) for n in reversed(list(units))]
-                exposed, gather = dp_tail(par, layout, pieces, bwd[stage], self.coll_s)
+                    shards = [float(ACT_BYTES * n) for n in reversed(list(units))]
+                exposed, gather = dp_tail(par, layout, shards, bwd[stage], self.coll_s)
                 exposed += once[stage] if par.zero == 3 else 0.0
             ends.append(pipeline - offset + exposed + opt_s + gather)
             tails.append((exposed + gather, opt_s))

@@ -20,6 +20,7 @@ from clustersim.network.groups import GroupInfo
 from clustersim.network.nccl import NcclRuntime
 from clustersim.network.runtimes import runtime_of
 from clustersim.network.topology import local_path
+from clustersim.search.experts import all_to_all_s
 
 __all__ = ["TORUS", "Level", "NetModel", "collective_s", "collective_wire_s", "runtime_s", "wire_s"]
 
@@ -161,6 +162,16 @@ def collective_s(
     p = math.prod(lv.size for lv in levels)
     if p <= 1 or nbytes <= 0:
         return 0.0
+    if op == "all_to_all":
+        flows = sharing * (levels[0].size if levels[0].shared_link else 1)
+        wire = all_to_all_s(nbytes, levels, flows, p)
+        info = GroupInfo.flat(p)
+        algo, proto = runtime.choose(op, p, nbytes, info, "auto")
+        if isinstance(runtime, NcclRuntime):
+            return wire * proto.wire_factor + runtime.predict_s(
+                op, p, 0.0, info, (algo, proto.name)
+            )
+        return wire + runtime_s(proto, nbytes, levels, 1)
     if isinstance(runtime, NcclRuntime):
         return _nccl_s(op, nbytes, levels, sharing, runtime)
     proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]

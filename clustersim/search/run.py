@@ -131,7 +131,7 @@ def search(
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens = sc.training.global_batch_size * sc.training.seq_len
     rows = [_row(i, c, sc.training.global_batch_size) for i, c in enumerate(cands)]
-    estimator = Estimator(res.model, sc.training, chip, net)
+    estimator = Estimator(res.model, sc.training, chip, net, moe=sc.moe, seed=sc.seed)
     t_est = time.perf_counter()
     for cand, row in zip(cands, rows, strict=True):
         if cand.fits:
@@ -272,8 +272,9 @@ def _rank_key(row: dict[str, Any], key: str) -> tuple[Any, ...]:
 
 
 def _label(row: dict[str, Any]) -> str:
+    experts = f" ep {row['ep']} etp {row['etp']}" if row.get("ep", 1) > 1 else ""
     return (
-        f"tp {row['tp']} pp {row['pp']} dp {row['dp']} cp {row['cp']} mb "
+        f"tp {row['tp']} pp {row['pp']} dp {row['dp']} cp {row['cp']}{experts} mb "
         f"{row['microbatch_size']} zero {row['zero']} dp_shard {row['dp_shard']} "
         f"{row['recompute']} {row['schedule']}"
     )

@@ -6,8 +6,10 @@ to ``MAX_MICROBATCH``), ZeRO 0 to 3 (only 0 when dp = 1, where they are the
 same; ZeRO-2 and 3 shard over all of dp, and also over the DP ranks of one
 scale-up domain, ``dp_shard``, when dp spans several), recompute none,
 selective and full, and the schedules 1F1B and GPipe
-(only 1F1B when pp = 1, where they are the same). Expert parallelism (ep
-dividing dp) is enumerated for MoE models only. Interleaving is not searched:
+(only 1F1B when pp = 1, where they are the same). For MoE models, expert
+parallelism too: etp = tp or 1, and every ep that divides the experts and what is
+left of the stage's tp·cp·dp ranks after etp; and ZeRO 0 and 1 only, which is
+what their lowering models. Interleaving is not searched:
 candidates have one model chunk per stage (``virtual_stages: 1``).
 
 A layout is *valid* when ``workload.validate`` accepts it (heads and MLP width
@@ -20,6 +22,7 @@ passes ``check_fits``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -72,6 +75,7 @@ class Candidate:
             "dp": self.layout.dp,
             "cp": self.layout.cp,
             "ep": self.layout.ep,
+            "etp": self.layout.etp,
             "zero": p.zero,
             "dp_shard": self.layout.shard,
             "microbatch_size": p.microbatch_size,
@@ -80,10 +84,22 @@ class Candidate:
         }
 
 
+def _experts(tp: int, cp: int, dp: int, experts: int) -> list[tuple[int, int]]:
+    """(ep, etp) of an MoE model: etp = tp or 1, and ep dividing both the experts and what
+    is left of the stage's tp·cp·dp ranks (Megatron-Core carves ep out of dp·cp)."""
+    if not experts:
+        return [(1, tp)]
+    out = []
+    for etp in sorted({tp, 1}, reverse=True):
+        pool = tp * cp * dp // etp
+        out += [(ep, etp) for ep in divisors(math.gcd(pool, experts))]
+    return out
+
+
 def _shapes(
-    ranks: int, train: TrainingCfg, moe: bool
-) -> Iterator[tuple[int, int, int, int, int, int]]:
-    """(tp, cp, pp, dp, ep, microbatch) with tp·cp·pp·dp = ranks and dp·mb | batch."""
+    ranks: int, train: TrainingCfg, experts: int
+) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+    """(tp, cp, pp, dp, ep, etp, microbatch) with tp·cp·pp·dp = ranks and dp·mb | batch."""
     for tp in divisors(ranks):
         for cp in divisors(ranks // tp):
             for pp in divisors(ranks // (tp * cp)):
@@ -94,8 +110,8 @@ def _shapes(
                 for mb in divisors(per_replica):
                     if mb > MAX_MICROBATCH:
                         break
-                    for ep in divisors(dp) if moe else [1]:
-                        yield tp, cp, pp, dp, ep, mb
+                    for ep, etp in _experts(tp, cp, dp, experts):
+                        yield tp, cp, pp, dp, ep, etp, mb
 
 
 def enumerate_layouts(
@@ -115,11 +131,19 @@ def enumerate_layouts(
     ``domain_ranks``: the ranks of one scale-up domain, for hybrid sharding.
     """
     out: list[Candidate] = []
-    for tp, cp, pp, dp, ep, mb in _shapes(ranks, train, model.moe is not None):
+    experts = model.moe.experts if model.moe is not None else 0
+    for tp, cp, pp, dp, ep, etp, mb in _shapes(ranks, train, experts):
         layout = Layout(
-            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, ranks=ranks, ranks_per_chip=ranks_per_chip
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            ep=ep,
+            ranks=ranks,
+            ranks_per_chip=ranks_per_chip,
+            etp=etp,
         )
-        zeros = ZEROS if dp > 1 else (0,)
+        zeros = (ZEROS if not experts else (0, 1)) if dp > 1 else (0,)
         shards = _shards(dp, tp * cp, domain_ranks)
         schedules = SCHEDULES if pp > 1 else SCHEDULES[:1]
         first = base.model_copy(
@@ -129,6 +153,7 @@ def enumerate_layouts(
                 "dp": dp,
                 "cp": cp,
                 "ep": ep,
+                "etp": etp if experts else None,
                 "microbatch_size": mb,
                 "virtual_stages": 1,
             }

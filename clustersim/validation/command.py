@@ -89,6 +89,18 @@ def rows_table(rows: list[Row]) -> Table:
     return t
 
 
+def holdout_coverage(rows: list[Row]) -> dict[str, int] | None:
+    """How many holdout rows' published step lies inside the prediction's 90% interval
+    (``uncertainty`` from the family's calibration): it should be about nine in ten."""
+    held = [r for r in rows if r.kind == "training" and r.role == "holdout"]
+    bands = [(r, r.extra.get("uncertainty")) for r in held]
+    known = [(r, b) for r, b in bands if b]
+    if not known:
+        return None
+    inside = sum(1 for r, b in known if b[0] <= r.published <= b[1])
+    return {"rows": len(known), "inside": inside}
+
+
 def validate_command(args: argparse.Namespace) -> int:
     """Handler of ``clustersim validate [--json] [--only NAME ...] [--quick]``."""
     err = console(stderr=True)
@@ -102,15 +114,18 @@ def validate_command(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
     ok = passed(rows)
     mean = mean_training_error(rows)
+    out = {
+        "passed": ok,
+        "mean_abs_training_error": mean,
+        "mean_tolerance": MEAN_TOLERANCE,
+        "by_role": role_errors(rows),
+        "holdout_coverage": holdout_coverage(rows),
+        "wall_s": wall,
+        "rows": [r.as_dict() for r in rows],
+    }
+    if getattr(args, "json_out", None) is not None:
+        args.json_out.write_text(json.dumps(out, indent=2), "utf-8")
     if args.json:
-        out = {
-            "passed": ok,
-            "mean_abs_training_error": mean,
-            "mean_tolerance": MEAN_TOLERANCE,
-            "by_role": role_errors(rows),
-            "wall_s": wall,
-            "rows": [r.as_dict() for r in rows],
-        }
         print(json.dumps(out, indent=2))
         return 0 if ok else 1
     con = console()
@@ -126,6 +141,12 @@ def validate_command(args: argparse.Namespace) -> int:
         con.print(
             f"{role} rows: {agg['rows']:.0f}, mean |error| {agg['mean_abs_error']:.2%}, "
             f"max {agg['max_abs_error']:.2%}",
+            markup=False,
+        )
+    cover = holdout_coverage(rows)
+    if cover is not None:
+        con.print(
+            f"holdout rows inside their 90% interval: {cover['inside']} of {cover['rows']}",
             markup=False,
         )
     if mean is not None:

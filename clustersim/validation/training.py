@@ -95,6 +95,8 @@ def run_training(ref: TrainingRef) -> Row:
         extra["tokens_per_s_per_device_published"] = ref.published.tokens_per_s_per_device
         extra["tokens_per_s_per_device_predicted"] = float(s["tokens_per_s"]) / res.chips
     breakdown = s["breakdown_s"]
+    if s.get("uncertainty"):
+        extra["uncertainty"] = list(s["uncertainty"]["step_time_s"])
     return Row(
         name=ref.name,
         kind="training",

@@ -173,6 +173,16 @@ def layer_activation_bytes(dm: Dims, recompute: str) -> int:
     return total
 
 
+def _held(schedule: str, stage: int, layout: Layout, n_mb: int, per_chunk: list[int]) -> float:
+    """The peak of activations in flight: in closed form for one chunk per stage (1F1B
+    holds min(pp - stage, M) microbatches, GPipe all M), else by walking the order."""
+    if layout.vp == 1 and schedule in ("1f1b", "gpipe"):
+        live = min(layout.pp - stage, n_mb) if schedule == "1f1b" else n_mb
+        return float(live * per_chunk[0])
+    order = get_schedule(schedule)(stage, layout.pp, n_mb, layout.vp)
+    return peak_in_flight(order, per_chunk)
+
+
 def _mlp_activation_bytes(dm: Dims, recompute: str) -> int:
     """The dense MLP's share of ``layer_activation_bytes``: its norm input, its up
     projection's input, the gate and up outputs and the down projection's input."""
@@ -225,7 +235,6 @@ def memory_per_rank(
         )
     dm = make_dims(model, par, train, layout)
     n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
-    order = get_schedule(par.schedule)(stage, layout.pp, n_mb, layout.vp)
     # What one microbatch's forward of each local chunk leaves in HBM until its backward.
     per_layer = layer_activation_bytes(dm, par.recompute)
     full = layer_activation_bytes(dm, "none")
@@ -247,7 +256,7 @@ def memory_per_rank(
     ]
     if stage == layout.pp - 1:
         per_chunk[-1] += _head_activation_bytes(dm)
-    held = peak_in_flight(order, per_chunk)
+    held = _held(par.schedule, stage, layout, n_mb, per_chunk)
     # The layer in backward holds everything recompute regenerated for it, and an MoE
     # layer's all-to-all its send and receive buffers.
     has_moe = any(is_moe_layer(model, i) for i in stage_layers(model, layout, stage))

@@ -46,6 +46,7 @@ others'.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -139,6 +140,7 @@ class Routing:
         return max(self.sent, self.received)
 
 
+@functools.lru_cache(maxsize=4096)
 def routing(
     moe: MoESpec,
     tokens_per_rank: int,
@@ -146,7 +148,11 @@ def routing(
     cfg: MoECfg | None = None,
     seed: int = 0,
 ) -> Routing:
-    """Token loads of the busiest rank of an EP group (see the module doc)."""
+    """Token loads of the busiest rank of an EP group (see the module doc).
+
+    Cached: the arguments are frozen, and a search asks again for every zero level,
+    recompute and schedule of a shape.
+    """
     cfg = cfg if cfg is not None else MoECfg()
     ep, etp, e = layout.ep, layout.etp, moe.experts
     local = e // ep

@@ -45,7 +45,11 @@ per rank, V vocabulary per rank):
   their gradients reduce-scattered after its backward; only the local chunk is
   kept, so the backward gathers again unless a recompute already did.
 - Under FP8 only the transformer layers' linears run in FP8; the attention core
-  and the LM head stay in BF16 (Transformer Engine's default recipe).
+  and the LM head stay in BF16 (Transformer Engine's default recipe). Each FP8
+  linear pays for its scaling and casts (``fp8_cast``): its BF16 input before the
+  forward, its output gradient before the backward. FP8 weights are cast once per
+  step and cached across the microbatches (Transformer Engine), so that cast is
+  left out.
 """
 
 from __future__ import annotations
@@ -125,6 +129,28 @@ class _Linear:
                 (k, m, n), 1, precision, hbm_bytes=op * (m * k + m * n) + 2 * ACT_BYTES * k * n
             ),
         )
+
+
+def fp8_cast(rows: int, cols: int) -> Work:
+    """Scale a BF16 (rows, cols) tensor and cast it to FP8, as is and transposed.
+
+    Transformer Engine's fused cast-transpose: read the BF16 tensor (2 B), take its
+    amax and scale (2 vector ops per element), write the FP8 copy and its transpose
+    (1 B each), which the dgrad and the wgrad read.
+    """
+    elems = rows * cols
+    return Work(vector_ops=float(2 * elems), hbm_bytes=float((ACT_BYTES + 2) * elems))
+
+
+def _casts(precision: str) -> Callable[[str, str, int, int], list[Tpl]]:
+    """The cast op before an FP8 linear's input (none at other precisions)."""
+
+    def cast(name: str, phase: str, rows: int, cols: int) -> list[Tpl]:
+        if precision != "fp8":
+            return []
+        return [_compute(f"{name}.cast", phase, fp8_cast(rows, cols))]
+
+    return cast
 
 
 def _twice(work: Work) -> Work:
@@ -220,10 +246,12 @@ def flash_core(
     lse_bytes = 4 * T * a
     half_s, half_q = max(s // 2, 1), max(q // 2, 1)
     heads = b * a  # independent attention problems: sequences x local heads
-    qk = Work((q, qk_dim, half_s), heads, prec, hbm_bytes=float(q_bytes + k_bytes))
+    fa = "attention"  # the fused kernel's efficiency (Calibration.attention_efficiency)
+    qk = Work((q, qk_dim, half_s), heads, prec, hbm_bytes=float(q_bytes + k_bytes), kernel=fa)
     scores = T * half_s * a
     softmax = Work(scalar_ops=float(scores), vector_ops=float(2 * scores))
-    pv = Work((q, half_s, v_dim), heads, prec, hbm_bytes=float(v_bytes + o_bytes + lse_bytes))
+    pv_bytes = float(v_bytes + o_bytes + lse_bytes)
+    pv = Work((q, half_s, v_dim), heads, prec, hbm_bytes=pv_bytes, kernel=fa)
     # Backward: recompute S = QK^T and compute dP = dO V^T (one matmul of both
     # contractions), then dQ, then dK and dV.
     # Equal widths: two matmuls of one shape (as dense models have always been lowered).
@@ -233,11 +261,12 @@ def flash_core(
         n * heads,
         prec,
         hbm_bytes=float(q_bytes + o_bytes + k_bytes + v_bytes + lse_bytes),
+        kernel=fa,
     )
     softmax_b = replace(_twice(softmax), hbm_bytes=float(o_bytes))  # D = rowsum(dO * O) reads O
-    dq = Work((q, half_s, qk_dim), heads, prec, hbm_bytes=float(q_bytes))
+    dq = Work((q, half_s, qk_dim), heads, prec, hbm_bytes=float(q_bytes), kernel=fa)
     dkv_shape = (s, half_q, qk_dim) if qk_dim == v_dim else (s, half_q, qk_dim + v_dim)
-    dkv = Work(dkv_shape, n * heads, prec, hbm_bytes=float(k_bytes + v_bytes))
+    dkv = Work(dkv_shape, n * heads, prec, hbm_bytes=float(k_bytes + v_bytes), kernel=fa)
     return qk, softmax, pv, s_dp, softmax_b, dq, dkv
 
 
@@ -301,13 +330,17 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         """RoPE on Q and K; none with learned positions (they are added at the embedding)."""
         return [] if dm.learned_positions else [_compute("attn.rope", phase, rope)]
 
+    cast = _casts(precision)
+
     def forward(phase: str) -> list[Tpl]:
         return [
             _compute("attn.norm", phase, norm),
             *tp.enter_fwd(phase),
+            *cast("attn.qkv", phase, T, h),
             _compute("attn.qkv", phase, qkv.fwd),
             *rope_fwd(phase),
             *core(phase),
+            *cast("attn.out", phase, T, dm.attn_cols),
             _compute("attn.out", phase, out.fwd),
             *tp.exit_fwd(phase),
             _compute("attn.residual", phase, residual),
@@ -321,11 +354,13 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         ready[len(bwd) - 1] = (piece,)
 
     bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd()]
+    bwd += cast("attn.out.grad", B, T, h)
     bwd += [_compute("attn.out.dgrad", B, out.dgrad), _compute("attn.out.wgrad", B, out.wgrad)]
     mark("attn.out")
     bwd += core_bwd
     if not dm.learned_positions:
         bwd += [_compute("attn.rope", B, _twice(rope))]
+    bwd += cast("attn.qkv.grad", B, T, dm.qkv_cols)
     bwd += [_compute("attn.qkv.dgrad", B, qkv.dgrad), _compute("attn.qkv.wgrad", B, qkv.wgrad)]
     mark("attn.qkv")
     bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
@@ -343,12 +378,16 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     down = _Linear.of(T, dm.ffn_local, h, precision)
     act = activation_work(T * dm.ffn_local, dm.swiglu)
 
+    cast = _casts(precision)
+
     def forward(phase: str) -> list[Tpl]:
         return [
             _compute("mlp.norm", phase, norm),
             *tp.enter_fwd(phase),
+            *cast("mlp.up", phase, T, h),
             _compute("mlp.up", phase, up.fwd),
             _compute("mlp.act", phase, act),
+            *cast("mlp.down", phase, T, dm.ffn_local),
             _compute("mlp.down", phase, down.fwd),
             *tp.exit_fwd(phase),
             _compute("mlp.residual", phase, residual),
@@ -362,9 +401,11 @@ def mlp_part(dm: Dims, precision: str) -> Part:
         ready[len(bwd) - 1] = (piece,)
 
     bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.exit_bwd()]
+    bwd += cast("mlp.down.grad", B, T, h)
     bwd += [_compute("mlp.down.dgrad", B, down.dgrad), _compute("mlp.down.wgrad", B, down.wgrad)]
     mark("mlp.down")
     bwd += [_compute("mlp.act", B, _twice(act))]
+    bwd += cast("mlp.up.grad", B, T, dm.up_cols)
     bwd += [_compute("mlp.up.dgrad", B, up.dgrad), _compute("mlp.up.wgrad", B, up.wgrad)]
     mark("mlp.up")
     bwd += [*tp.enter_bwd(), _compute("mlp.norm", B, _twice(norm))]

@@ -85,3 +85,16 @@ def test_fp8_on_a100_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["run", str(path), "--no-report", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "training.precision" in err
+
+
+def test_holdout_coverage_counts_rows_inside_their_interval() -> None:
+    from clustersim.validation.command import holdout_coverage
+
+    inside = Row("a", "training", "step time", "s", 10.0, 10.5, 0.1, "t", role="holdout",
+                 extra={"uncertainty": [9.0, 12.0]})  # fmt: skip
+    outside = Row("b", "training", "step time", "s", 10.0, 13.0, 0.1, "t", role="holdout",
+                  extra={"uncertainty": [11.0, 15.0]})  # fmt: skip
+    cal = Row("c", "training", "step time", "s", 10.0, 10.0, 0.1, "t", role="calibration",
+              extra={"uncertainty": [11.0, 15.0]})  # fmt: skip
+    assert holdout_coverage([inside, outside, cal]) == {"rows": 2, "inside": 1}
+    assert holdout_coverage([cal]) is None

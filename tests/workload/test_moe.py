@@ -234,3 +234,15 @@ def test_every_moe_model_builds() -> None:
         train = TrainingCfg(seq_len=512, global_batch_size=8)
         progs = build_programs(model, par, train, make_layout(par, 8, 1))
         assert np.isfinite(sum(i.nbytes for i in progs[0].instrs))
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_activations_in_flight_closed_form_matches_the_schedule(schedule: str) -> None:
+    from clustersim.workload.memory import _held
+    from clustersim.workload.schedules import get_schedule, peak_in_flight
+
+    for pp, n_mb in ((1, 1), (4, 2), (4, 8), (8, 3)):
+        layout = Layout(tp=1, pp=pp, dp=1, cp=1, ep=1, ranks=pp, ranks_per_chip=1)
+        for stage in range(pp):
+            order = get_schedule(schedule)(stage, pp, n_mb, 1)
+            assert _held(schedule, stage, layout, n_mb, [7]) == peak_in_flight(order, [7])

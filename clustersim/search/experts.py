@@ -1,0 +1,96 @@
+"""The search estimate's parts for mixture-of-experts layouts.
+
+The all-to-all's closed form by fabric level, the (stride, size) of the groups
+inside a layer (the expert groups included), and the gradient streams of a stage:
+dense parameters over ``dp``, routed experts over ``edp``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.scenario.models import ParallelismCfg
+from clustersim.workload import Layout
+from clustersim.workload.dims import EXPERT_PIECES, is_moe_layer, stage_pieces
+from clustersim.workload.ops import ACT_BYTES
+
+
+class Level(Protocol):
+    """One level of a group, as ``estimate.Level`` describes it."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def bw_Bps(self) -> float: ...
+    @property
+    def latency_s(self) -> float: ...
+    @property
+    def bidirectional(self) -> bool: ...
+    @property
+    def hop(self) -> int: ...
+
+
+__all__ = ["all_to_all_s", "grad_streams_s", "group_of", "layer_kinds"]
+
+Group = tuple[int, int]
+CollS = Callable[[int, int, str, float], float]
+
+
+def all_to_all_s(nbytes: float, levels: Sequence[Level], flows: int, p: int) -> float:
+    """An all-to-all (mesh, every pair at once) over ``levels``: each rank sends
+    ``nbytes / p`` to every peer, and the ``(p_k - p_{k-1}) / p`` share of its buffer whose
+    peers lie beyond level k-1 crosses level k, where ``p_k`` counts the members up to
+    level k. Levels run at once, so the slowest sets the time, plus its latency."""
+    inner = 1
+    worst = 0.0
+    for lv in levels:
+        outer = inner * lv.size
+        share = nbytes * (outer - inner) / p
+        cap = lv.bw_Bps * (2 if lv.bidirectional and lv.size >= 3 else 1)
+        # On a ring of d members the mean peer is about d/4 hops off each way.
+        hops = max(1.0, lv.size / 4 * lv.hop) if lv.bidirectional and lv.size >= 3 else 1.0
+        worst = max(worst, share * flows * hops / cap + lv.latency_s)
+        inner = outer
+    return worst
+
+
+def group_of(name: str, lay: Layout) -> tuple[int, int]:
+    """(stride, size) of a group whose collectives run inside a layer."""
+    expert = {"ep": (lay.etp, lay.ep), "etp": (1, lay.etp), "edp": (lay.etp * lay.ep, lay.edp)}
+    return (1, lay.tp) if name == "tp" else expert.get(name, (lay.tp, lay.cp))
+
+
+def grad_streams_s(
+    model: ModelSpec, layout: Layout, stage: int, par: ParallelismCfg, coll_s: CollS
+) -> tuple[float, float, int, list[tuple[Group, float]]]:
+    """A stage's gradient reduction: (seconds, ZeRO-1 all-gather seconds, buckets, and
+    each stream's (group, gradient bytes), the dense one first)."""
+    pieces = stage_pieces(model, layout, stage)
+    expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
+    dense = sum(n for _, _, n in pieces) - expert
+    streams: list[tuple[Group, float]] = [
+        ((layout.tp * layout.cp, layout.dp), float(dense * ACT_BYTES))
+    ]
+    if expert:
+        streams.append(((layout.etp * layout.ep, layout.edp), float(expert * ACT_BYTES)))
+    op = "reduce_scatter" if par.zero == 1 else "all_reduce"
+    bucket = par.grad_bucket_bytes
+    dp_s = gather = 0.0
+    buckets = 0
+    for group, grad_bytes in streams:
+        full, rest = divmod(grad_bytes, bucket)
+        dp_s += full * coll_s(*group, op, bucket) + coll_s(*group, op, rest)
+        buckets += max(1, math.ceil(grad_bytes / bucket))
+        if par.zero == 1:
+            gather += full * coll_s(*group, "all_gather", bucket)
+            gather += coll_s(*group, "all_gather", rest)
+    return dp_s, gather, buckets, streams
+
+
+def layer_kinds(model: ModelSpec, layers: Sequence[int]) -> tuple[int, int]:
+    """(dense, MoE) layers among ``layers``."""
+    e = sum(1 for i in layers if is_moe_layer(model, i))
+    return len(layers) - e, e

@@ -1,0 +1,68 @@
+"""The layout search's estimate against the simulator on every shipped scenario.
+
+The estimate runs the simulator's op templates on the same roofline (same attention
+kernel, precision, recompute and schedule), so compute agrees to rounding; the
+3% covers its closed-form network and pipeline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clustersim.scenario import load_scenario
+from clustersim.search.estimate import estimate_resolved
+from clustersim.sim import simulate
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+FAST = ["trn2-llama3-8b.yaml", "p5-llama3-8b.yaml", "trn1-llama2-7b.yaml"]
+SLOW = [
+    "trn2-ultraserver-llama3-70b.yaml",
+    "trn2-multi-ultraserver-llama3-70b.yaml",
+    "trn3-ultraserver-llama3-405b.yaml",
+    "llama3-16k-54days.yaml",
+    "checkpoint-interval-study.yaml",
+    "trn2-ultraserver-llama3-70b-fsdp.yaml",
+    "trn2-ultraserver-custom-fabric.yaml",
+    "p5-qwen3-30b-a3b.yaml",
+    "trn2-ultracluster-deepseek-v3.yaml",
+    "trn2-ultraserver-mixtral-8x7b.yaml",
+]
+GAP = {
+    "trn2-ultraserver-lane-loss.yaml": (
+        "the estimate counts each data-parallel group of stride 2 chips on a torus axis "
+        "alone on its links: 1.9 ms per 64 MiB all-gather against 3.4 ms simulated, "
+        "where the interleaved groups share them (0.79 of the simulated step)"
+    ),
+}
+
+
+def test_every_shipped_scenario_is_listed() -> None:
+    assert {p.name for p in SCENARIOS.glob("*.yaml")} == {*FAST, *SLOW, *GAP}
+
+
+def _ratio(name: str) -> float:
+    res = load_scenario(SCENARIOS / name, ["failures={}", "training.steps=1"])
+    est = estimate_resolved(res)
+    sim = simulate(res, record=False).summary
+    assert est.compute_s == pytest.approx(sim["breakdown_s"]["compute"], rel=1e-6)
+    return est.step_time_s / float(sim["step_time_s"])
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_estimate_within_3_percent(name: str) -> None:
+    assert _ratio(name) == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SLOW)
+def test_estimate_within_3_percent_large(name: str) -> None:
+    assert _ratio(name) == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.parametrize("name", sorted(GAP))
+def test_known_estimate_gap(name: str) -> None:
+    """Reported, not hidden: the ratio stays where the gap puts it until it is fixed."""
+    ratio = _ratio(name)
+    assert 0.7 < ratio < 0.97, GAP[name]
