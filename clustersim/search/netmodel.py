@@ -171,7 +171,11 @@ def collective_s(
             return wire * proto.wire_factor + runtime.predict_s(
                 op, p, 0.0, info, (algo, proto.name)
             )
-        return wire + runtime_s(proto, nbytes, levels, 1)
+        # One mesh round: each message of n/p no faster than its DMA queues.
+        cap = proto.message_cap_Bps(pipelined=False, reduces=False)
+        efa = any(lv.tier == "efa" and lv.size > 1 for lv in levels)
+        fixed = proto.launch_s + proto.step_s + (proto.efa_message_s if efa else 0.0)
+        return max(wire, nbytes / p / cap) + fixed
     if isinstance(runtime, NcclRuntime):
         return _nccl_s(op, nbytes, levels, sharing, runtime)
     proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
