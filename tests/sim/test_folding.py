@@ -100,7 +100,7 @@ FABRICS = {
         "cluster.collectives.all_reduce=hierarchical",
         "cluster.collectives.reduce_scatter=hierarchical",
     ],
-    "fat tree, 2:1, ring, 4,032 flows a step": [
+    "fat tree, 2:1, mesh, 4,032 flows a step": [
         *_P5, "cluster.count=16", "cluster.efa.fabric=fat_tree", "cluster.efa.oversubscription=2",
         "cluster.collectives.all_reduce=mesh", "training.global_batch_size=64",
     ],
