@@ -14,11 +14,11 @@ from importlib import resources
 from types import UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
+from clustersim.catalog.shipped import load_yaml
 from clustersim.errors import MISSING, CatalogError, ScenarioError
 from clustersim.names import closest
 
@@ -48,7 +48,7 @@ S = TypeVar("S", bound=BaseModel)
 def entries(kind: Kind) -> dict[str, dict[str, Any]]:
     """The raw YAML mappings of one catalog, keyed by name."""
     text = resources.files("clustersim.catalog").joinpath(f"{kind}.yaml").read_text("utf-8")
-    data = yaml.safe_load(text) or {}
+    data = load_yaml(text) or {}
     if not isinstance(data, dict):
         raise CatalogError(kind, type(data).__name__, "catalog file must be a mapping")
     return {str(k): v for k, v in data.items()}

@@ -21,10 +21,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from clustersim.catalog.schema import Strict
+from clustersim.catalog.shipped import load_yaml
 from clustersim.errors import CatalogError
 
 __all__ = [
@@ -97,7 +97,7 @@ def parse_calibration(data: Any, where: str = "calibration") -> CalibrationFile:
 def calibration() -> CalibrationFile:
     """The shipped ``calibration.yaml``."""
     text = resources.files("clustersim.catalog").joinpath("calibration.yaml").read_text("utf-8")
-    return parse_calibration(yaml.safe_load(text))
+    return parse_calibration(load_yaml(text))
 
 
 def family_of(chip: str, cal: CalibrationFile | None = None) -> str | None:

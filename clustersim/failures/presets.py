@@ -12,11 +12,11 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-import yaml
 from pydantic import Field, ValidationError
 
 from clustersim.catalog import pydantic_error, register_model
 from clustersim.catalog.schema import Strict
+from clustersim.catalog.shipped import load_yaml
 from clustersim.errors import ScenarioError
 from clustersim.scenario.failures import FailureClassCfg
 
@@ -60,6 +60,6 @@ def preset(name: str) -> Preset:
             "failures.preset", name, f"unknown preset; valid: {', '.join(preset_names())}"
         )
     try:
-        return Preset.model_validate(yaml.safe_load(texts[name]))
+        return Preset.model_validate(load_yaml(texts[name]))
     except ValidationError as exc:  # a broken shipped file: still say where
         raise pydantic_error(exc, f"presets/{name}.yaml") from None

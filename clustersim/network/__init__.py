@@ -35,6 +35,7 @@ from clustersim.network.collectives import (
     algorithm,
     algorithm_names,
     choose,
+    collective_step_arrays,
     collective_steps,
     register_algorithm,
     resolve_algorithm,
@@ -306,7 +307,7 @@ class Network:
             if replicas is not None:
                 group = self._folded_group(replicas, ranks, pairs, f"{op} replicas")
             else:
-                group = self.flows.group(tuple(zip(src.tolist(), dst.tolist(), strict=True)))
+                group = self.flows.group(np.stack([src, dst], axis=1))
             k = step.repeats
             bound = proto.message_cap_Bps(pipelined=step.pipelined, reduces=step.reduces)
             if bound < group.rate_cap_Bps:
@@ -460,10 +461,7 @@ class Network:
             resolved, proto = self._choice(op, p, nbytes, info)
             # The pairs are kept as an array only: as tuples of Python ints, the
             # steps of a group of 10^4 ranks would hold hundreds of MB.
-            steps = [
-                (replace(s, pairs=()), np.asarray(s.pairs, dtype=np.int64).reshape(-1, 2))
-                for s in collective_steps(op, p, nbytes, resolved, info)
-            ]
+            steps = collective_step_arrays(op, p, nbytes, resolved, info)
             found = (resolved, proto, steps)
             if len(self._steps) < self.max_cached_plans:
                 self._steps[key] = found

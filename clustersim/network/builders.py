@@ -179,12 +179,18 @@ def _torus_path_fn(
     domain_chips: int, coords: Sequence[tuple[int, ...]], dims: tuple[int, ...]
 ) -> PathFn:
     local_of = {c: i for i, c in enumerate(coords)}
+    # Every domain is the same torus: a path is found once per pair of local chips
+    # (at most domain_chips^2 of them) and shifted to each domain's chips.
+    local_paths: dict[tuple[int, int], list[int]] = {}
 
     def path(src: int, dst: int) -> list[int]:
         base = src - src % domain_chips
-        return [
-            base + local_of[c] for c in torus_path(coords[src - base], coords[dst - base], dims)
-        ]
+        key = (src - base, dst - base)
+        local = local_paths.get(key)
+        if local is None:
+            nodes = torus_path(coords[key[0]], coords[key[1]], dims)
+            local = local_paths[key] = [local_of[c] for c in nodes]
+        return [base + x for x in local]
 
     return path
 

@@ -33,8 +33,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeAlias, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from clustersim.errors import ScenarioError
 from clustersim.network.groups import GroupInfo, torus_grid
@@ -50,6 +53,7 @@ __all__ = [
     "algorithm_names",
     "busbw_factor",
     "choose",
+    "collective_step_arrays",
     "collective_steps",
     "register_algorithm",
     "resolve_algorithm",
@@ -118,6 +122,13 @@ Algorithm: TypeAlias = Callable[[str, int, float, GroupInfo], list[Step]]
 Applies: TypeAlias = Callable[[int, GroupInfo], bool]
 """``(p, info) -> whether the algorithm can run on this group``."""
 
+StepArrays: TypeAlias = list[tuple[Step, NDArray[np.int64]]]
+"""Steps with their pairs as ``n x 2`` arrays (and ``pairs=()`` in the step itself)."""
+
+ArrayForm: TypeAlias = Callable[[str, int, float, GroupInfo], StepArrays]
+"""``(op, p, nbytes, info) -> steps, each with its pairs as an array``: what an algorithm
+with many pairs per step gives the simulator, so its pairs never become Python tuples."""
+
 F = TypeVar("F", bound=Callable[..., list[Step]])
 
 
@@ -126,18 +137,26 @@ class _Entry:
     fn: Algorithm
     ops: frozenset[str]
     applies: Applies | None
+    arrays: ArrayForm | None = None
 
 
 _ALGORITHMS: dict[str, _Entry] = {}
 
 
 def register_algorithm(
-    name: str, *, ops: Iterable[str] = OPS, applies: Applies | None = None
+    name: str,
+    *,
+    ops: Iterable[str] = OPS,
+    applies: Applies | None = None,
+    arrays: ArrayForm | None = None,
 ) -> Callable[[F], F]:
     """Register an algorithm under ``name`` for the collective ``ops`` it implements.
 
     ``applies(p, info)``, when given, says whether it can run on a group; where it
     cannot, the collective falls back to ``ring`` (``pairwise`` for all-to-all).
+    ``arrays``, when given, is the same algorithm with each step's pairs as an array
+    (:data:`ArrayForm`): the simulator then builds no tuples (an all-to-all over 4,096
+    ranks has 16.8M pairs). It must give the same steps as the algorithm itself.
     """
     supported = frozenset(ops)
     unknown = supported - set(OPS)
@@ -147,7 +166,7 @@ def register_algorithm(
     def deco(fn: F) -> F:
         if name in _ALGORITHMS:
             raise ValueError(f"algorithm {name!r} is already registered")
-        _ALGORITHMS[name] = _Entry(_four_arguments(fn), supported, applies)
+        _ALGORITHMS[name] = _Entry(_four_arguments(fn), supported, applies, arrays)
         return fn
 
     return deco
@@ -262,6 +281,27 @@ def collective_steps(
         return []
     resolved = resolve_algorithm(name, op, p, nbytes, info)
     return _ALGORITHMS[resolved].fn(op, p, float(nbytes), info)
+
+
+def collective_step_arrays(
+    op: str,
+    p: int,
+    nbytes: float,
+    name: str = "auto",
+    info: GroupInfo | None = None,
+) -> StepArrays:
+    """:func:`collective_steps`, each step with its pairs as an ``n x 2`` array (and
+    ``pairs=()`` in the step): from the algorithm's array form where it has one."""
+    algorithm(name, op)
+    info = GroupInfo.flat(p) if info is None else info
+    if p > 1 and info.p == p and nbytes >= 0:
+        entry = _ALGORITHMS[resolve_algorithm(name, op, p, nbytes, info)]
+        if entry.arrays is not None:
+            return entry.arrays(op, p, float(nbytes), info)
+    return [
+        (replace(s, pairs=()), np.asarray(s.pairs, dtype=np.int64).reshape(-1, 2))
+        for s in collective_steps(op, p, nbytes, name, info)
+    ]
 
 
 @register_algorithm("auto")

@@ -50,6 +50,7 @@ returns them as numpy arrays.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -69,6 +70,11 @@ from clustersim.network.maxmin import maxmin_rates_csc, with_ceilings
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
+
+
+def _same(pairs: NDArray[np.int64]) -> NDArray[np.int64]:
+    """``pairs`` itself: the pairs of a group routed from an array, for rerouting it."""
+    return pairs
 
 
 class _Entity:
@@ -134,7 +140,7 @@ class FlowNetwork:
         """Instants at which rates were solved (one per batch of changes)."""
         self.reroutes = 0
         """Entities moved onto new routes after a link went down."""
-        self._groups: dict[Pairs, FlowGroup] = {}
+        self._groups: dict[Pairs | bytes, FlowGroup] = {}
         self._groups_version = topology.version
         self._cached_pairs = 0
         self._pending: list[_Entity] = []
@@ -225,13 +231,24 @@ class FlowNetwork:
             self._groups.clear()
             self._groups_version = topo.version
             self._cached_pairs = 0
+        routed: Pairs | Callable[[], NDArray[np.int64]]
+        key: Pairs | bytes
         if isinstance(pairs, np.ndarray):
-            pairs = tuple(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
-        key = pairs if isinstance(pairs, tuple) else tuple(pairs)
-        found = self._groups.get(key)
-        if found is not None:
-            return found
-        ends = np.asarray(key, dtype=np.int64).reshape(-1, 2)
+            # An array is keyed by a digest of its bytes: as a tuple of Python ints, a
+            # step of 10^5 pairs costs more to build than to route.
+            ends = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
+            key = hashlib.blake2b(ends.tobytes(), digest_size=16).digest()
+            found = self._groups.get(key)
+            if found is not None:
+                return found
+            ends.flags.writeable = False
+            routed = partial(_same, ends)
+        else:
+            key = routed = pairs if isinstance(pairs, tuple) else tuple(pairs)
+            found = self._groups.get(key)
+            if found is not None:
+                return found
+            ends = np.asarray(key, dtype=np.int64).reshape(-1, 2)
         flat, weights, latency = topo.weighted_routes(ends[:, 0], ends[:, 1])
         links, counts = link_counts(flat, weights)
         latency_s = float(latency.max()) if latency.size else 0.0
@@ -239,9 +256,9 @@ class FlowNetwork:
         if self.hbm is not None:
             links, counts = self.hbm.add(links, counts, ends[:, 0], ends[:, 1])
             chips = self.hbm.chips_of(links)
-        found = FlowGroup(links, counts, len(key), latency_s, key, hbm_chips=chips)
+        found = FlowGroup(links, counts, len(ends), latency_s, routed, hbm_chips=chips)
         self._groups[key] = found
-        self._cached_pairs += len(key)
+        self._cached_pairs += len(ends)
         return found
 
     def transfer(

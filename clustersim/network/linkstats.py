@@ -206,8 +206,15 @@ class LinkStats:
         a cluster of 10^6 chips has millions of links, a bin a few thousand)."""
         if not self._touched:
             return
-        links = np.unique(np.concatenate(self._touched))
+        touched = np.concatenate(self._touched)
         self._touched = []
+        if touched.size > self.n_links // 8:
+            # Many touches (a bin of thousands of transfers): a mask, not a sort.
+            mask = np.zeros(self.n_links, dtype=bool)
+            mask[touched] = True
+            links = np.flatnonzero(mask)
+        else:
+            links = np.unique(touched)
         diff = self.busy_s[links] - self._mark[links]
         moved = diff != 0
         if moved.any():

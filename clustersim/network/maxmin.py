@@ -21,11 +21,13 @@ O(levels x links + nonzeros), in a couple of dozen numpy calls per level.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
+
+if TYPE_CHECKING:  # scipy loads on first use: the simulator's solve needs none of it
+    import scipy.sparse as sp
 
 __all__ = [
     "DEFAULT_RTOL",
@@ -185,6 +187,8 @@ def _both_orientations(
 
     The caller's arrays may be shared, so zeros are dropped from a copy.
     """
+    import scipy.sparse as sp
+
     if incidence.format == "csc":
         # The columns of a CSC matrix are the rows of its transpose: no sort needed.
         by_ent = sp.csr_matrix(

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
 from pydantic import Field
 
 from clustersim.catalog.schema import ChipSpec, Strict
+from clustersim.catalog.shipped import load_yaml
 from clustersim.errors import ScenarioError
 from clustersim.network.collectives import busbw_factor
 from clustersim.network.costs import Protocol
@@ -74,7 +74,7 @@ class NcclTables(Strict):
 @cache
 def nccl_tables() -> NcclTables:
     text = resources.files("clustersim.catalog").joinpath("runtimes.yaml").read_text("utf-8")
-    return NcclTables.model_validate(yaml.safe_load(text)["nccl"])
+    return NcclTables.model_validate(load_yaml(text)["nccl"])
 
 
 @dataclass(frozen=True)

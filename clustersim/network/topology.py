@@ -44,17 +44,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-import networkx as nx
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
-from scipy.sparse.csgraph import dijkstra
 
 from clustersim.catalog.schema import ChipSpec
 from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.links import Int64s, LinkKind, LinkState, LinkTable, Node
+
+if TYPE_CHECKING:  # scipy and networkx load on first use: a collective needs neither
+    import networkx as nx
+    import scipy.sparse as sp
 
 __all__ = [
     "EFA_NODE",
@@ -462,6 +463,9 @@ class Topology(LinkTable):
         """Lowest-latency route over the links that are up (Dijkstra, per source, cached)."""
         pred = self._pred.get(src)
         if pred is None:
+            import scipy.sparse as sp
+            from scipy.sparse.csgraph import dijkstra
+
             if self._usable_csr is None:
                 keep = (self._lanes_up.view > 0) & (self._u.view != self._v.view)
                 n = self.n_nodes
@@ -512,6 +516,8 @@ class Topology(LinkTable):
         attribute ``torus_dims`` gives the torus size. Built on first use: costly at scale.
         """
         if self._graph is None:
+            import networkx as nx
+
             g = nx.DiGraph()
             if self.torus_dims:
                 g.graph["torus_dims"] = self.torus_dims

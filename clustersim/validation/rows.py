@@ -12,11 +12,11 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from clustersim import catalog
 from clustersim.catalog.schema import Bytes, Duration, Strict
+from clustersim.catalog.shipped import load_yaml
 from clustersim.errors import CatalogError
 
 __all__ = [
@@ -174,7 +174,7 @@ def references() -> References:
     """The shipped reference set."""
     text = resources.files("clustersim.validation").joinpath("references.yaml").read_text("utf-8")
     try:
-        return References.model_validate(yaml.safe_load(text))
+        return References.model_validate(load_yaml(text))
     except ValidationError as exc:
         err = catalog.pydantic_error(exc, "references")
         raise CatalogError(err.path, err.value, err.problem) from None

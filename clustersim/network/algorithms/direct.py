@@ -20,35 +20,65 @@ its own step: ``(p-1)a + (p-1)/p · n b``.
 
 from __future__ import annotations
 
-from clustersim.network.collectives import OPS, Step, register_algorithm
+import numpy as np
+from numpy.typing import NDArray
+
+from clustersim.network.collectives import OPS, Step, StepArrays, register_algorithm
 from clustersim.network.groups import GroupInfo
 
-__all__ = ["mesh", "pairwise"]
+__all__ = ["mesh", "mesh_arrays", "pairwise", "pairwise_arrays"]
+
+_NONE: tuple[tuple[int, int], ...] = ()
 
 
-def _all_pairs(p: int) -> tuple[tuple[int, int], ...]:
-    return tuple((i, j) for i in range(p) for j in range(p) if i != j)
+def _all_pairs(p: int) -> NDArray[np.int64]:
+    """Every ordered pair ``(i, j)``, ``i != j``, in row-major order."""
+    i, j = np.divmod(np.arange(p * p, dtype=np.int64), p)
+    keep = i != j
+    return np.stack([i[keep], j[keep]], axis=1)
 
 
-@register_algorithm("mesh", ops=OPS)
-def mesh(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
-    """Every transfer of a phase at once; see the module doc."""
+def _tuples(pairs: NDArray[np.int64]) -> tuple[tuple[int, int], ...]:
+    return tuple(zip(pairs[:, 0].tolist(), pairs[:, 1].tolist(), strict=True))
+
+
+def mesh_arrays(op: str, p: int, nbytes: float, info: GroupInfo) -> StepArrays:
+    """:func:`mesh` with each step's pairs as an array."""
     del info
+    others = np.arange(1, p, dtype=np.int64)
+    root = np.zeros(p - 1, dtype=np.int64)
     if op == "broadcast":
-        return [Step(tuple((0, j) for j in range(1, p)), nbytes)]
+        return [(Step(_NONE, nbytes), np.stack([root, others], axis=1))]
     if op == "reduce":
-        return [Step(tuple((j, 0) for j in range(1, p)), nbytes, reduces=True)]
+        return [(Step(_NONE, nbytes, reduces=True), np.stack([others, root], axis=1))]
     pairs = _all_pairs(p)
     if op == "all_reduce":
         return [
-            Step(pairs, nbytes / p, reduces=True),
-            Step(pairs, nbytes / p),
+            (Step(_NONE, nbytes / p, reduces=True), pairs),
+            (Step(_NONE, nbytes / p), pairs),
         ]
-    return [Step(pairs, nbytes / p, reduces=op == "reduce_scatter")]
+    return [(Step(_NONE, nbytes / p, reduces=op == "reduce_scatter"), pairs)]
 
 
-@register_algorithm("pairwise", ops=("all_to_all",))
+def pairwise_arrays(op: str, p: int, nbytes: float, info: GroupInfo) -> StepArrays:
+    """:func:`pairwise` with each round's pairs as an array."""
+    del op, info
+    i = np.arange(p, dtype=np.int64)
+    return [(Step(_NONE, nbytes / p), np.stack([i, (i + r) % p], axis=1)) for r in range(1, p)]
+
+
+@register_algorithm("mesh", ops=OPS, arrays=mesh_arrays)
+def mesh(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+    """Every transfer of a phase at once; see the module doc."""
+    return [
+        Step(_tuples(pairs), s.bytes_per_flow, reduces=s.reduces)
+        for s, pairs in mesh_arrays(op, p, nbytes, info)
+    ]
+
+
+@register_algorithm("pairwise", ops=("all_to_all",), arrays=pairwise_arrays)
 def pairwise(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     """All-to-all in p-1 shifted rounds; see the module doc."""
-    del op, info
-    return [Step(tuple((i, (i + r) % p) for i in range(p)), nbytes / p) for r in range(1, p)]
+    return [
+        Step(_tuples(pairs), s.bytes_per_flow) for s, pairs in pairwise_arrays(op, p, nbytes, info)
+    ]
