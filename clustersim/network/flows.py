@@ -72,11 +72,6 @@ from clustersim.network.topology import Topology
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
 
 
-def _same(pairs: NDArray[np.int64]) -> NDArray[np.int64]:
-    """``pairs`` itself: the pairs of a group routed from an array, for rerouting it."""
-    return pairs
-
-
 class _Entity:
     """One transfer in flight: ``remaining`` bytes per flow as of ``t_s``, moving at ``rate``."""
 
@@ -236,13 +231,13 @@ class FlowNetwork:
         if isinstance(pairs, np.ndarray):
             # An array is keyed by a digest of its bytes: as a tuple of Python ints, a
             # step of 10^5 pairs costs more to build than to route.
-            ends = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
+            ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
             key = hashlib.blake2b(ends.tobytes(), digest_size=16).digest()
             found = self._groups.get(key)
             if found is not None:
                 return found
             ends.flags.writeable = False
-            routed = partial(_same, ends)
+            routed = partial(np.asarray, ends)  # the pairs themselves, to reroute them
         else:
             key = routed = pairs if isinstance(pairs, tuple) else tuple(pairs)
             found = self._groups.get(key)
