@@ -129,6 +129,10 @@ class ParallelismCfg(Strict):
     # all-gather of the updated parameters runs under the next step's forward instead
     # of after the optimizer; only the first bucket's gather is waited for.
     overlap_param_gather: bool = False
+    # Megatron-Core's overlap_moe_expert_parallel_comm: each backward and the adjacent
+    # forward of another microbatch run as one unit, each one's expert all-to-alls
+    # hidden behind the other's compute (clustersim.workload.overlap).
+    overlap_moe_a2a: bool = False
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)

@@ -38,7 +38,8 @@ from clustersim.workload.dims import (
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
-from clustersim.workload.schedules import get_schedule, peak_in_flight
+from clustersim.workload.overlap import a2a_overlap
+from clustersim.workload.schedules import peak_in_flight, stage_order
 from clustersim.workload.sharding import sharded_state
 
 __all__ = [
@@ -173,13 +174,25 @@ def layer_activation_bytes(dm: Dims, recompute: str) -> int:
     return total
 
 
-def _held(schedule: str, stage: int, layout: Layout, n_mb: int, per_chunk: list[int]) -> float:
+def _held(
+    schedule: str,
+    stage: int,
+    layout: Layout,
+    n_mb: int,
+    per_chunk: list[int],
+    *,
+    overlap: bool = False,
+) -> float:
     """The peak of activations in flight: in closed form for one chunk per stage (1F1B
-    holds min(pp - stage, M) microbatches, GPipe all M), else by walking the order."""
+    holds min(pp - stage, M) microbatches, twice as many with overlapped all-to-alls; GPipe
+    all M), else by walking the order."""
     if layout.vp == 1 and schedule in ("1f1b", "gpipe"):
-        live = min(layout.pp - stage, n_mb) if schedule == "1f1b" else n_mb
+        live = layout.pp - stage
+        if overlap:  # stage_order's deeper warm-up
+            live = 2 * live
+        live = min(live, n_mb) if schedule == "1f1b" else n_mb
         return float(live * per_chunk[0])
-    order = get_schedule(schedule)(stage, layout.pp, n_mb, layout.vp)
+    order = stage_order(schedule, stage, layout.pp, n_mb, layout.vp, overlap=overlap)
     return peak_in_flight(order, per_chunk)
 
 
@@ -256,7 +269,10 @@ def memory_per_rank(
     ]
     if stage == layout.pp - 1:
         per_chunk[-1] += _head_activation_bytes(dm)
-    held = _held(par.schedule, stage, layout, n_mb, per_chunk)
+    overlap = a2a_overlap(par, model, layout)
+    if overlap:  # two microbatches' all-to-alls in flight
+        buffers *= 2
+    held = _held(par.schedule, stage, layout, n_mb, per_chunk, overlap=overlap)
     # The layer in backward holds everything recompute regenerated for it, and an MoE
     # layer's all-to-all its send and receive buffers.
     has_moe = any(is_moe_layer(model, i) for i in stage_layers(model, layout, stage))

@@ -28,6 +28,8 @@ __all__ = [
     "peak_in_flight",
     "register_schedule",
     "schedule_names",
+    "shift_for_overlap",
+    "stage_order",
 ]
 
 Step = tuple[Literal["F", "B"], int, int]
@@ -78,6 +80,50 @@ def peak_in_flight(order: Sequence[Step], weight: Sequence[float] | None = None)
         live += w if kind == "F" else -w
         peak = max(peak, live)
     return peak
+
+
+def shift_for_overlap(order: Sequence[Step], extra: int) -> Order:
+    """The order with every backward ``extra`` forwards later (a deeper warm-up).
+
+    The forwards keep their order, and so do the backwards. Overlapping a backward
+    with the adjacent forward (``workload.overlap``) sends that forward's output on
+    only when the pair ends, so the next stage needs slack: see :func:`stage_order`.
+    """
+    forwards = [s for s in order if s[0] == "F"]
+    out: Order = []
+    seen = done = 0  # forwards before this backward in ``order``; forwards placed
+    for step in order:
+        if step[0] == "F":
+            seen += 1
+            continue
+        target = min(seen + extra, len(forwards))
+        out.extend(forwards[done:target])
+        done = max(done, target)
+        out.append(step)
+    out.extend(forwards[done:])
+    return out
+
+
+def stage_order(
+    schedule: str, stage: int, stages: int, microbatches: int, chunks: int, *, overlap: bool
+) -> Order:
+    """The order of ``schedule`` on ``stage``, with a deeper warm-up when backwards overlap
+    forwards.
+
+    A pair (a backward and the next forward) sends the forward's output when the pair
+    ends, about F + B after it starts, so a stage's forward input must have left its
+    upstream stage a pair earlier than under plain 1F1B, or the steady state stalls
+    (and with the usual warm-up the last stage's pair waits for its upstream stage's
+    pair, which waits for its backward: a deadlock). Warm-ups two forwards deeper per
+    stage upstream give that slack: 2 (pp - stage - 1) + 1 forwards with one chunk per
+    stage (twice the microbatches in flight of plain 1F1B, the activation memory
+    Megatron-Core's overlapped 1F1B and DualPipe pay), one more than interleaved 1F1B's
+    2 (pp - stage - 1) + (v - 1) pp with several.
+    """
+    order = get_schedule(schedule)(stage, stages, microbatches, chunks)
+    if not overlap:
+        return order
+    return shift_for_overlap(order, stages - stage if chunks == 1 else 1)
 
 
 @register_schedule("gpipe")

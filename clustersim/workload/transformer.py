@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.work import Work
@@ -50,8 +51,9 @@ from clustersim.workload.dims import (
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block
+from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
 from clustersim.workload.program import Instr, Kind, Phase, Program
-from clustersim.workload.schedules import get_schedule
+from clustersim.workload.schedules import Order, stage_order
 from clustersim.workload.sharding import shard_program
 
 __all__ = [
@@ -162,7 +164,6 @@ def _build(
 ) -> list[Program]:
     dm = make_dims(model, par, train, layout)
     n_mb = microbatches(par, train, layout)
-    schedule = get_schedule(par.schedule)
     blocks = LayerBlocks(
         model,
         dm,
@@ -176,8 +177,9 @@ def _build(
     p2p_bytes, gather_bytes = pipeline_message_bytes(dm, layout)
     programs = []
     pp, vp = layout.pp, layout.vp
+    overlap = a2a_overlap(par, model, layout)
     for stage in range(pp):
-        order = schedule(stage, pp, n_mb, vp)
+        order = stage_order(par.schedule, stage, pp, n_mb, vp, overlap=overlap)
         chunks = [chunk_layers(model, layout, stage, k) for k in range(vp)]
         prog = Program(stage=stage, layers=tuple(stage_layers(model, layout, stage)))
         out = prog.instrs
@@ -202,41 +204,31 @@ def _build(
         # Offsets to the stages of the previous and next chunk (the last stage's
         # next chunk, and the first stage's previous one, wrap around).
         prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
-        for i, (kind, mb, k) in enumerate(order):
-            c = k * pp + stage
-            first, last = c == 0, c == layout.chunks - 1
-            layers = chunks[k]
-            if kind == "F":
-                if first:
-                    _stamp(out, embed.fwd, -1, mb)
-                else:
-                    tag = _tag(mb, c - 1, layout, grad=False)
-                    out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=p2p_bytes, tag=tag))
-                    _gather(out, "pp.gather.act", Phase.FORWARD, mb, gather_bytes)
-                for lay in layers:
-                    _stamp(out, blocks[lay].fwd, lay, mb)
-                if last:
-                    _stamp(out, head.fwd, -1, mb)
-                else:
-                    tag = _tag(mb, c, layout, grad=False)
-                    out.append(_p2p(Kind.SEND, "pp.send.act", mb, nxt, nbytes=p2p_bytes, tag=tag))
+
+        ctx = _StageCtx(
+            stage,
+            order,
+            chunks,
+            layout,
+            blocks,
+            embed,
+            head,
+            p2p_bytes,
+            gather_bytes,
+            prev,
+            nxt,
+            emit_at,
+            sync.emit if (dp_on and par.zero < 3) else None,
+        )
+        for unit in pair_units(order) if overlap else [(i,) for i in range(len(order))]:
+            if len(unit) == 1:
+                _item(ctx, unit[0], out)
                 continue
-            emit = sync.emit if (dp_on and par.zero < 3 and i in emit_at) else None
-            if last:
-                _backward(out, head, -1, mb, emit)
-            else:
-                tag = _tag(mb, c, layout, grad=True)
-                out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, nxt, nbytes=p2p_bytes, tag=tag))
-                _gather(out, "pp.gather.grad", Phase.BACKWARD, mb, gather_bytes)
-            for lay in reversed(layers):
-                block = blocks[lay]
-                _stamp(out, block.recompute, lay, mb)
-                _backward(out, block, lay, mb, emit)
-            if first:
-                _backward(out, embed, -1, mb, emit)
-            else:
-                tag = _tag(mb, c - 1, layout, grad=True)
-                out.append(_p2p(Kind.SEND, "pp.send.grad", mb, prev, nbytes=p2p_bytes, tag=tag))
+            first: list[Instr] = []
+            second: list[Instr] = []
+            _item(ctx, unit[0], first)
+            _item(ctx, unit[1], second)
+            out.extend(interleave(first, second))
         if dp_on:
             out.append(Instr(Kind.WAIT_ASYNC, "dp.wait", Phase.GRAD_SYNC))
         params = optimizer_params(model, layout, stage, par.zero)
@@ -258,6 +250,65 @@ def _build(
                     )
         programs.append(prog)
     return programs
+
+
+@dataclass(frozen=True)
+class _StageCtx:
+    """What ``_item`` needs of one stage's build."""
+
+    stage: int
+    order: Order
+    chunks: list[range]
+    layout: Layout
+    blocks: LayerBlocks
+    embed: Block
+    head: Block
+    p2p_bytes: float
+    gather_bytes: float
+    prev: int
+    nxt: int
+    emit_at: set[int]
+    emit: Emit | None
+
+
+def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
+    """Append the instructions of the ``i``-th item of the stage's order."""
+    kind, mb, k = ctx.order[i]
+    layout, stage, pp = ctx.layout, ctx.stage, ctx.layout.pp
+    c = k * pp + stage
+    first, last = c == 0, c == layout.chunks - 1
+    layers = ctx.chunks[k]
+    if kind == "F":
+        if first:
+            _stamp(out, ctx.embed.fwd, -1, mb)
+        else:
+            tag = _tag(mb, c - 1, layout, grad=False)
+            out.append(_p2p(Kind.RECV, "pp.recv.act", mb, ctx.prev, nbytes=ctx.p2p_bytes, tag=tag))
+            _gather(out, "pp.gather.act", Phase.FORWARD, mb, ctx.gather_bytes)
+        for lay in layers:
+            _stamp(out, ctx.blocks[lay].fwd, lay, mb)
+        if last:
+            _stamp(out, ctx.head.fwd, -1, mb)
+        else:
+            tag = _tag(mb, c, layout, grad=False)
+            out.append(_p2p(Kind.SEND, "pp.send.act", mb, ctx.nxt, nbytes=ctx.p2p_bytes, tag=tag))
+        return
+    emit = ctx.emit if i in ctx.emit_at else None
+    if last:
+        _backward(out, ctx.head, -1, mb, emit)
+    else:
+        tag = _tag(mb, c, layout, grad=True)
+        out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, ctx.nxt, nbytes=ctx.p2p_bytes, tag=tag))
+        _gather(out, "pp.gather.grad", Phase.BACKWARD, mb, ctx.gather_bytes)
+    for lay in reversed(layers):
+        block = ctx.blocks[lay]
+        _stamp(out, block.recompute, lay, mb)
+        _backward(out, block, lay, mb, emit)
+    if first:
+        _backward(out, ctx.embed, -1, mb, emit)
+    else:
+        tag = _tag(mb, c - 1, layout, grad=True)
+        out.append(_p2p(Kind.SEND, "pp.send.grad", mb, ctx.prev, nbytes=ctx.p2p_bytes, tag=tag))
 
 
 def _grad_syncs(

@@ -1,0 +1,130 @@
+"""Overlap of one microbatch's expert all-to-alls with another's compute.
+
+Megatron-Core's ``overlap_moe_expert_parallel_comm`` (its "combined 1F1B") and
+DeepSeek-V3's DualPipe (arXiv 2412.19437 section 3.2.1) run a forward and a
+backward of two different microbatches as one unit: while one waits for its
+dispatch or combine all-to-all, the other computes. ``pair_units`` picks the
+units from a schedule's order (two adjacent items, one forward and one
+backward, of different microbatches: neither can depend on the other), and
+``interleave`` merges their instruction lists.
+
+``interleave`` cuts each list at its expert all-to-alls (``ep``) into segments
+and alternates the two: a segment of one, its all-to-all started without
+waiting, a segment of the other, its all-to-all started, then a wait for the
+first all-to-all (all but the one started last) before the first list's next
+segment, and so on. So at most one all-to-all of each list is in flight, each
+hides behind the other list's segment, and a list that runs out of segments
+leaves the other to run with its all-to-alls waited for at once (blocking).
+Everything else (TP collectives, sends and receives, gradient buckets) keeps
+its place inside its segment. The all-to-all's flows share links and HBM with
+the compute they overlap, as any asynchronous collective does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from clustersim.workload.program import Instr, Kind
+from clustersim.workload.schedules import Step
+
+if TYPE_CHECKING:
+    from clustersim.catalog.schema import ModelSpec
+    from clustersim.scenario.models import ParallelismCfg
+    from clustersim.workload.layout import Layout
+
+__all__ = ["a2a_overlap", "interleave", "pair_units"]
+
+_A2A = ("ep", "all_to_all")
+
+
+def a2a_overlap(par: ParallelismCfg, model: ModelSpec, layout: Layout) -> bool:
+    """Whether the layout overlaps expert all-to-alls across microbatches."""
+    return par.overlap_moe_a2a and model.moe is not None and layout.ep > 1
+
+
+def pair_units(order: Sequence[Step]) -> list[tuple[int, ...]]:
+    """The order's items as units: pairs to overlap, and single items.
+
+    Greedy from the start: two adjacent items form a pair when one is a forward
+    and the other a backward of different microbatches. Returns index tuples in
+    order, covering every item once.
+    """
+    units: list[tuple[int, ...]] = []
+    i = 0
+    while i < len(order):
+        if i + 1 < len(order):
+            (k0, mb0, _), (k1, mb1, _) = order[i], order[i + 1]
+            if k0 != k1 and mb0 != mb1:
+                units.append((i, i + 1))
+                i += 2
+                continue
+        units.append((i,))
+        i += 1
+    return units
+
+
+def _segments(instrs: list[Instr]) -> tuple[list[list[Instr]], list[Instr]]:
+    """Cut at the blocking expert all-to-alls: the segments, and the all-to-alls between."""
+    segs: list[list[Instr]] = [[]]
+    cuts: list[Instr] = []
+    for ins in instrs:
+        if ins.kind == Kind.COLLECTIVE and (ins.group, ins.collective) == _A2A:
+            cuts.append(ins)
+            segs.append([])
+        else:
+            segs[-1].append(ins)
+    return segs, cuts
+
+
+def interleave(first: list[Instr], second: list[Instr]) -> list[Instr]:
+    """One instruction list running ``first`` and ``second`` with overlapped all-to-alls."""
+    streams = [_segments(first), _segments(second)]
+    if not streams[0][1] and not streams[1][1]:
+        return first + second  # nothing to overlap
+    out: list[Instr] = []
+    flight: list[int] = []  # the stream of each all-to-all in flight, oldest first
+    nxt = [0, 0]  # next segment of each stream
+    turn = 0
+    while nxt[0] < len(streams[0][0]) or nxt[1] < len(streams[1][0]):
+        if nxt[turn] >= len(streams[turn][0]):
+            turn = 1 - turn
+        segs, cuts = streams[turn]
+        j = nxt[turn]
+        if j > 0 and turn in flight:  # this stream's last all-to-all must be done
+            last = len(flight) - 1 - flight[::-1].index(turn)
+            out.append(_wait(cuts[j - 1], len(flight) - 1 - last))
+            del flight[: last + 1]
+        out.extend(segs[j])
+        if j < len(cuts):
+            a2a = cuts[j]
+            out.append(
+                Instr(
+                    Kind.ASYNC_COLLECTIVE,
+                    a2a.name,
+                    a2a.phase,
+                    a2a.layer,
+                    a2a.microbatch,
+                    collective=a2a.collective,
+                    group=a2a.group,
+                    nbytes=a2a.nbytes,
+                )
+            )
+            flight.append(turn)
+        nxt[turn] = j + 1
+        turn = 1 - turn
+    return out
+
+
+def _wait(a2a: Instr, leave: int) -> Instr:
+    """Wait for the all-to-alls of ``ep`` started so far but the ``leave`` started last."""
+    return Instr(
+        Kind.WAIT_ASYNC,
+        f"{a2a.name}.wait",
+        a2a.phase,
+        a2a.layer,
+        a2a.microbatch,
+        collective=a2a.collective,
+        group=a2a.group,
+        tag=leave,
+    )
