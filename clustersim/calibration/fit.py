@@ -90,7 +90,7 @@ def estimate_s(res: Resolved, chip: ChipSpec | None = None) -> float:
     """The closed-form step time of ``res``'s own layout, on ``chip`` if given."""
     chip = chip or res.chip
     sc = res.scenario
-    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
     model = ChipModel(chip, res.lnc)
     net = NetModel.of(res.instance, chip, sc.cluster.count, res.lnc)
     return Estimator(res.model, sc.training, model, net)(sc.parallelism, layout).step_time_s

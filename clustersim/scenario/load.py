@@ -328,6 +328,11 @@ class Resolved:
     def ranks(self) -> int:
         return self.chips * self.ranks_per_chip
 
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks of one instance (a node of the scale-out network)."""
+        return self.instance.chips * self.ranks_per_chip
+
     def as_dict(self) -> dict[str, Any]:
         """The resolved scenario: every key, with catalog entries expanded."""
         out = self.scenario.model_dump(mode="json")

@@ -450,7 +450,7 @@ def estimate(
 def estimate_resolved(res: Resolved) -> Estimate:
     """The analytic step time of a resolved scenario's own layout."""
     sc = res.scenario
-    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
     validate(res.model, sc.parallelism, sc.training, layout)
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)

@@ -48,7 +48,7 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
     same algorithm step maps onto every row alike.
     """
     grid = _stage_grid(layout, stage)
-    if name in ("ep", "etp", "edp"):
+    if name in ("ep", "etp", "edp", "ep_node", "ep_cross"):
         return _expert_groups(layout, grid, name)
     if name == "tp":
         return grid.reshape(-1, layout.tp)
@@ -65,7 +65,7 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
         )
     if name == "dp_replicate":
         return grid.reshape(layout.replicas, -1).T.copy()
-    valid = "tp, cp, dp, dp_shard, dp_replicate, ep, etp or edp"
+    valid = "tp, cp, dp, dp_shard, dp_replicate, ep, etp, edp, ep_node or ep_cross"
     raise ValueError(f"no replica groups for {name!r} ({valid})")
 
 
@@ -76,6 +76,11 @@ def _expert_groups(layout: Layout, grid: IntArray, name: str) -> IntArray:
         return moe.reshape(-1, layout.etp)
     if name == "ep":
         return moe.transpose(0, 2, 1).reshape(-1, layout.ep)
+    if name in ("ep_node", "ep_cross"):  # ep index = node * ep_local + local index
+        split = moe.reshape(layout.edp, layout.ep_nodes, layout.ep_local, layout.etp)
+        if name == "ep_node":
+            return split.transpose(0, 1, 3, 2).reshape(-1, layout.ep_local)
+        return split.transpose(0, 2, 3, 1).reshape(-1, layout.ep_nodes)
     return moe.reshape(layout.edp, -1).T.copy()
 
 

@@ -105,7 +105,7 @@ def plan(
     """
     sc = res.scenario
     check_precision(res)
-    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip)
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
     validate(res.model, sc.parallelism, sc.training, layout)
     if limits is not None:
         check_work(res, layout.dp, limits, folded=folded)
@@ -334,7 +334,7 @@ def estimate_run(res: Resolved, fidelity: Fidelity = "auto") -> Estimate:
     the fidelity it will run at, plus the detailed step with a link cut when a
     ``continue_degraded`` step time is to be derived (``sim.degraded``)."""
     sc = res.scenario
-    dp = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip).dp
+    dp = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node).dp
     folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
     try:
         folded = fold_with(sc.failures.inject, folded, fidelity)

@@ -11,7 +11,11 @@ renumber a stage's ``tp*cp*dp`` ranks as (etp fastest, then ep, then edp), so an
 EP group is ``ep`` ranks ``etp`` apart, an expert-TP group ``etp`` consecutive
 ranks, and the expert-data-parallel group (which reduces the experts' gradients)
 the ``tp*cp*dp / (etp*ep)`` ranks ``etp*ep`` apart. With ``etp = tp`` (the
-default) an EP group is ``ep`` consecutive (cp, dp) indices.
+default) an EP group is ``ep`` consecutive (cp, dp) indices. An EP group is
+``ep*etp`` consecutive ranks; when it spans several nodes (instances of
+``ranks_per_node`` ranks), the hierarchical dispatcher splits it into the members
+of one node (``ep_node``) and the members at the same place in every node
+(``ep_cross``).
 
 Sharded data parallelism (``zero`` 1-3) shards over ``dp_shard`` consecutive DP
 indices (the ``dp_shard`` group, nearest in rank order, so on the scale-up fabric
@@ -27,7 +31,7 @@ from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 
-__all__ = ["GROUP_NAMES", "Layout", "make_layout", "validate"]
+__all__ = ["EXPERT_GROUPS", "GROUP_NAMES", "Layout", "make_layout", "validate"]
 
 GROUP_NAMES: tuple[str, ...] = (
     "tp",
@@ -39,7 +43,12 @@ GROUP_NAMES: tuple[str, ...] = (
     "dp_replicate",
     "etp",
     "edp",
+    "ep_node",
+    "ep_cross",
 )
+
+EXPERT_GROUPS = ("ep", "etp", "edp", "ep_node", "ep_cross")
+"""The groups in the MoE numbering of a stage's ranks (etp fastest, then ep, then edp)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +79,25 @@ class Layout:
 
     etp: int = 0
     """Expert tensor parallelism (``parallelism.etp``); 0 means the same as ``tp``."""
+    ranks_per_node: int = 0
+    """Ranks of one instance (a node of the scale-out network); 0 means unknown."""
+
+    @property
+    def ep_local(self) -> int:
+        """Members of an EP group in one node: ``ep`` unless the group spans nodes whole.
+
+        The group's ``ep*etp`` consecutive ranks span ``ep*etp / ranks_per_node`` nodes
+        when that divides evenly (and an expert-TP group stays in one node).
+        """
+        span, node = self.ep * self.etp, self.ranks_per_node
+        if node <= 0 or span <= node or node % self.etp or span % node:
+            return self.ep
+        return node // self.etp
+
+    @property
+    def ep_nodes(self) -> int:
+        """Nodes an EP group spans (1 when it is inside one, or nodes are unknown)."""
+        return self.ep // self.ep_local
 
     @property
     def chunks(self) -> int:
@@ -144,6 +172,8 @@ class Layout:
             "dp_replicate": (tpcp * self.shard, self.replicas),
             "etp": (1, self.etp),
             "edp": (self.etp * self.ep, self.edp),
+            "ep_node": (self.etp, self.ep_local),
+            "ep_cross": (self.etp * self.ep_local, self.ep_nodes),
         }
         try:
             return table[name]
@@ -168,7 +198,7 @@ class Layout:
     def _index(self, name: str, rank: int) -> int:
         """Position of ``rank`` inside its group along ``name``."""
         stride, size = self._stride_size(name)
-        if name in ("ep", "etp", "edp"):
+        if name in EXPERT_GROUPS:
             return rank % self.ranks_per_stage // stride % size
         if name == "dp_shard":
             return rank // stride % self.dp % self.shard
@@ -189,8 +219,13 @@ def _ranks_text(ranks: int, ranks_per_chip: int) -> str:
     return f"{ranks} ranks"
 
 
-def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
-    """The layout of ``ranks`` ranks; fills ``dp`` when the scenario omits it."""
+def make_layout(
+    par: ParallelismCfg, ranks: int, ranks_per_chip: int, ranks_per_node: int = 0
+) -> Layout:
+    """The layout of ``ranks`` ranks; fills ``dp`` when the scenario omits it.
+
+    ``ranks_per_node`` (an instance's ranks) places EP groups on nodes.
+    """
     tp, pp, cp, ep = par.tp, par.pp, par.cp, par.ep
     model_par = tp * pp * cp
     have = _ranks_text(ranks, ranks_per_chip)
@@ -263,6 +298,7 @@ def make_layout(par: ParallelismCfg, ranks: int, ranks_per_chip: int) -> Layout:
         vp=par.virtual_stages,
         dp_shard=par.dp_shard or 0,
         etp=etp,
+        ranks_per_node=ranks_per_node,
     )
 
 

@@ -79,6 +79,7 @@ __all__ = [
     "expert_loads",
     "moe_activation_bytes",
     "moe_part",
+    "nodes_per_token",
     "routing",
     "stage_routing",
 ]
@@ -133,6 +134,9 @@ class Routing:
     expert_rows: int
     local_experts: int
     kept: float = 1.0
+    node_tokens: float = 0.0
+    """Token copies in the inter-node all-to-all's per-rank buffer under the
+    hierarchical dispatcher (one per token and destination node); 0: flat."""
 
     @property
     def a2a_tokens(self) -> float:
@@ -168,13 +172,34 @@ def routing(
     mine = per_rank[busiest] * etp  # the expert-TP gather stacks the etp peers' tokens
     padded = np.ceil(mine / ROW_TILE) * ROW_TILE
     rows = math.ceil(float(padded.sum()) / local) if padded.sum() > 0 else 0
+    sent, received = float(tokens_per_rank * moe.top_k * kept), float(per_rank[busiest].sum())
+    node_tokens = 0.0
+    if cfg.dispatcher == "hierarchical" and layout.ep_nodes > 1:
+        limit = (
+            moe.max_nodes_per_token if cfg.max_nodes_per_token is None else cfg.max_nodes_per_token
+        )
+        node_tokens = (
+            max(sent, received) * nodes_per_token(moe.top_k, layout.ep_nodes, limit) / moe.top_k
+        )
     return Routing(
-        sent=float(tokens_per_rank * moe.top_k * kept),
-        received=float(per_rank[busiest].sum()),
+        sent=sent,
+        received=received,
         expert_rows=rows,
         local_experts=local,
         kept=kept,
+        node_tokens=node_tokens,
     )
+
+
+def nodes_per_token(top_k: int, nodes: int, limit: int = 0) -> float:
+    """Expected distinct nodes holding a token's ``top_k`` experts.
+
+    The experts fall on ``m = min(limit, nodes)`` nodes (all ``nodes`` without a
+    limit) evenly at random, so ``m (1 - (1 - 1/m)^k)``: DeepSeek-V3's 8 experts on
+    at most 4 of 8 nodes reach 3.6 nodes, 5.25 without the limit.
+    """
+    m = nodes if limit <= 0 else min(limit, nodes)
+    return m * (1.0 - (1.0 - 1.0 / m) ** top_k)
 
 
 def stage_routing(
@@ -213,6 +238,19 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     permute = Work(vector_ops=float(copies), hbm_bytes=float(2 * ACT_BYTES * copies))
     unpermute = Work(vector_ops=float(2 * copies), hbm_bytes=float(ACT_BYTES * (copies + Ts * h)))
     a2a = float(route.a2a_tokens * h * ACT_BYTES)
+    node_a2a = float(route.node_tokens * h * ACT_BYTES)
+
+    def exchange(phase: str, suffix: str, *, back: bool) -> list[Tpl]:
+        """The dispatch (or, ``back``, the combine) all-to-all: over ``ep``, or under
+        the hierarchical dispatcher across nodes then inside them (reversed back)."""
+        if not node_a2a:
+            return [_coll("ep", "all_to_all", phase, a2a, suffix)]
+        steps = [
+            _coll("ep_cross", "all_to_all", phase, node_a2a, suffix),
+            _coll("ep_node", "all_to_all", phase, a2a, suffix),
+        ]
+        return steps[::-1] if back else steps
+
     etp = dm.etp
     gathered = float(route.received * etp * h * ACT_BYTES)
     t, n_e = route.expert_rows, route.local_experts
@@ -232,7 +270,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
             _compute("moe.permute", phase, permute),
         ]
         if ep_on:
-            out.append(_coll("ep", "all_to_all", phase, a2a, ".dispatch"))
+            out += exchange(phase, ".dispatch", back=False)
         if etp_on:
             out.append(_coll("etp", "all_gather", phase, gathered))
         out += [
@@ -243,7 +281,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         if etp_on:
             out.append(_coll("etp", "reduce_scatter", phase, gathered))
         if ep_on:
-            out.append(_coll("ep", "all_to_all", phase, a2a, ".combine"))
+            out += exchange(phase, ".combine", back=True)
         out.append(_compute("moe.unpermute", phase, unpermute))
         if shared is not None:
             s_up, s_act, s_down = shared
@@ -281,8 +319,8 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         mark("moe.shared.up")
         bwd += tp.enter_bwd()
     bwd.append(_compute("moe.unpermute", B, _twice(unpermute)))
-    if ep_on:
-        bwd.append(_coll("ep", "all_to_all", B, a2a, ".combine"))
+    if ep_on:  # the combine's gradient goes the dispatch's way
+        bwd += exchange(B, ".combine", back=False)
     if etp_on:
         bwd.append(_coll("etp", "all_gather", B, gathered))
     bwd += [
@@ -299,7 +337,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     if etp_on:
         bwd.append(_coll("etp", "reduce_scatter", B, gathered))
     if ep_on:
-        bwd.append(_coll("ep", "all_to_all", B, a2a, ".dispatch"))
+        bwd += exchange(B, ".dispatch", back=True)
     bwd += [
         _compute("moe.permute", B, _twice(permute)),
         _compute("moe.router.scores", B, _twice(score_work)),

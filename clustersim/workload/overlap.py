@@ -8,7 +8,8 @@ units from a schedule's order (two adjacent items, one forward and one
 backward, of different microbatches: neither can depend on the other), and
 ``interleave`` merges their instruction lists.
 
-``interleave`` cuts each list at its expert all-to-alls (``ep``) into segments
+``interleave`` cuts each list at its expert all-to-alls (``ep``, or under the
+hierarchical dispatcher ``ep_cross`` and ``ep_node``, each a cut) into segments
 and alternates the two: a segment of one, its all-to-all started without
 waiting, a segment of the other, its all-to-all started, then a wait for the
 first all-to-all (all but the one started last) before the first list's next
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["a2a_overlap", "interleave", "pair_units"]
 
-_A2A = ("ep", "all_to_all")
+_A2A_GROUPS = ("ep", "ep_node", "ep_cross")
 
 
 def a2a_overlap(par: ParallelismCfg, model: ModelSpec, layout: Layout) -> bool:
@@ -69,7 +70,11 @@ def _segments(instrs: list[Instr]) -> tuple[list[list[Instr]], list[Instr]]:
     segs: list[list[Instr]] = [[]]
     cuts: list[Instr] = []
     for ins in instrs:
-        if ins.kind == Kind.COLLECTIVE and (ins.group, ins.collective) == _A2A:
+        if (
+            ins.kind == Kind.COLLECTIVE
+            and ins.collective == "all_to_all"
+            and ins.group in _A2A_GROUPS
+        ):
             cuts.append(ins)
             segs.append([])
         else:
@@ -83,7 +88,8 @@ def interleave(first: list[Instr], second: list[Instr]) -> list[Instr]:
     if not streams[0][1] and not streams[1][1]:
         return first + second  # nothing to overlap
     out: list[Instr] = []
-    flight: list[int] = []  # the stream of each all-to-all in flight, oldest first
+    # The all-to-alls in flight, oldest first: (stream, its index in the stream).
+    flight: list[tuple[int, int]] = []
     nxt = [0, 0]  # next segment of each stream
     turn = 0
     while nxt[0] < len(streams[0][0]) or nxt[1] < len(streams[1][0]):
@@ -91,10 +97,13 @@ def interleave(first: list[Instr], second: list[Instr]) -> list[Instr]:
             turn = 1 - turn
         segs, cuts = streams[turn]
         j = nxt[turn]
-        if j > 0 and turn in flight:  # this stream's last all-to-all must be done
-            last = len(flight) - 1 - flight[::-1].index(turn)
-            out.append(_wait(cuts[j - 1], len(flight) - 1 - last))
-            del flight[: last + 1]
+        if j > 0 and (turn, j - 1) in flight:  # this stream's last all-to-all must be done
+            out.append(_wait(cuts[j - 1], flight, streams))
+            group = cuts[j - 1].group
+            last = flight.index((turn, j - 1))
+            flight = [
+                f for i, f in enumerate(flight) if i > last or streams[f[0]][1][f[1]].group != group
+            ]
         out.extend(segs[j])
         if j < len(cuts):
             a2a = cuts[j]
@@ -110,14 +119,21 @@ def interleave(first: list[Instr], second: list[Instr]) -> list[Instr]:
                     nbytes=a2a.nbytes,
                 )
             )
-            flight.append(turn)
+            flight.append((turn, j))
         nxt[turn] = j + 1
         turn = 1 - turn
     return out
 
 
-def _wait(a2a: Instr, leave: int) -> Instr:
-    """Wait for the all-to-alls of ``ep`` started so far but the ``leave`` started last."""
+def _wait(
+    a2a: Instr,
+    flight: list[tuple[int, int]],
+    streams: list[tuple[list[list[Instr]], list[Instr]]],
+) -> Instr:
+    """Wait for ``a2a``: for every all-to-all of its group started up to it (the
+    engine's window is per group and collective: it leaves the ones started later)."""
+    pos = next(i for i, (s, j) in enumerate(flight) if streams[s][1][j] is a2a)
+    leave = sum(1 for s, j in flight[pos + 1 :] if streams[s][1][j].group == a2a.group)
     return Instr(
         Kind.WAIT_ASYNC,
         f"{a2a.name}.wait",
