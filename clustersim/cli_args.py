@@ -190,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="fit on the closed-form estimate alone (no anchoring simulation per row)",
     )  # fmt: skip
     cal.add_argument(
+        "--validation", type=Path, metavar="FILE",
+        help="anchor on the step times of a `clustersim validate --json-out` run at the "
+        "shipped constants instead of simulating the rows again",
+    )  # fmt: skip
+    cal.add_argument(
         "--nccl-tests", nargs="+", metavar="[OP=]FILE",
         help="nccl-tests outputs (all_reduce_perf etc.); OP if the file name does not say",
     )  # fmt: skip

@@ -101,6 +101,29 @@ def validation_table(ctx: Context) -> str:
     return "\n".join(out)
 
 
+def calibration_fits(ctx: Context) -> str:
+    """The shipped fits (``catalog/calibration.yaml``): each constant, before and after."""
+    from clustersim.catalog.fits import calibration
+    from clustersim.validation.rows import references
+
+    ids = {r.name: r.id for r in references().training}
+    out = [
+        "| fit | constant | from | to | fitted on | rms log error |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, fit in sorted(calibration().fits.items()):
+        rows = ", ".join(f"{n} ({ids[n]})" if ids.get(n) else n for n in fit.rows)
+        for i, (name, value) in enumerate(sorted(fit.constants.items())):
+            before = fit.previous.get(name)
+            shown = f"{before:.4g}" if before is not None else "n.g."
+            first = i == 0
+            out.append(
+                f"| {key if first else ''} | {name} | {shown} | {value:.4f} | "
+                f"{rows if first else 'the same'} | {f'{fit.rms:.3f}' if first else ''} |"
+            )
+    return "\n".join(out)
+
+
 def _role_stat(role: str, key: str) -> Callable[[Context], str]:
     def compute(ctx: Context) -> str:
         from clustersim.validation import role_errors
@@ -127,6 +150,12 @@ FIGURES: tuple[Figure, ...] = (
         what="the end-to-end rows by role; model refinements elsewhere (shared HBM, the "
         "network) move a row by a few hundredths of a percent, so numbers may differ by 1% "
         "or a printed tenth",
+    ),
+    Figure(
+        "shipped-fits",
+        "",
+        calibration_fits,
+        what="the shipped fits as calibration.yaml holds them (`clustersim calibrate --write`)",
     ),
     Figure(
         "calibration-mean",

@@ -3,6 +3,7 @@
     clustersim calibrate                      # fit the reference rows, print what would move
     clustersim calibrate --write              # ... and write the fits into calibration.yaml
     clustersim calibrate --check              # exit 1 when the shipped fits differ from a fresh one
+    clustersim calibrate --check --validation validate.json   # anchor on a validate run
     clustersim calibrate --instance p5.48xlarge --count 2 \\
         --nccl-tests all_reduce_perf.txt --step-times steps.csv --out my-cluster.yaml
 
@@ -11,7 +12,10 @@ the shipped constants (``--no-simulate`` fits on the bare estimate):
 the residual is ``log(sim(c0) / published) + log(est(c) / est(c0))``, so the
 estimate supplies only the sensitivity to the constants and the simulator the
 level. ``--check`` refits from the shipped constants; when they are a fixed
-point of the fit (within ``CHECK_TOLERANCE``) it passes.
+point of the fit (within ``CHECK_TOLERANCE``) it passes. ``--validation FILE``
+takes ``sim(c0)`` from a ``clustersim validate --json-out FILE`` run (whose rows
+ran at the shipped constants, which is checked), so the check costs only the
+estimate's fits (seconds) where validate has run anyway, as in CI.
 """
 
 from __future__ import annotations
@@ -38,17 +42,28 @@ from clustersim.calibration.user import fit_collectives, fit_step_times, overlay
 from clustersim.catalog.fits import CalibrationFile, calibration, fit_overrides
 from clustersim.errors import ScenarioError
 
-__all__ = ["CHECK_TOLERANCE", "calibrate_command", "fit_shipped"]
+__all__ = ["CHECK_TOLERANCE", "calibrate_command", "fit_shipped", "load_validation"]
 
 CHECK_TOLERANCE = 0.005
 """Largest relative change of a fitted constant that ``--check`` accepts."""
 
 
-def _anchored(rows: list[FitRow], cal: CalibrationFile, stacks: dict[str, str]) -> list[FitRow]:
+Simulated = dict[str, tuple[float, dict[str, float]]]
+"""Per row: a simulated step time and the calibration constants it ran with."""
+
+
+def _anchored(
+    rows: list[FitRow],
+    cal: CalibrationFile,
+    stacks: dict[str, str],
+    simulated: Simulated | None = None,
+) -> list[FitRow]:
     """Rows whose measured time absorbs the simulator's offset from the estimate.
 
     ``fit_group`` minimises ``log(est(c) / m')``; with ``m' = m est(c0) / sim(c0)``
-    that is the anchored residual of the module doc.
+    that is the anchored residual of the module doc. ``sim(c0)`` comes from
+    ``simulated`` (a validate run at the shipped constants) where given, else from
+    a simulation here.
     """
     from clustersim.calibration.fit import with_constants
     from clustersim.sim import simulate
@@ -58,26 +73,85 @@ def _anchored(rows: list[FitRow], cal: CalibrationFile, stacks: dict[str, str]) 
         shipped = fit_overrides(row.res.chip.name, stacks[row.name], cal)
         chip = with_constants(row.res.chip, shipped)
         res = replace(row.res, chip=chip) if shipped else row.res
-        sim_s = float(simulate(res, record=False).summary["step_time_s"])
+        if simulated is not None:
+            sim_s = simulated[row.name][0]
+        else:
+            sim_s = float(simulate(res, record=False).summary["step_time_s"])
         est_s = estimate_s(res)
         out.append(FitRow(row.name, row.res, row.measured_s * est_s / sim_s))
     return out
 
 
+def load_validation(path: Path) -> Simulated:
+    """The training rows' simulated step times of a ``validate --json-out`` file."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        rows = data["rows"]
+        out: Simulated = {}
+        for r in rows:
+            if r.get("kind") != "training":
+                continue
+            ran = r.get("extra", {}).get("calibration") or {}
+            constants = {str(k): float(v) for k, v in ran.items()}
+            out[str(r["name"])] = (float(r["predicted"]), constants)
+        return out
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        reason = exc if isinstance(exc, OSError) else f"not a validate --json-out file ({exc!r})"
+        raise ScenarioError("--validation", str(path), f"cannot read: {reason}") from None
+
+
+def _check_simulated(
+    simulated: Simulated, groups: dict[str, list[FitRow]], cal: CalibrationFile, source: str
+) -> None:
+    """Every calibration row is in ``simulated``, run at the shipped constants."""
+    from clustersim.validation.rows import references
+
+    stacks = {r.name: r.stack for r in references().training}
+    for rows in groups.values():
+        for row in rows:
+            if row.name not in simulated:
+                raise ScenarioError(
+                    "--validation", source,
+                    f"has no row {row.name}: run the full `clustersim validate` (not --quick)",
+                )  # fmt: skip
+            shipped = fit_overrides(row.res.chip.name, stacks[row.name], cal)
+            ran = simulated[row.name][1]
+            if set(ran) != set(shipped) or any(
+                abs(ran[k] - v) > 1e-9 * max(1.0, abs(v)) for k, v in shipped.items()
+            ):
+                raise ScenarioError(
+                    "--validation", source,
+                    f"row {row.name} ran with {ran}, not the shipped fit {shipped}: "
+                    "run `clustersim validate` again",
+                )  # fmt: skip
+
+
 def fit_shipped(
-    *, simulate: bool = True, cal: CalibrationFile | None = None, progress: Any = None
+    *,
+    simulate: bool = True,
+    cal: CalibrationFile | None = None,
+    progress: Any = None,
+    simulated: Simulated | None = None,
+    source: str = "",
 ) -> list[FitResult]:
-    """Fit every group of calibration rows, starting from the shipped fits."""
+    """Fit every group of calibration rows, starting from the shipped fits.
+
+    ``simulated`` (from :func:`load_validation`) supplies the anchoring
+    simulations; it must hold every calibration row, run at the shipped constants.
+    """
     from clustersim.validation.rows import references
 
     cal = cal or calibration()
     stacks = {r.name: r.stack for r in references().training}
     results = []
-    for key, rows in group_rows(cal).items():
+    groups = group_rows(cal)
+    if simulate and simulated is not None:
+        _check_simulated(simulated, groups, cal, source)
+    for key, rows in groups.items():
         if progress is not None:
             progress(key)
         family = cal.families[key.partition("/")[0]]
-        use = _anchored(rows, cal, stacks) if simulate else rows
+        use = _anchored(rows, cal, stacks, simulated) if simulate else rows
         start = dict(cal.fits[key].constants) if key in cal.fits else None
         result = fit_group(key, use, family, start=start)
         if key in cal.fits:  # "previous" stays what the catalog had before the first fit
@@ -222,7 +296,20 @@ def calibrate_command(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"  fitting {key} ...", flush=True)
 
-    results = fit_shipped(simulate=not args.no_simulate, cal=cal, progress=progress)
+    simulated = None
+    if args.validation is not None:
+        if args.no_simulate:
+            raise ScenarioError(
+                "--validation", str(args.validation), "anchors the fit: leave out --no-simulate"
+            )
+        simulated = load_validation(args.validation)
+    results = fit_shipped(
+        simulate=not args.no_simulate,
+        cal=cal,
+        progress=progress,
+        simulated=simulated,
+        source=str(args.validation),
+    )
     problems = _differences(results, cal)
     if args.json:
         out = {

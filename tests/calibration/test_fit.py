@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -183,3 +184,63 @@ def test_check_fails_when_shipped_constants_differ(
     assert main(["calibrate", "--check", "--no-simulate"]) == 1
     assert f"{key}: {name} shipped" in capsys.readouterr().out
     assert math.isfinite(fits[key].rms)
+
+
+def _validation_file(tmp_path: Path, scale: float = 1.0) -> Path:
+    """A validate --json-out file whose calibration rows simulate as the estimate (x scale)."""
+    from clustersim.catalog.fits import fit_overrides
+
+    stacks = {r.name: r.stack for r in references().training}
+    rows = []
+    for group in fitmod.group_rows().values():
+        for row in group:
+            shipped = fit_overrides(row.res.chip.name, stacks[row.name])
+            est = estimate_s(row.res, with_constants(row.res.chip, shipped))
+            rows.append({"name": row.name, "kind": "training", "predicted": est * scale,
+                         "extra": {"calibration": shipped}})  # fmt: skip
+    path = tmp_path / "validate.json"
+    path.write_text(json.dumps({"rows": rows}))
+    return path
+
+
+def test_check_anchors_on_a_validate_run_without_simulating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulated steps equal to the estimate anchor nothing: the bare estimate's fit."""
+    from clustersim import sim
+    from clustersim.calibration import command
+
+    def no_simulation(*_: object, **__: object) -> None:
+        raise AssertionError("a validate run's step times must not be simulated again")
+
+    monkeypatch.setattr(sim, "simulate", no_simulation)
+    simulated = command.load_validation(_validation_file(tmp_path))
+    anchored = {r.key: r.constants for r in command.fit_shipped(simulated=simulated)}
+    bare = {r.key: r.constants for r in command.fit_shipped(simulate=False)}
+    assert anchored.keys() == bare.keys()
+    for key, constants in bare.items():
+        for name, value in constants.items():
+            assert anchored[key][name] == pytest.approx(value, rel=1e-6)
+    # a simulator 10% slower everywhere moves the fit
+    slower = command.load_validation(_validation_file(tmp_path, scale=1.1))
+    moved = {r.key: r.constants for r in command.fit_shipped(simulated=slower)}
+    assert moved != anchored
+
+
+def test_validation_file_from_other_constants_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _validation_file(tmp_path)
+    data = json.loads(path.read_text())
+    data["rows"][0]["extra"]["calibration"] = {"tensor_efficiency": 0.1}
+    path.write_text(json.dumps(data))
+    assert main(["calibrate", "--check", "--validation", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--validation" in err and data["rows"][0]["name"] in err
+    data["rows"] = data["rows"][1:]
+    path.write_text(json.dumps(data))
+    assert main(["calibrate", "--check", "--validation", str(path)]) == 2
+    assert "not --quick" in capsys.readouterr().err
+    path.write_text("{")
+    assert main(["calibrate", "--check", "--validation", str(path)]) == 2
+    assert "cannot read" in capsys.readouterr().err
