@@ -1,4 +1,5 @@
-"""A routed entity of the flow model: its column of the incidence matrix."""
+"""A routed entity of the flow model (its column of the incidence matrix), and the state
+of one in flight."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import simpy
 from numpy.typing import NDArray
 
-__all__ = ["NO_CHIPS", "FlowGroup", "Pairs", "link_counts"]
+__all__ = ["NO_CHIPS", "Component", "Entity", "FlowGroup", "Pairs", "link_counts"]
 
 Pairs = tuple[tuple[int, int], ...]
 NO_CHIPS: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -57,3 +59,33 @@ def link_counts(
         inverse.ravel(), weights=weights, minlength=links.size
     ).astype(np.float64)
     return links.astype(np.int64), counts
+
+
+class Entity:
+    """One transfer in flight on a :class:`~.flows.FlowNetwork`: ``remaining`` bytes per
+    flow as of ``t_s``, moving at ``rate``."""
+
+    __slots__ = ("comp", "event", "group", "rate", "remaining", "seq", "stamp", "t_s", "total")
+
+    def __init__(self, group: FlowGroup, nbytes: float, event: simpy.Event, seq: int) -> None:
+        self.group = group
+        self.total = nbytes
+        self.remaining = nbytes
+        self.rate = 0.0
+        self.t_s = 0.0
+        self.event = event
+        self.seq = seq
+        """Creation order: simultaneous completions succeed in this order."""
+        self.stamp = 0
+        """Bumped at every change of rate: heap entries with an older stamp are stale."""
+        self.comp: Component | None = None
+
+
+class Component:
+    """Entities that share links, directly or through one another."""
+
+    __slots__ = ("entities", "ident")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self.entities: list[Entity] = []

@@ -63,42 +63,13 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
-from clustersim.network.entity import NO_CHIPS, FlowGroup, Pairs, link_counts
+from clustersim.network.entity import NO_CHIPS, Component, Entity, FlowGroup, Pairs, link_counts
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation, LoadPattern
 from clustersim.network.maxmin import maxmin_rates_csc, with_ceilings
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
-
-
-class _Entity:
-    """One transfer in flight: ``remaining`` bytes per flow as of ``t_s``, moving at ``rate``."""
-
-    __slots__ = ("comp", "event", "group", "rate", "remaining", "seq", "stamp", "t_s", "total")
-
-    def __init__(self, group: FlowGroup, nbytes: float, event: simpy.Event, seq: int) -> None:
-        self.group = group
-        self.total = nbytes
-        self.remaining = nbytes
-        self.rate = 0.0
-        self.t_s = 0.0
-        self.event = event
-        self.seq = seq
-        """Creation order: simultaneous completions succeed in this order."""
-        self.stamp = 0
-        """Bumped at every change of rate: heap entries with an older stamp are stale."""
-        self.comp: _Component | None = None
-
-
-class _Component:
-    """Entities that share links, directly or through one another."""
-
-    __slots__ = ("entities", "ident")
-
-    def __init__(self, ident: int) -> None:
-        self.ident = ident
-        self.entities: list[_Entity] = []
 
 
 _Solved = tuple[NDArray[np.float64], LoadPattern]
@@ -138,14 +109,14 @@ class FlowNetwork:
         self._groups: dict[Pairs | bytes, FlowGroup] = {}
         self._groups_version = topology.version
         self._cached_pairs = 0
-        self._pending: list[_Entity] = []
+        self._pending: list[Entity] = []
         self._created = 0
         self._n_active = 0
         self._occupancy = np.zeros(n_links, dtype=np.int64)
         """Active entities crossing each link."""
         self._comp_of = np.full(n_links, -1, dtype=np.int64)
         """The component each loaded link belongs to (-1: none)."""
-        self._comps: dict[int, _Component] = {}
+        self._comps: dict[int, Component] = {}
         self._next_comp = 0
         self._dirty: dict[int, None] = {}
         """Components to re-solve at the next solve (an ordered set)."""
@@ -153,7 +124,7 @@ class FlowNetwork:
         self._memo_links = 0
         self._zero: NDArray[np.int64] | None = None
         """Links of zero capacity (cached until capacities change)."""
-        self._heap: list[tuple[float, int, int, _Entity]] = []
+        self._heap: list[tuple[float, int, int, Entity]] = []
         """(finish time, sequence, stamp, entity): predicted completions."""
         self._pushes = 0
         self._generation = 0
@@ -316,15 +287,18 @@ class FlowNetwork:
         self._comp_of = comp_of
 
     def _on_arrival(self, group: FlowGroup, nbytes: float, done: simpy.Event, _ev: Any) -> None:
-        self._join(group, nbytes, done)
+        self._join(group, nbytes, done, alone_now=True)
 
-    def _join(self, group: FlowGroup, nbytes: float, done: simpy.Event) -> None:
+    def _join(
+        self, group: FlowGroup, nbytes: float, done: simpy.Event, *, alone_now: bool = False
+    ) -> None:
+        """``alone_now``: solve it at once if it is alone on its links (an arrival after its
+        latency); transfers started together with no latency join one solve."""
         if nbytes == 0 or group.n_flows == 0:
             self.entities_done += 1
             done.succeed()
             return
-        ent = _Entity(group, nbytes, done, self._created)
-        self._pending.append(ent)
+        ent = Entity(group, nbytes, done, self._created)
         self._created += 1
         chips = group.hbm_chips
         if chips.size:
@@ -332,9 +306,28 @@ class FlowNetwork:
             self.hbm.flows[chips] += 1
             if self.hbm_listener is not None:
                 self.hbm_listener(chips)
-        self._request_solve()
+        if (
+            not alone_now
+            or self._solve_scheduled
+            or self._dirty
+            or self.topology.links_down
+            or self._occupancy[group.links].any()
+        ):
+            self._pending.append(ent)
+            self._request_solve()
+            return
+        # Alone on its links: its own component, whose rates nothing else changes, so it
+        # is solved now rather than at a zero-delay solve (one SimPy event less).
+        now = float(self.env.now)
+        self.stats.advance_to(now)
+        self._attach(ent, now)
+        self._dirty = {}
+        assert ent.comp is not None
+        self._solve_component(ent.comp, now)
+        self.solves += 1
+        self._schedule_wake(now)
 
-    def _left(self, ent: _Entity) -> None:
+    def _left(self, ent: Entity) -> None:
         """``ent`` is done (or failed): it no longer loads its chips' HBM."""
         chips = ent.group.hbm_chips
         if chips.size:
@@ -346,13 +339,13 @@ class FlowNetwork:
             self._solve_scheduled = True
             self.env.timeout(0).callbacks.append(self._on_solve)
 
-    def _attach(self, ent: _Entity, now: float) -> None:
+    def _attach(self, ent: Entity, now: float) -> None:
         """Add ``ent`` to the component of the links it shares, merging those it bridges."""
         links = ent.group.links
         ent.t_s = now
         occupancy = self._occupancy[links]
         shared = occupancy > 0
-        comp: _Component
+        comp: Component
         if shared.any():
             labels = self._comp_of[links[shared]].tolist()
             # sorted(set()) is np.unique's order, without its cost on a few labels
@@ -369,7 +362,7 @@ class FlowNetwork:
                 self._dirty.pop(other.ident, None)
                 self.stats.hold(other.ident, now, None)
         else:
-            comp = _Component(self._next_comp)
+            comp = Component(self._next_comp)
             self._next_comp += 1
             self._comps[comp.ident] = comp
         self._occupancy[links] = occupancy + 1
@@ -379,7 +372,7 @@ class FlowNetwork:
         self._dirty[comp.ident] = None
         self._n_active += 1
 
-    def _detach(self, ent: _Entity, now: float) -> None:
+    def _detach(self, ent: Entity, now: float) -> None:
         """Take ``ent`` out of its component; links it leaves idle carry nothing from now on."""
         # Labels of links left idle go stale: they are read only where occupied.
         self._occupancy[ent.group.links] -= 1
@@ -396,7 +389,7 @@ class FlowNetwork:
             self.stats.hold(comp.ident, now, None)
         self._n_active -= 1
 
-    def _drain(self, ent: _Entity, now: float) -> None:
+    def _drain(self, ent: Entity, now: float) -> None:
         """Bring ``ent``'s remaining bytes to ``now`` at its current rate."""
         moved = min(ent.rate * (now - ent.t_s), ent.remaining)
         if moved > 0:
@@ -423,7 +416,7 @@ class FlowNetwork:
             self.solves += 1
         self._schedule_wake(now)
 
-    def _solve_component(self, comp: _Component, now: float) -> None:
+    def _solve_component(self, comp: Component, now: float) -> None:
         ents = comp.entities
         key = tuple(e.group for e in ents)
         solved = self._memo.get(key)
@@ -525,7 +518,7 @@ class FlowNetwork:
         # Completions predicted for now may be a few ulps of `now` away.
         tol_s = 64 * float(np.spacing(max(now, 1e-300)))
         heap = self._heap
-        done: list[_Entity] = []
+        done: list[Entity] = []
         while heap:
             finish, _, stamp, ent = heap[0]
             if stamp != ent.stamp:
@@ -550,7 +543,10 @@ class FlowNetwork:
             self._left(ent)
             self.entities_done += 1
             ent.event.succeed()
-        self._request_solve()
+        if self._dirty or self._pending or self.topology.links_down:
+            self._request_solve()
+        else:  # the components they left are gone: nothing to re-solve, only the next wake-up
+            self._schedule_wake(now)
 
     # -- link failures --------------------------------------------------------------------------
 

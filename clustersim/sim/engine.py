@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -73,10 +74,9 @@ class CompiledProgram:
         self.steps_view = [(seg.kind, seg.total_s, seg.instr) for seg in self.segments]
         if not self.segment_hbm_bytes:
             instrs = self.program.instrs
+            hbm = [0.0 if i.work is None else i.work.hbm_bytes for i in instrs]
             self.segment_hbm_bytes = [
-                sum(i.work.hbm_bytes for i in instrs[seg.i0 : seg.i1] if i.work is not None)
-                if seg.kind == Kind.COMPUTE
-                else 0.0
+                sum(hbm[seg.i0 : seg.i1]) if seg.kind == Kind.COMPUTE else 0.0
                 for seg in self.segments
             ]
 
@@ -129,22 +129,27 @@ def compile_program(
     """
     instrs = program.instrs
     n = len(instrs)
-    durations = np.zeros(n)
-    bound = np.full(n, -1, dtype=np.int8)
-    cache: dict[int, tuple[float, int]] = {}
+    # Plain lists, turned into arrays once: a stage of a folded MoE step has 10^5 ops.
+    seconds = [0.0] * n
+    bounds = [-1] * n
+    cache: dict[int, tuple[float, int, float]] = {}
     flops = recompute = 0.0
+    compute = Kind.COMPUTE
     for i, ins in enumerate(instrs):
-        if ins.kind != Kind.COMPUTE or ins.work is None:
+        work = ins.work
+        if ins.kind != compute or work is None:
             continue
-        key = id(ins.work)
+        key = id(work)
         hit = cache.get(key)
         if hit is None:
-            t = chip.op_time(ins.work)
-            hit = cache[key] = (t.seconds, t.bound)
-        durations[i], bound[i] = hit
-        flops += ins.work.tensor_flops
+            t = chip.op_time(work)
+            hit = cache[key] = (t.seconds, t.bound, work.tensor_flops)
+        seconds[i], bounds[i], op_flops = hit
+        flops += op_flops
         if ins.phase == Phase.RECOMPUTE:
-            recompute += ins.work.tensor_flops
+            recompute += op_flops
+    durations = np.asarray(seconds, dtype=np.float64)
+    bound = np.asarray(bounds, dtype=np.int8)
     runs: list[SegmentRun | None] = []
     busy: np.ndarray | None = None
     if engines is not None:
@@ -153,23 +158,27 @@ def compile_program(
             cache={} if segment_cache is None else segment_cache,
         )  # fmt: skip
 
+    if engines is not None:
+        seconds = durations.tolist()
     segments: list[_Segment] = []
     i = 0
     while i < n:
         ins = instrs[i]
-        if ins.kind != Kind.COMPUTE:
+        if ins.kind != compute:
             segments.append(_Segment(ins.kind, i, i + 1, 0.0, None, ins))
             i += 1
             continue
         j = i
-        while j < n and instrs[j].kind == Kind.COMPUTE:
+        while j < n and instrs[j].kind == compute:
             j += 1
-        offsets = np.concatenate(([0.0], np.cumsum(durations[i:j])))
-        segments.append(_Segment(Kind.COMPUTE, i, j, float(offsets[-1]), offsets, None))
+        # accumulate adds in order, as np.cumsum does: the same offsets, bit for bit
+        offsets = np.asarray(list(accumulate(seconds[i:j], initial=0.0)))
+        segments.append(_Segment(compute, i, j, float(offsets[-1]), offsets, None))
         i = j
-    phases = np.array([ins.phase for ins in instrs], dtype=object)
-    optimizer_s = float(durations[phases == Phase.OPTIMIZER].sum())
-    compute_s = float(durations[np.isin(phases, _COMPUTE_PHASES)].sum())
+    code = {Phase.OPTIMIZER: 1, **dict.fromkeys(_COMPUTE_PHASES, 2)}
+    phases = np.fromiter((code.get(ins.phase, 0) for ins in instrs), dtype=np.int8, count=n)
+    optimizer_s = float(durations[phases == 1].sum())
+    compute_s = float(durations[phases == 2].sum())
     return CompiledProgram(
         program, durations, bound, segments, flops, recompute, compute_s, optimizer_s,
         engine_runs=runs, engine_busy_s=busy,
