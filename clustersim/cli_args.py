@@ -151,7 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print every figure as one JSON object")
     bench.add_argument(
         "--quick", action="store_true",
-        help="leave out the folded runs of 16K chips and more (scaling: 1K and 4K only)",
+        help="leave out the folded runs of 16K chips and more (scaling: 1K and 4K only) "
+        "and the 4,096-rank all-to-all",
     )  # fmt: skip
     bench.add_argument(
         "--timeout", type=float, default=120.0, metavar="S",
@@ -159,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument(
         "--only", nargs="+", metavar="NAME",
-        help="cases to run: simpy, ultraserver, collective, fold-1k ... fold-1m, "
-        "or the groups event-rate, scaling, all",
+        help="cases to run: simpy, ultraserver, collective, a2a-256, a2a-4k, fold-1k ... "
+        "fold-1m, fattree-16k, fattree-1m, moe-16k, moe-128k, or the groups event-rate, "
+        "scaling, fat-tree, moe, all-to-all, all",
     )  # fmt: skip
     bench.add_argument(
         "--max-rss", default="8GiB", metavar="SIZE",

@@ -237,3 +237,24 @@ def test_stack_dump_is_parsed() -> None:
     )
     assert _phase(stderr, stack) == "simulating, before the first progress report"
     assert _phase(stderr, []) == "planning, building the topology"
+
+
+@pytest.mark.parametrize(("name", "chips"), [("moe-16k", 16_384), ("moe-128k", 131_072)])
+def test_moe_cases_are_the_deepseek_example_at_their_size(name: str, chips: int) -> None:
+    from clustersim.bench.cases import MOE_CHIPS, MOE_SCENARIO, scenario_path
+
+    assert MOE_CHIPS[name] == chips
+    count = f"cluster.count={chips // 16}"
+    res = load_scenario(scenario_path(MOE_SCENARIO), [count])
+    assert res.chips == chips and res.scenario.model == "deepseek-v3"
+    assert res.scenario.training.global_batch_size == 15360
+
+
+def test_all_to_all_targets() -> None:
+    cases = {"a2a-256": _case("a2a-256", wall=0.4), "a2a-4k": _case("a2a-4k", wall=12.0)}
+    by_key = {t["key"]: t for t in evaluate_targets(cases)}
+    assert by_key["a2a_256_wall"]["status"] == "met"
+    assert by_key["a2a_4k_wall"]["status"] == "missed"
+    assert by_key["moe_16k_wall"]["status"] == "not run"
+    assert select_cases(["all-to-all"], quick=True) == ["a2a-256"]
+    assert select_cases(["moe"]) == ["moe-16k", "moe-128k"]

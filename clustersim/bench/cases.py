@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "ALL_TO_ALL_INSTANCES",
     "CASES",
     "FOLD_CHIPS",
+    "MOE_CHIPS",
     "Case",
     "Phase",
     "fold_scenario",
     "run_simpy",
+    "scenario_path",
     "ultraserver_scenario",
 ]
 
@@ -40,7 +43,8 @@ SIMPY_TIMEOUTS = 10_000
 """The bare SimPy loop: this many processes, each yielding this many ``timeout(1)``."""
 
 ULTRASERVER_SCENARIO = "trn2-ultraserver-llama3-70b.yaml"
-CHIPS_PER_INSTANCE = 16  # trn2.48xlarge
+MOE_SCENARIO = "trn2-ultracluster-deepseek-v3.yaml"
+CHIPS_PER_INSTANCE = 16  # trn2.48xlarge, trn2u.48xlarge
 FOLD_MICROBATCHES = 4
 """Microbatches per data-parallel replica in the folded cases: the global batch
 grows with dp, so every point of the scaling table does the same work per rank."""
@@ -83,6 +87,15 @@ FOLD_CHIPS: dict[str, int] = {
 FAT_TREE_CHIPS: dict[str, int] = {"fattree-16k": 16_384, "fattree-1m": 1_048_576}
 """The folded cases on a fat tree oversubscribed 2:1 at the top tier (:func:`fat_tree`)."""
 
+MOE_CHIPS: dict[str, int] = {"moe-16k": 16_384, "moe-128k": 131_072}
+"""The folded DeepSeek-V3 steps (``scenarios/trn2-ultracluster-deepseek-v3.yaml``, its
+layout and batch, on as many trn2u.48xlarge as these chips take)."""
+
+ALL_TO_ALL_INSTANCES: dict[str, int] = {"a2a-256": 16, "a2a-4k": 256}
+"""The all-to-all cases: 64 MiB over one rank per chip of this many trn2.48xlarge
+(256 and 4,096 ranks)."""
+ALL_TO_ALL_BYTES = 2.0**26
+
 
 @dataclass(frozen=True)
 class Case:
@@ -118,16 +131,19 @@ def fold_scenario(chips: int, *, fabric: bool = False) -> str:
     )
 
 
-def ultraserver_scenario() -> Path:
-    """``scenarios/trn2-ultraserver-llama3-70b.yaml`` of the source tree (or the cwd)."""
+def scenario_path(name: str) -> Path:
+    """``scenarios/NAME`` of the source tree (or the cwd)."""
     root = Path(__file__).resolve().parents[2]
     for base in (root, Path.cwd()):
-        path = base / "scenarios" / ULTRASERVER_SCENARIO
+        path = base / "scenarios" / name
         if path.is_file():
             return path
-    raise FileNotFoundError(
-        f"scenarios/{ULTRASERVER_SCENARIO} not found under {root} or the current directory"
-    )
+    raise FileNotFoundError(f"scenarios/{name} not found under {root} or the current directory")
+
+
+def ultraserver_scenario() -> Path:
+    """``scenarios/trn2-ultraserver-llama3-70b.yaml`` of the source tree (or the cwd)."""
+    return scenario_path(ULTRASERVER_SCENARIO)
 
 
 def _scheduled(env: Any) -> int | None:
@@ -168,12 +184,14 @@ def run_simpy(
     }
 
 
-def _simulate(phase: Phase, source: str | Path, fidelity: str) -> dict[str, Any]:
+def _simulate(
+    phase: Phase, source: str | Path, fidelity: str, overrides: tuple[str, ...] = ()
+) -> dict[str, Any]:
     from clustersim.scenario import load_scenario
     from clustersim.sim import simulate
 
     phase("loading the scenario")
-    res = load_scenario(source)
+    res = load_scenario(source, overrides)
     phase("planning, building the topology")
     last = [0.0]
 
@@ -223,6 +241,33 @@ def _fold(chips: int, *, fabric: bool = False) -> Callable[[Phase], dict[str, An
     return run
 
 
+def _moe(chips: int) -> Callable[[Phase], dict[str, Any]]:
+    def run(phase: Phase) -> dict[str, Any]:
+        count = f"cluster.count={chips // CHIPS_PER_INSTANCE}"
+        return _simulate(phase, scenario_path(MOE_SCENARIO), "folded", (count,))
+
+    return run
+
+
+def _all_to_all(instances: int) -> Callable[[Phase], dict[str, Any]]:
+    def run(phase: Phase) -> dict[str, Any]:
+        from clustersim.network.microbench import run_collective
+
+        phase("building the topology, running the all-to-all")
+        (row,) = run_collective("trn2.48xlarge", instances, "all_to_all", [ALL_TO_ALL_BYTES])
+        return {
+            "instances": instances,
+            "ranks": row["ranks"],
+            "op": row["op"],
+            "algorithm": row["algorithm"],
+            "size_bytes": row["size_bytes"],
+            "collective_time_s": row["time_s"],
+            "busbw_GBps": row["busbw_GBps"],
+        }
+
+    return run
+
+
 def _collective(phase: Phase) -> dict[str, Any]:
     from clustersim.network.microbench import run_collective
 
@@ -254,6 +299,14 @@ CASES: dict[str, Case] = {
         "collective", "ring all-reduce of 1 GiB over 1,024 ranks (64 x trn2.48xlarge)", _collective
     ),
     **{
+        name: Case(
+            name,
+            f"all-to-all of 64 MiB over {n * CHIPS_PER_INSTANCE:,} ranks ({n} x trn2.48xlarge)",
+            _all_to_all(n),
+        )
+        for name, n in ALL_TO_ALL_INSTANCES.items()
+    },
+    **{
         name: Case(name, f"Llama-3-405B step on {_chips_label(chips)}, folded", _fold(chips))
         for name, chips in FOLD_CHIPS.items()
     },
@@ -264,6 +317,15 @@ CASES: dict[str, Case] = {
             _fold(chips, fabric=True),
         )
         for name, chips in FAT_TREE_CHIPS.items()
+    },
+    **{
+        name: Case(
+            name,
+            f"DeepSeek-V3 step on {chips:,} Trn2 chips "
+            f"({chips // CHIPS_PER_INSTANCE:,} x trn2u.48xlarge), folded",
+            _moe(chips),
+        )
+        for name, chips in MOE_CHIPS.items()
     },
 }
 """Every case, in the order a full bench runs them (quick ones first)."""

@@ -3,7 +3,10 @@
 The targets are those of the performance issue: the detailed engine within half
 of bare SimPy's event rate, an UltraServer step in 30 s, 16K chips in 10 s, a
 million chips in a minute and 4 GiB, a 1,024-rank all-reduce in a second, and
-folded wall time growing well below linearly with the cluster.
+folded wall time growing well below linearly with the cluster; and those of the
+mixture-of-experts issue: a 64 MiB all-to-all over 256 ranks in a second and over
+4,096 in 10 s, a folded DeepSeek-V3 step on 16,384 chips in 30 s and on 131,072 in
+120 s.
 """
 
 from __future__ import annotations
@@ -11,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from clustersim.bench.cases import CASES, FAT_TREE_CHIPS, FOLD_CHIPS
+from clustersim.bench.cases import (
+    ALL_TO_ALL_INSTANCES,
+    CASES,
+    FAT_TREE_CHIPS,
+    FOLD_CHIPS,
+    MOE_CHIPS,
+)
 from clustersim.errors import ScenarioError
 
 __all__ = [
@@ -25,8 +34,9 @@ __all__ = [
 ]
 
 GIB = 2.0**30
-QUICK = ("simpy", "ultraserver", "collective", "fold-1k", "fold-4k")
-"""``--quick``: everything but the folded runs of 16K chips and more."""
+QUICK = ("simpy", "ultraserver", "collective", "a2a-256", "fold-1k", "fold-4k")
+"""``--quick``: everything but the folded runs of 16K chips and more and the
+4,096-rank all-to-all."""
 SECTIONS: dict[str, tuple[str, ...]] = {
     "a": ("simpy", "ultraserver"),
     "b": ("ultraserver",),
@@ -41,6 +51,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "event-rate": SECTIONS["a"],
     "scaling": SECTIONS["f"],
     "fat-tree": SECTIONS["g"],
+    "moe": tuple(MOE_CHIPS),
+    "all-to-all": tuple(ALL_TO_ALL_INSTANCES),
     "all": tuple(CASES),
 }
 """Names ``--only`` accepts besides the case names."""
@@ -206,6 +218,12 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
     out.append(_rss_1m(cases, "fattree-1m", "fattree_1m_rss", 6))
     out.append(
         _wall_target(cases, "collective_wall", "collective", "1,024-rank ring all-reduce", 1)
+    )
+    out.append(_wall_target(cases, "a2a_256_wall", "a2a-256", "256-rank all-to-all, 64 MiB", 1))
+    out.append(_wall_target(cases, "a2a_4k_wall", "a2a-4k", "4,096-rank all-to-all, 64 MiB", 10))
+    out.append(_wall_target(cases, "moe_16k_wall", "moe-16k", "16,384-chip DeepSeek-V3 step", 30))
+    out.append(
+        _wall_target(cases, "moe_128k_wall", "moe-128k", "131,072-chip DeepSeek-V3 step", 120)
     )
     out.append(_sublinear(cases))
     return out
