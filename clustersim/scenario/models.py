@@ -16,6 +16,7 @@ __all__ = [
     "ClusterCfg",
     "CostCfg",
     "FailuresCfg",
+    "Fp8Cfg",
     "FsdpCfg",
     "MoECfg",
     "OutputCfg",
@@ -139,10 +140,28 @@ class ParallelismCfg(Strict):
 
 
 @register_model
+class Fp8Cfg(Strict):
+    """How an FP8 recipe runs (``precision: fp8``; ignored at other precisions).
+
+    ``scaling``: ``delayed`` (Transformer Engine's delayed scaling: each cast uses the
+    scale from earlier steps' amax history, so the cast is one pass) or ``current``
+    (per-tensor current scaling, Megatron's ``fp8_recipe: tensorwise``: the amax of the
+    tensor itself is taken by a pass of its own before the cast). ``bf16_layers``: the
+    first and the last that many transformer layers run in BF16 (Megatron's
+    ``first_last_layers_bf16`` with ``num_layers_at_start_in_bf16`` and
+    ``num_layers_at_end_in_bf16``).
+    """
+
+    scaling: Literal["delayed", "current"] = "delayed"
+    bf16_layers: int = Field(default=0, ge=0, le=100_000)
+
+
+@register_model
 class TrainingCfg(Strict):
     seq_len: int = Field(ge=1, le=100_000_000)
     global_batch_size: int = Field(ge=1, le=1_000_000_000)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    fp8: Fp8Cfg = Field(default_factory=Fp8Cfg)
     steps: int = Field(default=1, ge=1, le=1000)
 
 

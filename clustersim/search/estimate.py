@@ -63,7 +63,7 @@ from clustersim.workload.dims import (
     stage_layers,
     stage_pieces,
 )
-from clustersim.workload.layers import LayerBlocks, moe_sublayer
+from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.program import Kind
 from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT, stage_units
@@ -118,6 +118,9 @@ class _Blocks:
     # recompute and backward, from the layer's start
     layer_fwd_comms: tuple[tuple[float, float], ...] = ()
     layer_bwd_comms: tuple[tuple[float, float], ...] = ()
+    # a dense layer the FP8 recipe keeps in BF16 (training.fp8.bf16_layers)
+    bf16_fwd: tuple[float, float] = (0.0, 0.0)
+    bf16_bwd: tuple[float, float] = (0.0, 0.0)
 
 
 class Estimator:
@@ -189,8 +192,12 @@ class Estimator:
                 recompute=rec_kind,
                 attention=par.attention,
                 moe_part=moe,
+                bf16_layers=self.train.fp8.bf16_layers,
             )
             layer = blocks.dense
+            bf16 = blocks.bf16 if blocks.bf16 is not None else layer
+            bf16_bwd = self._tpls_s(bf16.bwd, layout)
+            bf16_rec = self._tpls_s(bf16.recompute, layout)
             expert = blocks.moe if blocks.moe is not None else layer
             embed, head = embed_block(dm), head_block(dm)
             bwd = self._tpls_s(layer.bwd, layout)
@@ -212,6 +219,8 @@ class Estimator:
                 ),
                 layer_fwd_comms=self._comm_times(layer.fwd, layout),
                 layer_bwd_comms=self._comm_times((*layer.recompute, *layer.bwd), layout),
+                bf16_fwd=self._tpls_s(bf16.fwd, layout),
+                bf16_bwd=(bf16_bwd[0] + bf16_rec[0], bf16_bwd[1] + bf16_rec[1]),
             )
         return found
 
@@ -288,12 +297,13 @@ class Estimator:
                 f_x, b_x = steady.fwd_s, steady.bwd_s
         if not self._shares_links(layout, shard):
             return f_x, b_x
-        # A collective sharing a link with k of the shard group's flows runs at
-        # 1/(k+1) of the rate, k times longer. A bidirectional ring of three or more
-        # puts two flows on a chip's link to its switch.
+        # A collective of f flows sharing a link with k of the shard group's flows
+        # runs at f/(f+k) of the rate, k/f times longer. A bidirectional ring of
+        # three or more puts two flows on a chip's link to its switch.
         ring = 2.0 if layout.shard >= 3 and self.net.fabric_topology not in TORUS else 1.0
         levels, sharing = self.net.levels(*shard)
         slow = ring * sharing * max((lv.hop for lv in levels), default=1)
+        slow /= self._own_flows(layout, {lv.tier for lv in levels})
         if par.zero == 2:
             # The buckets stream under the whole backward, from every rank of a chip
             # at once (each its own shard group), with the groups interleaved
@@ -307,7 +317,10 @@ class Estimator:
             # scatter) start with a layer: they share links with its first collectives.
             n = len(stage_layers(self.model, layout, stage))
             per_layer = float(ACT_BYTES * sum(k for _, k in layer_pieces(self.model, layout.tp)))
-            gather = self.wire_s(*shard, "all_gather", per_layer)
+            # A pipeline stage that keeps its units gathered gathers in its first
+            # microbatch alone (above): no gather meets the others' layers.
+            once_only = layout.pp > 1 and not par.fsdp.reshard_after_forward
+            gather = 0.0 if once_only else self.wire_s(*shard, "all_gather", per_layer)
             scatter = self.wire_s(*shard, "reduce_scatter", per_layer)
             again = gather if par.fsdp.reshard_after_forward else 0.0
             # Only the first collectives of a layer meet its prefetched gather, a
@@ -325,6 +338,16 @@ class Estimator:
             f_x = f_x + min(slow * busy_frac * f_wire, busy)
             b_x = b_x + min(slow * busy_frac * b_wire, busy)
         return f_x, b_x
+
+    def _own_flows(self, layout: Layout, tiers: set[str]) -> int:
+        """The fewest flows a chip's TP or CP groups put on a link of ``tiers``: every
+        rank of the chip on it, when the group's inner level is the chip's ranks."""
+        own = []
+        for stride, size in ((1, layout.tp), (layout.tp, layout.cp)):
+            levels, sharing = self.net.levels(stride, size) if size > 1 else ([], 1)
+            if tiers & {lv.tier for lv in levels}:
+                own.append(sharing * (levels[0].size if levels[0].shared_link else 1))
+        return min(own, default=1)
 
     def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
         """Whether the TP or CP groups' links carry the shard group's traffic too (the
@@ -349,11 +372,14 @@ class Estimator:
         once: list[float] = []  # ZeRO-3's gathers and reduce-scatters once per step
         sharded_mb = 0.0
         for stage in range(pp):
-            n, e = layer_kinds(model, stage_layers(model, layout, stage))
-            f_comp = n * blk.layer_fwd[0] + e * blk.moe_fwd[0]
-            f_comm = n * blk.layer_fwd[1] + e * blk.moe_fwd[1]
-            b_comp = n * blk.layer_bwd[0] + e * blk.moe_bwd[0]
-            b_comm = n * blk.layer_bwd[1] + e * blk.moe_bwd[1]
+            layers = stage_layers(model, layout, stage)
+            n, e = layer_kinds(model, layers)
+            k = bf16_layer_count(model, self.train, layers)  # dense layers kept in BF16
+            n -= k
+            f_comp = n * blk.layer_fwd[0] + e * blk.moe_fwd[0] + k * blk.bf16_fwd[0]
+            f_comm = n * blk.layer_fwd[1] + e * blk.moe_fwd[1] + k * blk.bf16_fwd[1]
+            b_comp = n * blk.layer_bwd[0] + e * blk.moe_bwd[0] + k * blk.bf16_bwd[0]
+            b_comm = n * blk.layer_bwd[1] + e * blk.moe_bwd[1] + k * blk.bf16_bwd[1]
             if stage == 0:
                 f_comp, f_comm = f_comp + blk.embed_fwd[0], f_comm + blk.embed_fwd[1]
                 b_comp, b_comm = b_comp + blk.embed_bwd[0], b_comm + blk.embed_bwd[1]

@@ -222,7 +222,10 @@ def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Pro
                     sent = m / 2 ** (j + 1)
                     bw_s += max(sent * hops * flows / lv.bw_Bps, sent / cap)
             else:
-                load = lv.hop if d >= 3 else 1
+                # Members hop links apart share each link with the groups interleaved
+                # between them; a pair too, whose route takes one of the two ways
+                # round the axis (the fabric's shortest path), not both.
+                load = lv.hop
                 link = lv.bw_Bps * (2 if lv.bidirectional and d >= 3 else 1)
                 bw_s += (d - 1) / d * m * flows * load / link
             m /= d

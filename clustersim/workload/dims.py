@@ -245,6 +245,7 @@ class Dims:
     learned_positions: bool
     mla: MLASpec | None = None
     etp: int = 1  # expert tensor parallelism (MoE layers)
+    fp8_scaling: str = "delayed"  # training.fp8.scaling
 
     @property
     def tokens(self) -> int:
@@ -310,6 +311,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         learned_positions=model.position == "learned",
         mla=model.mla,
         etp=layout.etp,
+        fp8_scaling=train.fp8.scaling,
     )
 
 

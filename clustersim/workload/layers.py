@@ -4,10 +4,14 @@ A dense model has one kind of layer, so one ``Block`` serves every layer. A
 model may mix kinds: multi-head latent attention (``mla``) or grouped-query
 attention, and a dense MLP or a mixture of experts (``moe``) after the first
 ``moe.dense_layers``. Each kind is built once and shared by the layers of that
-kind, so the simulator's per-``Work`` duration cache still hits.
+kind, so the simulator's per-``Work`` duration cache still hits. Under an FP8
+recipe with ``training.fp8.bf16_layers: n`` the first and last n dense layers are
+a kind of their own, lowered in BF16.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
@@ -17,7 +21,7 @@ from clustersim.workload.mla import mla_attention_part
 from clustersim.workload.moe import moe_part, stage_routing
 from clustersim.workload.ops import Block, Part, attention_part, compose, mlp_part
 
-__all__ = ["LayerBlocks", "moe_sublayer"]
+__all__ = ["LayerBlocks", "bf16_layer_count", "moe_sublayer"]
 
 
 def moe_sublayer(
@@ -49,20 +53,44 @@ class LayerBlocks:
         recompute: str,
         attention: str = "flash",
         moe_part: Part | None = None,
+        bf16_layers: int = 0,
     ) -> None:
-        if model.mla is not None:
-            attn = mla_attention_part(dm, model.mla, precision, recompute)
-        else:
-            attn = attention_part(dm, precision, recompute, attention)
-        self.dense = compose(attn, mlp_part(dm, precision), recompute)
-        self.moe = compose(attn, moe_part, recompute) if moe_part is not None else None
+        def attn(prec: str) -> Part:
+            if model.mla is not None:
+                return mla_attention_part(dm, model.mla, prec, recompute)
+            return attention_part(dm, prec, recompute, attention)
+
+        main = attn(precision)
+        self.dense = compose(main, mlp_part(dm, precision), recompute)
+        self.moe = compose(main, moe_part, recompute) if moe_part is not None else None
         self.dense_layers = model.moe.dense_layers if model.moe is not None else model.layers
+        self.layers = model.layers
+        # MoE models are refused (workload.layout.validate): their experts' precision
+        # is set where the MoE sublayer is built.
+        self.bf16_layers = bf16_layers if precision == "fp8" else 0
+        self.bf16 = None
+        if self.bf16_layers:
+            self.bf16 = compose(attn("bf16"), mlp_part(dm, "bf16"), recompute)
+
+    def in_bf16(self, layer: int) -> bool:
+        """Whether ``layer`` is one of the FP8 recipe's BF16 layers at either end."""
+        n = self.bf16_layers
+        return n > 0 and (layer < n or layer >= self.layers - n)
 
     def __getitem__(self, layer: int) -> Block:
+        if self.bf16 is not None and self.in_bf16(layer):
+            return self.bf16
         if self.moe is None or layer < self.dense_layers:
             return self.dense
         return self.moe
 
     def kinds(self) -> list[Block]:
         """The distinct blocks, dense first."""
-        return [self.dense] if self.moe is None else [self.dense, self.moe]
+        out = [self.dense] if self.moe is None else [self.dense, self.moe]
+        return out + ([self.bf16] if self.bf16 is not None else [])
+
+
+def bf16_layer_count(model: ModelSpec, train: TrainingCfg, layers: Sequence[int]) -> int:
+    """How many of ``layers`` the FP8 recipe keeps in BF16 (``training.fp8.bf16_layers``)."""
+    n = train.fp8.bf16_layers if train.precision == "fp8" else 0
+    return sum(1 for k in layers if n > 0 and (k < n or k >= model.layers - n))

@@ -312,6 +312,13 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
     tp, pp, cp = layout.tp, layout.pp, layout.cp
     if model.moe is not None:
         _validate_moe(model, par, layout)
+        if train.precision == "fp8" and train.fp8.bf16_layers:
+            raise ScenarioError(
+                "training.fp8.bf16_layers",
+                train.fp8.bf16_layers,
+                "BF16 layers at the ends are modelled for dense models only (an MoE layer's "
+                "experts take the recipe's precision)",
+            )
     elif layout.ep > 1:
         raise ScenarioError(
             "parallelism.ep",

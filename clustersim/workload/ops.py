@@ -45,11 +45,14 @@ per rank, V vocabulary per rank):
   their gradients reduce-scattered after its backward; only the local chunk is
   kept, so the backward gathers again unless a recompute already did.
 - Under FP8 only the transformer layers' linears run in FP8; the attention core
-  and the LM head stay in BF16 (Transformer Engine's default recipe). Each FP8
+  and the LM head stay in BF16 (Transformer Engine's default recipe), and so do
+  the first and last ``training.fp8.bf16_layers`` layers (``layers``). Each FP8
   linear pays for its scaling and casts (``fp8_cast``): its BF16 input before the
-  forward, its output gradient before the backward. FP8 weights are cast once per
-  step and cached across the microbatches (Transformer Engine), so that cast is
-  left out.
+  forward, its output gradient before the backward. Under current scaling
+  (``training.fp8.scaling: current``) each cast is preceded by an amax pass over
+  its BF16 input (one more read, one max per element); delayed scaling takes the
+  scale from earlier steps and needs none. FP8 weights are cast once per step and
+  cached across the microbatches (Transformer Engine), so that cast is left out.
 """
 
 from __future__ import annotations
@@ -142,13 +145,28 @@ def fp8_cast(rows: int, cols: int) -> Work:
     return Work(vector_ops=float(2 * elems), hbm_bytes=float((ACT_BYTES + 2) * elems))
 
 
-def _casts(precision: str) -> Callable[[str, str, int, int], list[Tpl]]:
-    """The cast op before an FP8 linear's input (none at other precisions)."""
+def fp8_amax(rows: int, cols: int) -> Work:
+    """Current scaling's amax of a BF16 (rows, cols) tensor before its cast.
+
+    Transformer Engine's per-tensor current scaling computes the amax in a kernel of
+    its own (the scale must be known before any element is cast): one read of the
+    BF16 tensor (2 B) and one max per element.
+    """
+    elems = rows * cols
+    return Work(vector_ops=float(elems), hbm_bytes=float(ACT_BYTES * elems))
+
+
+def _casts(precision: str, scaling: str = "delayed") -> Callable[[str, str, int, int], list[Tpl]]:
+    """The cast ops before an FP8 linear's input (none at other precisions)."""
 
     def cast(name: str, phase: str, rows: int, cols: int) -> list[Tpl]:
         if precision != "fp8":
             return []
-        return [_compute(f"{name}.cast", phase, fp8_cast(rows, cols))]
+        amax = [_compute(f"{name}.amax", phase, fp8_amax(rows, cols))]
+        return [
+            *(amax if scaling == "current" else []),
+            _compute(f"{name}.cast", phase, fp8_cast(rows, cols)),
+        ]
 
     return cast
 
@@ -330,7 +348,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         """RoPE on Q and K; none with learned positions (they are added at the embedding)."""
         return [] if dm.learned_positions else [_compute("attn.rope", phase, rope)]
 
-    cast = _casts(precision)
+    cast = _casts(precision, dm.fp8_scaling)
 
     def forward(phase: str) -> list[Tpl]:
         return [
@@ -378,7 +396,7 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     down = _Linear.of(T, dm.ffn_local, h, precision)
     act = activation_work(T * dm.ffn_local, dm.swiglu)
 
-    cast = _casts(precision)
+    cast = _casts(precision, dm.fp8_scaling)
 
     def forward(phase: str) -> list[Tpl]:
         return [

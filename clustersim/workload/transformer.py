@@ -171,6 +171,7 @@ def _build(
         recompute=par.recompute,
         attention=par.attention,
         moe_part=moe_sublayer(model, par, train, layout, cfg=moe, seed=seed),
+        bf16_layers=train.fp8.bf16_layers,
     )
     embed = embed_block(dm)
     head = head_block(dm)

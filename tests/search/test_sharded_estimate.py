@@ -27,16 +27,7 @@ CASES = [
     ),
     ("trn2-llama3-8b.yaml", ["parallelism.zero=3"]),
     ("trn2-llama3-8b.yaml", ["parallelism.zero=2"]),
-    pytest.param(
-        "trn2-llama3-8b.yaml",
-        ["parallelism.zero=3", "parallelism.fsdp.unit=stage"],
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="known gap: since the runtime's collective costs the estimate of one "
-            "FSDP unit per stage is 12% above the simulation; the difference is not yet "
-            "broken down",
-        ),
-    ),
+    ("trn2-llama3-8b.yaml", ["parallelism.zero=3", "parallelism.fsdp.unit=stage"]),
     (
         "trn2-llama3-8b.yaml",
         ["parallelism.zero=3", "parallelism.pp=2", "parallelism.fsdp.reshard_after_forward=false"],

@@ -6,18 +6,21 @@ from __future__ import annotations
 import pytest
 
 from clustersim import catalog
+from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
-from clustersim.workload import make_dims
-from clustersim.workload.ops import ACT_BYTES, fp8_cast, layer_block
+from clustersim.scenario.models import Fp8Cfg
+from clustersim.workload import make_dims, make_layout, validate
+from clustersim.workload.layers import LayerBlocks, bf16_layer_count
+from clustersim.workload.ops import ACT_BYTES, fp8_amax, fp8_cast, layer_block
 
 from .helpers import setup, tiny
 
 
-def _ops(precision: str) -> dict[str, Work]:
+def _ops(precision: str, scaling: str = "delayed") -> dict[str, Work]:
     model = tiny()
     par, train, lay = setup(4, tp=2, global_batch_size=8)
-    train = train.model_copy(update={"precision": precision})
+    train = train.model_copy(update={"precision": precision, "fp8": Fp8Cfg(scaling=scaling)})
     dm = make_dims(model, par, train, lay)
     block = layer_block(dm, precision, "none")
     return {f"{t[2]}:{t[1]}": t[3] for t in (*block.fwd, *block.bwd) if t[3] is not None}
@@ -54,3 +57,47 @@ def test_attention_efficiency_slows_only_the_attention_kernel() -> None:
     assert ratio == pytest.approx(spec.calibration.tensor_efficiency / 0.4)
     plain = ChipModel(catalog.chip("h100"), 1)  # not set: the GEMM efficiency
     assert plain.op_time(attn).seconds == plain.op_time(gemm).seconds
+
+
+def test_current_scaling_takes_each_casts_amax_in_a_pass_of_its_own() -> None:
+    delayed, current = _ops("fp8"), _ops("fp8", "current")
+    casts = sorted(k for k in delayed if k.endswith(".cast"))
+    amaxes = sorted(k for k in current if k.endswith(".amax"))
+    assert amaxes == [k.removesuffix(".cast") + ".amax" for k in casts]
+    assert not any(k.endswith(".amax") for k in delayed)
+    m, k, _ = current["fwd:attn.qkv"].matmul or (0, 0, 0)
+    # one more read of the BF16 input (2 B) and one max per element, before the cast
+    assert current["fwd:attn.qkv.amax"] == fp8_amax(m, k)
+    assert fp8_amax(m, k).hbm_bytes == ACT_BYTES * m * k
+    assert fp8_amax(m, k).vector_ops == m * k
+    assert current["fwd:attn.qkv.cast"] == delayed["fwd:attn.qkv.cast"]
+
+
+def test_bf16_end_layers_run_their_linears_in_bf16() -> None:
+    model = tiny()  # 8 layers
+    par, train, lay = setup(4, tp=2, global_batch_size=8)
+    train = train.model_copy(update={"precision": "fp8", "fp8": Fp8Cfg(bf16_layers=2)})
+    dm = make_dims(model, par, train, lay)
+    blocks = LayerBlocks(model, dm, precision="fp8", recompute="none", bf16_layers=2)
+    kinds = ["bf16" if blocks[k] is blocks.bf16 else "fp8" for k in range(model.layers)]
+    assert kinds == ["bf16"] * 2 + ["fp8"] * 4 + ["bf16"] * 2
+    assert blocks.bf16 is not None
+    ops = [t[3] for t in blocks.bf16.fwd if t[3] is not None]
+    assert all(w.precision != "fp8" for w in ops if w.matmul is not None)
+    assert not any(t[1].endswith(".cast") for t in (*blocks.bf16.fwd, *blocks.bf16.bwd))
+    assert bf16_layer_count(model, train, range(8)) == 4
+    assert bf16_layer_count(model, train, [2, 3, 6]) == 1
+    bf16_train = train.model_copy(update={"precision": "bf16"})
+    assert bf16_layer_count(model, bf16_train, range(8)) == 0  # only an FP8 recipe's
+
+
+def test_bf16_end_layers_are_refused_for_moe_models() -> None:
+    from clustersim.catalog import model as catalog_model
+
+    moe = catalog_model("mixtral-8x7b")
+    par, train, _ = setup(8, ep=2, global_batch_size=8)
+    train = train.model_copy(update={"precision": "fp8", "fp8": Fp8Cfg(bf16_layers=1)})
+    lay = make_layout(par, 8, 4)
+    with pytest.raises(ScenarioError) as err:
+        validate(moe, par, train, lay)
+    assert err.value.path == "training.fp8.bf16_layers"
