@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import simpy
@@ -193,7 +192,7 @@ class Network:
             return done
         if len(plan) == 1:
             return self.flows.transfer_group(*plan[0])
-        return self.env.process(self._run(plan))
+        return self.flows.transfer_chain(plan)
 
     def send(
         self, src_rank: int, dst_rank: int, nbytes: float, *, replicas: ArrayLike | None = None
@@ -270,10 +269,6 @@ class Network:
     def _replica_send_group(self, src: int, dst: int, replicas: ArrayLike) -> FlowGroup:
         self._check_version()
         return self._folded_group(replicas, (src, dst), _SEND_PAIR, "send replicas")
-
-    def _run(self, plan: _Plan) -> Generator[simpy.Event, Any, None]:
-        for group, nbytes, latency_s in plan:
-            yield self.flows.transfer_group(group, nbytes, latency_s)
 
     def _check_version(self) -> None:
         if self._plans_version != self.topology.version:

@@ -44,8 +44,9 @@ from numpy.typing import ArrayLike
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, UltraServerSpec
 from clustersim.errors import ScenarioError
 from clustersim.network import fabrics
+from clustersim.network.domainpaths import LocalPaths
 from clustersim.network.registry import register_topology
-from clustersim.network.topology import Node, PathFn, Topology, ecmp_hash, local_path
+from clustersim.network.topology import Node, Topology, ecmp_hash, local_path
 
 __all__ = [
     "NEURONSWITCH_SPINES",
@@ -175,24 +176,28 @@ def add_efa(topo: Topology, instance: InstanceSpec, chip: ChipSpec) -> None:
     fabrics.attach_nonblocking(topo, instance.efa, chip.efa_link_efficiency, "cluster")
 
 
-def _torus_path_fn(
-    domain_chips: int, coords: Sequence[tuple[int, ...]], dims: tuple[int, ...]
-) -> PathFn:
+def _set_torus_paths(
+    topo: Topology, domain_chips: int, coords: Sequence[tuple[int, ...]], dims: tuple[int, ...]
+) -> None:
+    """Route inside every domain of ``topo`` by :func:`torus_path`: its ``path_fn``, and
+    the same paths as one table (:class:`~.domainpaths.LocalPaths`) for routing in bulk."""
     local_of = {c: i for i, c in enumerate(coords)}
     # Every domain is the same torus: a path is found once per pair of local chips
     # (at most domain_chips^2 of them) and shifted to each domain's chips.
-    local_paths: dict[tuple[int, int], list[int]] = {}
+    found: dict[tuple[int, int], list[int]] = {}
+
+    def local(a: int, b: int) -> list[int]:
+        nodes = found.get((a, b))
+        if nodes is None:
+            nodes = found[(a, b)] = [local_of[c] for c in torus_path(coords[a], coords[b], dims)]
+        return nodes
 
     def path(src: int, dst: int) -> list[int]:
         base = src - src % domain_chips
-        key = (src - base, dst - base)
-        local = local_paths.get(key)
-        if local is None:
-            nodes = torus_path(coords[key[0]], coords[key[1]], dims)
-            local = local_paths[key] = [local_of[c] for c in nodes]
-        return [base + x for x in local]
+        return [base + x for x in local(src - base, dst - base)]
 
-    return path
+    topo.path_fn = path
+    topo.local_paths = LocalPaths(domain_chips, local)
 
 
 def _plane(instance: InstanceSpec, builder: str) -> tuple[int, int]:
@@ -243,7 +248,7 @@ def build_torus2d(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topolog
         lanes=fabric.lanes,
     )
     topo.set_chip_coords(np.tile(np.asarray(coords), (count, 1)), dims)
-    topo.path_fn = _torus_path_fn(instance.chips, coords, dims)
+    _set_torus_paths(topo, instance.chips, coords, dims)
     return topo
 
 
@@ -266,7 +271,7 @@ def build_torus3d(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topolog
         lanes=fabric.lanes,
     )
     topo.set_chip_coords(np.tile(np.asarray(coords), (topo.n_domains, 1)), dims)
-    topo.path_fn = _torus_path_fn(topo.chips_per_domain, coords, dims)
+    _set_torus_paths(topo, topo.chips_per_domain, coords, dims)
     return topo
 
 

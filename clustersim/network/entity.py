@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import simpy
@@ -65,9 +66,13 @@ class Entity:
     """One transfer in flight on a :class:`~.flows.FlowNetwork`: ``remaining`` bytes per
     flow as of ``t_s``, moving at ``rate``."""
 
-    __slots__ = ("comp", "event", "group", "rate", "remaining", "seq", "stamp", "t_s", "total")
+    __slots__ = (
+        "comp", "event", "group", "rate", "remaining", "rest", "seq", "stamp", "t_s", "total",
+    )  # fmt: skip
 
-    def __init__(self, group: FlowGroup, nbytes: float, event: simpy.Event, seq: int) -> None:
+    def __init__(
+        self, group: FlowGroup, nbytes: float, event: simpy.Event, seq: int, rest: Any = None
+    ) -> None:
         self.group = group
         self.total = nbytes
         self.remaining = nbytes
@@ -79,6 +84,8 @@ class Entity:
         self.stamp = 0
         """Bumped at every change of rate: heap entries with an older stamp are stale."""
         self.comp: Component | None = None
+        self.rest = rest
+        """What follows it in its chain of transfers (None: its event succeeds when it ends)."""
 
 
 class Component:

@@ -65,15 +65,17 @@ from numpy.typing import NDArray
 from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.entity import NO_CHIPS, Component, Entity, FlowGroup, Pairs, link_counts
 from clustersim.network.hbm import SharedHbm
-from clustersim.network.linkstats import LinkStats, LinkUtilisation, LoadPattern
-from clustersim.network.maxmin import maxmin_rates_csc, with_ceilings
+from clustersim.network.linkstats import LinkStats, LinkUtilisation
+from clustersim.network.solve import Solved, solve_groups
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
 
 
-_Solved = tuple[NDArray[np.float64], LoadPattern]
-"""The rates of a component's entities, and the loads they put on its links."""
+Chain = tuple[Sequence[tuple[FlowGroup, float, float]], int] | None
+"""The steps of a chain still to run after a transfer (:meth:`FlowNetwork.transfer_chain`)."""
+
+_Solved = Solved
 
 
 class FlowNetwork:
@@ -244,15 +246,53 @@ class FlowNetwork:
             raise SimulationError(f"bytes_per_flow must be finite and >= 0 (got {bytes_per_flow})")
         if not (latency_s >= 0 and math.isfinite(latency_s)):
             raise SimulationError(f"latency_s must be finite and >= 0 (got {latency_s})")
-        self.transfers += 1
         done = self.env.event()
+        self._start(group, float(bytes_per_flow), latency_s, done, None)
+        return done
+
+    def transfer_chain(self, steps: Sequence[tuple[FlowGroup, float, float]]) -> simpy.Event:
+        """``(group, bytes_per_flow, latency_s)`` transfers one after another, each started
+        when the one before has arrived (the steps of a collective); an event for the end.
+
+        The same as a process yielding :meth:`transfer_group` for each, without a SimPy
+        event and a process resume per step.
+        """
+        done = self.env.event()
+        if not steps:
+            done.succeed()
+        else:
+            self._next(steps, 0, done)
+        return done
+
+    def _next(
+        self, steps: Sequence[tuple[FlowGroup, float, float]], k: int, done: simpy.Event
+    ) -> None:
+        group, nbytes, latency_s = steps[k]
+        if not (nbytes >= 0 and math.isfinite(nbytes)):
+            raise SimulationError(f"bytes_per_flow must be finite and >= 0 (got {nbytes})")
+        if not (latency_s >= 0 and math.isfinite(latency_s)):
+            raise SimulationError(f"latency_s must be finite and >= 0 (got {latency_s})")
+        self._start(
+            group, float(nbytes), latency_s, done, (steps, k + 1) if k + 1 < len(steps) else None
+        )
+
+    def _start(
+        self, group: FlowGroup, nbytes: float, latency_s: float, done: simpy.Event, rest: Chain
+    ) -> None:
+        self.transfers += 1
         if latency_s > 0:
             self.env.timeout(latency_s).callbacks.append(
-                partial(self._on_arrival, group, float(bytes_per_flow), done)
+                partial(self._on_arrival, group, nbytes, done, rest)
             )
         else:
-            self._join(group, float(bytes_per_flow), done)
-        return done
+            self._join(group, nbytes, done, rest)
+
+    def _finished(self, event: simpy.Event, rest: Chain) -> None:
+        """A transfer is done: start the next of its chain, or succeed its event."""
+        if rest is None:
+            event.succeed()
+        else:
+            self._next(rest[0], rest[1], event)
 
     def capacity_changed(self) -> None:
         """Link capacities changed: re-solve every transfer in flight at this instant.
@@ -286,19 +326,27 @@ class FlowNetwork:
         comp_of[: self._comp_of.size] = self._comp_of
         self._comp_of = comp_of
 
-    def _on_arrival(self, group: FlowGroup, nbytes: float, done: simpy.Event, _ev: Any) -> None:
-        self._join(group, nbytes, done, alone_now=True)
+    def _on_arrival(
+        self, group: FlowGroup, nbytes: float, done: simpy.Event, rest: Chain, _ev: Any
+    ) -> None:
+        self._join(group, nbytes, done, rest, alone_now=True)
 
     def _join(
-        self, group: FlowGroup, nbytes: float, done: simpy.Event, *, alone_now: bool = False
+        self,
+        group: FlowGroup,
+        nbytes: float,
+        done: simpy.Event,
+        rest: Chain = None,
+        *,
+        alone_now: bool = False,
     ) -> None:
         """``alone_now``: solve it at once if it is alone on its links (an arrival after its
         latency); transfers started together with no latency join one solve."""
         if nbytes == 0 or group.n_flows == 0:
             self.entities_done += 1
-            done.succeed()
+            self._finished(done, rest)
             return
-        ent = Entity(group, nbytes, done, self._created)
+        ent = Entity(group, nbytes, done, self._created, rest)
         self._created += 1
         chips = group.hbm_chips
         if chips.size:
@@ -320,10 +368,16 @@ class FlowNetwork:
         # is solved now rather than at a zero-delay solve (one SimPy event less).
         now = float(self.env.now)
         self.stats.advance_to(now)
-        self._attach(ent, now)
-        self._dirty = {}
-        assert ent.comp is not None
-        self._solve_component(ent.comp, now)
+        comp = Component(self._next_comp)
+        self._next_comp += 1
+        self._comps[comp.ident] = comp
+        links = group.links
+        self._occupancy[links] = 1
+        self._comp_of[links] = comp.ident
+        comp.entities.append(ent)
+        ent.comp, ent.t_s = comp, now
+        self._n_active += 1
+        self._solve_component(comp, now)
         self.solves += 1
         self._schedule_wake(now)
 
@@ -441,61 +495,9 @@ class FlowNetwork:
                 heapq.heappush(heap, (now + ent.remaining / rate, self._pushes, ent.stamp, ent))
 
     def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> _Solved:
-        """Max-min rates of entities routed as ``groups``, with their links' loads.
-
-        An entity alone on its links runs at the rate of its tightest link.
-        """
-        cap = self._cap()
-        capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
-        if len(groups) == 1 and groups[0].links.size:
-            (g,) = groups
-            cap_nz = cap[g.links]
-            rate = min(float((cap_nz / g.counts).min()), g.rate_cap_Bps)
-            rates = np.asarray([rate])
-            out: _Solved = (rates, self._pattern(g.links, g.counts * rate, cap_nz))
-        else:
-            nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
-            counts = np.concatenate([g.counts for g in groups])
-            loaded, rows = np.unique(np.concatenate([g.links for g in groups]), return_inverse=True)
-            rows = rows.ravel()
-            capacity = cap[loaded]
-            if capped:
-                # A rate ceiling is a private link of that capacity, crossed once.
-                ceilings = np.asarray([groups[i].rate_cap_Bps for i in capped])
-                nnz, rows, counts, capacity = with_ceilings(
-                    np.asarray(capped, dtype=np.int64), ceilings, (nnz, rows, counts), capacity
-                )
-            indptr = np.zeros(len(groups) + 1, dtype=np.int64)
-            np.cumsum(nnz, out=indptr[1:])
-            rates = maxmin_rates_csc(indptr, rows, counts, capacity)
-            load = np.bincount(
-                rows, weights=counts * np.repeat(rates, nnz), minlength=capacity.size
-            )
-            load = load[: loaded.size]
-            out = (
-                rates,
-                self._pattern(
-                    loaded.astype(np.int64), load.astype(np.float64), capacity[: loaded.size]
-                ),
-            )
-        # Rate 0 is a stall: a link on the route has failed and routing has not
-        # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
-        if not (rates.min() >= 0 and np.isfinite(rates).all()):
-            bad = int(np.argmin(rates)) if rates.min() < 0 else int(np.argmax(~np.isfinite(rates)))
-            raise SimulationError(
-                f"transfer over links {self._names(groups[bad].links)} got rate {rates[bad]}: "
-                "a link on its route has no capacity"
-            )
-        return out
-
-    def _pattern(
-        self, links: NDArray[np.int64], load: NDArray[np.float64], capacity: NDArray[np.float64]
-    ) -> LoadPattern:
-        """The load on the topology's links (HBM is left out of the link statistics)."""
-        if self.hbm is not None and links.size and links[-1] >= self.hbm.base:
-            keep = links < self.hbm.base
-            return LoadPattern(links[keep], load[keep], capacity[keep])
-        return LoadPattern(links, load, capacity)
+        """Max-min rates of entities routed as ``groups``, with their links' loads."""
+        base = self.hbm.base if self.hbm is not None else None
+        return solve_groups(groups, self._cap(), base, self._names)
 
     def _schedule_wake(self, now: float) -> None:
         """One wake-up, for the earliest predicted completion."""
@@ -516,7 +518,7 @@ class FlowNetwork:
         self._wake_s = math.inf
         now = float(self.env.now)
         # Completions predicted for now may be a few ulps of `now` away.
-        tol_s = 64 * float(np.spacing(max(now, 1e-300)))
+        tol_s = 64 * math.ulp(max(now, 1e-300))  # np.spacing's, without a numpy call
         heap = self._heap
         done: list[Entity] = []
         while heap:
@@ -542,7 +544,7 @@ class FlowNetwork:
             self._detach(ent, now)
             self._left(ent)
             self.entities_done += 1
-            ent.event.succeed()
+            self._finished(ent.event, ent.rest)
         if self._dirty or self._pending or self.topology.links_down:
             self._request_solve()
         else:  # the components they left are gone: nothing to re-solve, only the next wake-up

@@ -57,6 +57,8 @@ if TYPE_CHECKING:  # scipy and networkx load on first use: a collective needs ne
     import networkx as nx
     import scipy.sparse as sp
 
+    from clustersim.network.domainpaths import LocalPaths
+
 __all__ = [
     "EFA_NODE",
     "Int64s",
@@ -207,6 +209,8 @@ class Topology(LinkTable):
         self.instances = instances
         self.domain_instances = domain_instances
         self.path_fn = path_fn
+        self.local_paths: LocalPaths | None = None
+        """``path_fn`` as one table, when every domain is the same torus (set by builders)."""
         self.scaleout: ScaleOut | None = None
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
         self._pred: dict[int, NDArray[np.int32]] = {}
@@ -343,13 +347,17 @@ class Topology(LinkTable):
             else np.zeros(sources.size, dtype=bool)
         )
         n_cross = int(np.count_nonzero(cross))
-        if n_cross < sources.size:
+        if n_cross == sources.size:
+            flat_parts, lat_parts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
+        elif self.local_paths is not None and not self.links_down:
+            inside = ~cross
+            flat, latency = self._bulk_domain_routes(sources[inside], targets[inside])
+            flat_parts, lat_parts = [flat], [latency]
+        else:
             inside = ~cross
             single = self._domain_routes(sources[inside], targets[inside])
-        else:
-            single = []
-        flat_parts = [np.fromiter(itertools.chain.from_iterable(single), dtype=np.int64)]
-        lat_parts = [self._latencies(single)]
+            flat_parts = [np.fromiter(itertools.chain.from_iterable(single), dtype=np.int64)]
+            lat_parts = [self._latencies(single)]
         if scaleout is not None and n_cross:
             # Every pair crosses domains in a data-parallel step: no need to gather them.
             s, d = (
@@ -413,6 +421,28 @@ class Topology(LinkTable):
                 if usable is None or usable[found].all():
                     cache[pair] = tuple(found.tolist())
         return [cache.get(pair) or self.route(*pair) for pair in pairs]
+
+    def _bulk_domain_routes(self, src: Int64s, dst: Int64s) -> tuple[Int64s, NDArray[np.float64]]:
+        """The links of the routes of pairs inside domains, and each route's latency, from
+        :attr:`local_paths` with every link up: what :meth:`route` gives each pair (a
+        chip to itself crosses its local link), without a Python call per pair."""
+        assert self.local_paths is not None
+        nodes, lengths = self.local_paths.nodes(src, dst)
+        last = np.zeros(nodes.size, dtype=bool)
+        last[np.cumsum(lengths) - 1] = True
+        hop = ~last[:-1]
+        links = self.links_between(nodes[:-1][hop], nodes[1:][hop])
+        hops = lengths - 1
+        moving = hops > 0
+        latency = np.zeros(0)
+        if links.size:
+            starts = np.zeros(int(moving.sum()), dtype=np.int64)
+            np.cumsum(hops[moving][:-1], out=starts[1:])
+            latency = np.add.reduceat(self.latency_s[links], starts)
+        if moving.all():
+            return links, latency
+        local = self._local[src[~moving]]
+        return np.concatenate([links, local]), np.concatenate([latency, self.latency_s[local]])
 
     def _latencies(self, routes: list[tuple[int, ...]]) -> NDArray[np.float64]:
         if not routes:

@@ -1,0 +1,61 @@
+"""Routes inside scale-up domains that are all the same torus, found in bulk.
+
+A torus builder's path function gives, in every domain, the path of the domain's
+first one shifted to its chips (``base + local path``). :class:`LocalPaths`
+holds those local paths once, for every ordered pair of local chips, as one
+table; :meth:`LocalPaths.nodes` gives the node paths of any number of chip pairs
+with a few numpy gathers, where asking the path function costs a Python call per
+pair (a folded step on 131,072 chips routes 10^6 pairs inside domains).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["LocalPaths"]
+
+Int64s = NDArray[np.int64]
+
+
+class LocalPaths:
+    """The path of each pair of local chips ``(a, b)`` of a domain of ``chips`` chips, as
+    local chip indices from ``a`` to ``b`` (``path(a, b)``, asked once per pair on first use).
+    """
+
+    def __init__(self, chips: int, path: Callable[[int, int], Sequence[int]]) -> None:
+        self.chips = chips
+        self._path = path
+        self._table: tuple[Int64s, Int64s] | None = None
+
+    def _built(self) -> tuple[Int64s, Int64s]:
+        """``indptr`` over the pair codes ``a * chips + b``, and the local nodes of each path."""
+        if self._table is None:
+            n = self.chips
+            paths = [list(self._path(a, b)) if a != b else [a] for a in range(n) for b in range(n)]
+            lengths = np.fromiter((len(p) for p in paths), dtype=np.int64, count=n * n)
+            indptr = np.zeros(n * n + 1, dtype=np.int64)
+            np.cumsum(lengths, out=indptr[1:])
+            nodes = np.fromiter(
+                (x for p in paths for x in p), dtype=np.int64, count=int(indptr[-1])
+            )
+            self._table = (indptr, nodes)
+        return self._table
+
+    def nodes(self, src: Int64s, dst: Int64s) -> tuple[Int64s, Int64s]:
+        """The chips along each path ``src[i] -> dst[i]`` (both in one domain), concatenated,
+        and the number of chips on each path (1 for a chip to itself)."""
+        indptr, local = self._built()
+        n = self.chips
+        base = src - src % n
+        code = (src - base) * n + (dst - base)
+        starts = indptr[code]
+        lengths = indptr[code + 1] - starts
+        # Position j of the output reads local[starts[i] + (j - first[i])] for its path i.
+        first = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=first[1:])
+        shift = np.repeat(starts - first, lengths)
+        nodes = local[shift + np.arange(shift.size, dtype=np.int64)] + np.repeat(base, lengths)
+        return nodes, lengths
