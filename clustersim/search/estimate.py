@@ -48,7 +48,7 @@ from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.search.experts import grad_streams_s, group_of, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
-from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses, steady_scatter_s
+from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses
 from clustersim.workload import (
     Layout,
     make_dims,
@@ -58,6 +58,7 @@ from clustersim.workload import (
     validate,
 )
 from clustersim.workload.dims import (
+    EXPERT_PIECES,
     layer_pieces,
     optimizer_params,
     stage_layers,
@@ -66,7 +67,7 @@ from clustersim.workload.dims import (
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.program import Kind
-from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT, stage_units
+from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT, unit_parts
 from clustersim.workload.transformer import (
     ADAM_HBM_BYTES_PER_PARAM,
     ADAM_SCALAR_OPS_PER_PARAM,
@@ -274,11 +275,16 @@ class Estimator:
         b_wire = b_comm * _wire_share(blk.layer_bwd_comms, blk.layer_bwd[1])
         shard = (layout.tp * layout.cp, layout.shard)
         if par.zero == 2:
-            params = sum(n for _, _, n in stage_pieces(self.model, layout, stage))
-            full, rest = divmod(float(params * ACT_BYTES), par.grad_bucket_bytes)
-            pieces = [par.grad_bucket_bytes] * int(full) + ([rest] if rest else [])
-            busy = sum(self.coll_s(*shard, "reduce_scatter", b) for b in pieces)
-            f_x, b_x = 0.0, steady_scatter_s(layout, pieces, b_comp + b_comm, self.coll_s)
+            pieces = stage_pieces(self.model, layout, stage)
+            expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
+            dense = sum(n for _, _, n in pieces) - expert
+            edp = (layout.etp * layout.ep, layout.edp)
+            busy = sum(
+                self.coll_s(*group, "reduce_scatter", b)
+                for group, n in ((shard, dense), (edp, expert))
+                for b in _buckets(float(n * ACT_BYTES), par.grad_bucket_bytes)
+            )
+            f_x, b_x = 0.0, max(busy - (b_comp + b_comm), 0.0)
         else:
             times = _blocks_times(blk)
             uses = stage_uses(self.model, par, layout, stage, times=times, coll_s=self.coll_s)
@@ -416,13 +422,20 @@ class Estimator:
                 # the stage's forwards (see workload.transformer).
                 first = self.coll_s(*streams[0][0], "all_gather", min(bucket, streams[0][1]))
                 gather = first + max(gather - first - n_mb * fwd[stage], 0.0)
-            if par.zero >= 2 and layout.dp > 1:  # dense models only: MoE is kept to ZeRO 0-1
-                full, rest = divmod(streams[0][1], bucket)
-                shards = [bucket] * int(full) + ([rest] if rest else [])
+            if par.zero >= 2 and layout.dp > 1:
+                # The dense stream over dp_shard; an MoE model's experts over edp.
+                split = [_buckets(b, bucket) for _, b in streams]
                 if par.zero == 3:
-                    units = stage_units(model, layout, stage, par.fsdp.unit).values()
-                    shards = [float(ACT_BYTES * n) for n in reversed(list(units))]
-                exposed, gather = dp_tail(par, layout, shards, bwd[stage], self.coll_s)
+                    units = list(unit_parts(model, layout, stage, par.fsdp.unit).values())
+                    split = [
+                        [float(ACT_BYTES * d) for d, _ in reversed(units)],
+                        [float(ACT_BYTES * e) for _, e in reversed(units) if e],
+                    ]
+                exposed, gather = dp_tail(par, layout, split[0], bwd[stage], self.coll_s)
+                if len(split) > 1 and split[1]:
+                    edp = (layout.etp * layout.ep, layout.edp)
+                    more = dp_tail(par, layout, split[1], bwd[stage], self.coll_s, shard=edp)
+                    exposed, gather = exposed + more[0], gather + more[1]
                 exposed += once[stage] if par.zero == 3 else 0.0
             ends.append(pipeline - offset + exposed + opt_s + gather)
             tails.append((exposed + gather, opt_s))
@@ -481,6 +494,12 @@ def estimate_resolved(res: Resolved) -> Estimate:
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
     return Estimator(res.model, sc.training, chip, net)(sc.parallelism, layout)
+
+
+def _buckets(nbytes: float, bucket: float) -> list[float]:
+    """``nbytes`` of gradients cut into buckets of ``bucket`` bytes (the last one short)."""
+    full, rest = divmod(nbytes, bucket)
+    return [bucket] * int(full) + ([rest] if rest else [])
 
 
 def _adam(params: int) -> Work:

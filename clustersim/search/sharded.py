@@ -31,7 +31,7 @@ from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.workload import Layout
 from clustersim.workload.dims import chunk_layers
-from clustersim.workload.sharding import BYTES, EMBED_UNIT, HEAD_UNIT, stage_units
+from clustersim.workload.sharding import BYTES, EMBED_UNIT, HEAD_UNIT, unit_parts
 
 __all__ = ["FsdpUse", "ShardTimes", "dp_tail", "fsdp_overhead", "stage_uses", "steady_scatter_s"]
 
@@ -96,11 +96,19 @@ def stage_uses(
     """
     cfg = par.fsdp
     shard = (layout.tp * layout.cp, layout.shard)
+    edp = (layout.etp * layout.ep, layout.edp)
     fwd: list[FsdpUse] = []
     bwd: list[FsdpUse] = []
-    for name, params in stage_units(model, layout, stage, cfg.unit).items():
-        gather = coll_s(*shard, "all_gather", BYTES * params)
-        scatter = coll_s(*shard, "reduce_scatter", BYTES * params)
+
+    def both(op: str, dense: int, expert: int) -> float:
+        # An MoE unit's routed experts travel over edp, after its dense part.
+        return coll_s(*shard, op, BYTES * dense) + (
+            coll_s(*edp, op, BYTES * expert) if expert else 0.0
+        )
+
+    for name, (dense, expert) in unit_parts(model, layout, stage, cfg.unit).items():
+        gather = both("all_gather", dense, expert)
+        scatter = both("reduce_scatter", dense, expert)
         f_s, b_s = _unit_passes(model, layout, stage, name, times)
         fwd.append(FsdpUse(f_s, gather, 0.0, backward=False))
         again = gather if cfg.reshard_after_forward else 0.0
@@ -152,13 +160,16 @@ def dp_tail(
     pieces_bytes: Sequence[float],
     last_bwd_s: float,
     coll_s: CollS,
+    *,
+    shard: tuple[int, int] | None = None,
 ) -> tuple[float, float]:
     """(exposed reduction, parameter gather) seconds after a stage's last backward.
 
     ``pieces_bytes`` are the gradient bytes reduced one collective each: ZeRO-2's
-    buckets or ZeRO-3's units, in the order the backward completes them.
+    buckets or ZeRO-3's units, in the order the backward completes them, over the
+    ``shard`` group (default ``dp_shard``; an MoE model's experts pass ``edp``).
     """
-    shard = (layout.tp * layout.cp, layout.shard)
+    shard = shard or (layout.tp * layout.cp, layout.shard)
     replicate = (layout.tp * layout.cp * layout.shard, layout.replicas)
     exposed = 0.0
     if par.zero == 2:

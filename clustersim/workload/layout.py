@@ -412,13 +412,19 @@ def _validate_moe(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> None
             layout.tp,
             f"{model.name}'s shared-expert width is not divisible by tp",
         )
-    if par.zero >= 2:
+    if par.zero >= 2 and layout.shard < layout.dp:
         raise ScenarioError(
-            "parallelism.zero",
-            par.zero,
-            "MoE models are lowered with ZeRO 0 or 1 (the experts' state sharded over their "
-            "expert-data-parallel group); sharding gradients or parameters is not modelled for "
-            "them yet",
+            "parallelism.dp_shard",
+            layout.shard,
+            "hybrid sharding (dp_shard < dp) is not modelled for MoE models yet: their "
+            "experts are sharded over the whole expert-data-parallel group; omit dp_shard",
+        )
+    if par.zero == 3 and par.overlap_moe_a2a and layout.ep > 1:
+        raise ScenarioError(
+            "parallelism.overlap_moe_a2a",
+            par.overlap_moe_a2a,
+            "overlapping two microbatches' all-to-alls interleaves their layers, which FSDP's "
+            "per-unit gathers (zero: 3) are not modelled with yet; use zero 0-2 or turn it off",
         )
     if (layout.tp > 1 or etp > 1) and not par.sequence_parallel:
         raise ScenarioError(

@@ -24,9 +24,14 @@ all-reduced over ``dp_replicate`` once per step, after its last microbatch's
 reduce-scatter: the rank waits for that reduce-scatter when it starts the next
 one, so the two never overlap on the same bytes.
 
+MoE models: the routed experts' parameters, gradients and Adam state are sharded over
+the expert-data-parallel group (``edp``: the ranks holding the same experts) instead
+of ``dp_shard``, and each unit's experts are gathered and reduce-scattered over it,
+beside its dense part over ``dp_shard``; hybrid sharding is not modelled for them.
+
 Memory per rank (P parameters on the rank after TP and PP, S = dp_shard, U the
 largest unit, B the gradient bucket in bytes; bf16 weights and gradients, 12 B of Adam
-state per parameter):
+state per parameter; for MoE models read P/S as P_dense/S + P_experts/edp):
 
 - zero 0: weights 2P, gradients 2P, optimizer 12P;
 - zero 1: optimizer 12P/S;
@@ -49,10 +54,13 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.workload.dims import (
+    EXPERT_PIECES,
     chunk_layers,
     embed_pieces,
     head_pieces,
+    is_moe_layer,
     layer_pieces,
+    moe_layer_pieces,
     stage_pieces,
 )
 from clustersim.workload.layout import Layout
@@ -65,6 +73,7 @@ __all__ = [
     "shard_program",
     "sharded_state",
     "stage_units",
+    "unit_parts",
 ]
 
 # As ``memory.WEIGHT_BYTES_PER_PARAM`` (= GRAD_) and ``OPTIMIZER_BYTES_PER_PARAM``.
@@ -79,32 +88,49 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def stage_units(model: ModelSpec, layout: Layout, stage: int, unit: str) -> dict[str, int]:
-    """Parameters one rank of ``stage`` holds per FSDP unit, in forward order.
+def unit_parts(
+    model: ModelSpec, layout: Layout, stage: int, unit: str
+) -> dict[str, tuple[int, int]]:
+    """(dense, routed-expert) parameters one rank of ``stage`` holds per FSDP unit, in
+    forward order: the dense part is sharded over ``dp_shard``, the experts' over
+    ``edp`` (MoE models; 0 for dense ones).
 
     ``unit: layer``: the embedding (first stage), each layer (``L<index>``), the head
     (last stage). ``unit: stage``: one unit per local model chunk (``C<chunk>``),
     holding its layers and the embedding or head that run with it.
     """
     tp = layout.tp
-    per_layer = sum(n for _, n in layer_pieces(model, tp))
-    embed = sum(n for _, n in embed_pieces(model, tp))
-    head = sum(n for _, n in head_pieces(model, tp))
-    out: dict[str, int] = {}
+    dense_layer = (sum(n for _, n in layer_pieces(model, tp)), 0)
+    moe_layer = dense_layer
+    if model.moe is not None:
+        pieces = moe_layer_pieces(model, layout)
+        expert = sum(n for name, n in pieces if name in EXPERT_PIECES)
+        moe_layer = (sum(n for _, n in pieces) - expert, expert)
+    embed = (sum(n for _, n in embed_pieces(model, tp)), 0)
+    head = (sum(n for _, n in head_pieces(model, tp)), 0)
+    out: dict[str, tuple[int, int]] = {}
     for k in range(layout.vp):
         first = stage == 0 and k == 0
         last = stage == layout.pp - 1 and k == layout.vp - 1
-        layers = chunk_layers(model, layout, stage, k)
+        layers = [moe_layer if is_moe_layer(model, i) else dense_layer
+                  for i in chunk_layers(model, layout, stage, k)]  # fmt: skip
         if unit == "stage":
-            out[f"C{k}"] = len(layers) * per_layer + (embed if first else 0) + (head if last else 0)
+            parts = [*layers, *([embed] if first else []), *([head] if last else [])]
+            out[f"C{k}"] = (sum(d for d, _ in parts), sum(e for _, e in parts))
             continue
         if first:
             out[EMBED_UNIT] = embed
-        for i in layers:
-            out[f"L{i}"] = per_layer
+        for i, part in zip(chunk_layers(model, layout, stage, k), layers, strict=True):
+            out[f"L{i}"] = part
         if last:
             out[HEAD_UNIT] = head
     return out
+
+
+def stage_units(model: ModelSpec, layout: Layout, stage: int, unit: str) -> dict[str, int]:
+    """Parameters one rank of ``stage`` holds per FSDP unit, in forward order
+    (:func:`unit_parts`, dense and expert parts together)."""
+    return {k: d + e for k, (d, e) in unit_parts(model, layout, stage, unit).items()}
 
 
 # -- memory ------------------------------------------------------------------------------
@@ -125,9 +151,12 @@ def sharded_state(
     model: ModelSpec, par: ParallelismCfg, layout: Layout, stage: int
 ) -> ShardedState:
     """Weights, gradients and optimizer state of one rank of ``stage`` (see the module doc)."""
-    params = sum(n for _, _, n in stage_pieces(model, layout, stage))
+    pieces = stage_pieces(model, layout, stage)
+    params = sum(n for _, _, n in pieces)
+    expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
     shard = layout.shard if layout.dp > 1 else 1
-    sharded = _ceil_div(params, shard)
+    # The routed experts' state is sharded over their expert-data-parallel group.
+    sharded = _ceil_div(params - expert, shard) + _ceil_div(expert, layout.edp)
     full_w, full_g = float(BYTES * params), float(BYTES * params)
     zero = par.zero
     if zero == 0:
@@ -170,7 +199,8 @@ def sharded_state(
 
 def _unit_of(ins: Instr, current: str | None, unit: str, layer_chunk: dict[int, str]) -> str | None:
     """The FSDP unit whose parameters ``ins`` uses; TP and CP collectives belong to the
-    unit around them; anything else (pipeline messages, DP traffic) to none."""
+    unit around them, and so do an MoE layer's expert-parallel ones (its dispatch and
+    combine); anything else (pipeline messages, DP traffic) to none."""
     if ins.kind == Kind.COMPUTE:
         if ins.phase == Phase.OPTIMIZER:
             return None
@@ -180,7 +210,7 @@ def _unit_of(ins: Instr, current: str | None, unit: str, layer_chunk: dict[int, 
             # The embedding runs with chunk 0, the head with the stage's last chunk.
             return "C0" if ins.name == "embed" else layer_chunk[-1]
         return HEAD_UNIT if ins.name.split(".", 1)[0] in _HEAD_OPS else EMBED_UNIT
-    if ins.kind == Kind.COLLECTIVE and ins.group in ("tp", "cp"):
+    if ins.kind == Kind.COLLECTIVE and ins.group in ("tp", "cp", "ep", "etp"):
         return current
     return None
 
@@ -302,7 +332,7 @@ def _fsdp(
         i: f"C{k}" for k in range(layout.vp) for i in chunk_layers(model, layout, prog.stage, k)
     }
     layer_chunk[-1] = f"C{layout.vp - 1}"  # the head's chunk
-    units = stage_units(model, layout, prog.stage, cfg.unit)
+    units = unit_parts(model, layout, prog.stage, cfg.unit)
     uses = _uses(prog, cfg.unit, layer_chunk)
     gathered = [u for u in uses if cfg.reshard_after_forward or not u.backward]
     if not cfg.reshard_after_forward and layout.pp > 1:
@@ -313,26 +343,40 @@ def _fsdp(
             first.setdefault(use.unit, use)
         gathered = list(first.values())
     issued = 0
+    # Each group's gathers in issue order: a unit's dense part over dp_shard, its
+    # routed experts' over edp. A wait lets the later gathers of its group run on.
+    streams: dict[str, list[int]] = {"dp_shard": [], "edp": []}
+    if layout.edp == 1:  # every rank holds its experts whole: nothing to gather
+        units = {k: (d, 0) for k, (d, _) in units.items()}
 
     def gather(j: int, at: list[Instr]) -> None:
         use = gathered[j]
-        nbytes = BYTES * units[use.unit]
-        ins = _async("dp_shard", "all_gather", Phase.PARAM_SYNC, nbytes, use.microbatch)
-        ins.layer = prog.instrs[use.start].layer
-        at.append(ins)
+        for group, params in zip(("dp_shard", "edp"), units[use.unit], strict=True):
+            if not params:
+                continue
+            nbytes = BYTES * params
+            ins = _async(group, "all_gather", Phase.PARAM_SYNC, nbytes, use.microbatch)
+            ins.layer = prog.instrs[use.start].layer
+            at.append(ins)
+            streams[group].append(j)
 
     for j, use in enumerate(gathered):
         at = before.setdefault(use.start, [])
         if issued <= j:
             gather(j, at)
             issued = j + 1
-        at.append(_wait("dp_shard", "all_gather", issued - 1 - j))
+        for group, order in streams.items():
+            if j in order:
+                at.append(_wait(group, "all_gather", len(order) - 1 - order.index(j)))
         while issued < len(gathered) and issued <= j + cfg.prefetch:
             gather(issued, at)
             issued += 1
     for use in uses:
         if use.backward:
-            nbytes = BYTES * units[use.unit]
-            rs = _async("dp_shard", "reduce_scatter", Phase.GRAD_SYNC, nbytes, use.microbatch)
-            rs.layer = prog.instrs[use.end - 1].layer
-            after.setdefault(use.end - 1, []).append(rs)
+            for group, params in zip(("dp_shard", "edp"), units[use.unit], strict=True):
+                if not params:
+                    continue
+                nbytes = BYTES * params
+                rs = _async(group, "reduce_scatter", Phase.GRAD_SYNC, nbytes, use.microbatch)
+                rs.layer = prog.instrs[use.end - 1].layer
+                after.setdefault(use.end - 1, []).append(rs)

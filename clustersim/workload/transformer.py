@@ -322,7 +322,7 @@ def _grad_syncs(
     dp_group: str,
 ) -> list[_GradSync]:
     """The gradient streams of a stage: over ``dp_group``, and the routed experts'
-    over ``edp`` (MoE models, which ``validate`` keeps to ZeRO 0 and 1)."""
+    over ``edp`` (MoE models; with ZeRO 2 and 3 the experts' shard group)."""
     out = []
     moe = model.moe is not None
     streams = [(dp_group, layout.dp, False if moe else None)]
