@@ -115,7 +115,10 @@ class ParallelismCfg(Strict):
     # Expert tensor parallelism: the experts' own TP degree (absent: the same as tp).
     etp: int | None = Field(default=None, ge=1, le=1_000_000)
     microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
-    schedule: Annotated[Literal["1f1b", "gpipe"], BeforeValidator(canonical_value)] = "1f1b"
+    # dualpipe: DeepSeek's DualPipeV (two chunks per stage in a V, clustersim.workload.schedules)
+    schedule: Annotated[Literal["1f1b", "gpipe", "dualpipe"], BeforeValidator(canonical_value)] = (
+        "1f1b"
+    )
     # Model chunks per stage: 2 or more cuts the layers into pp x virtual_stages chunks,
     # dealt round-robin to the stages (interleaved 1F1B with schedule 1f1b).
     virtual_stages: int = Field(default=1, ge=1, le=1024)

@@ -177,13 +177,14 @@ def chunk_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -> ra
     """Global indices of the layers of ``stage``'s local model chunk ``chunk``.
 
     The layers are cut into ``pp x vp`` contiguous chunks (:func:`stage_layer_counts`
-    over chunks); chunk ``c`` runs on stage ``c % pp``, as its local chunk ``c // pp``.
+    over chunks); chunk ``c`` runs on stage ``c % pp``, as its local chunk ``c // pp``
+    (in a V, ``Layout.global_chunk``).
     """
     if not 0 <= stage < layout.pp:
         raise ValueError(f"stage {stage} out of range 0..{layout.pp - 1}")
     if not 0 <= chunk < layout.vp:
         raise ValueError(f"chunk {chunk} out of range 0..{layout.vp - 1}")
-    c = chunk * layout.pp + stage
+    c = layout.global_chunk(stage, chunk)
     counts = stage_layer_counts(model.layers, layout.chunks)
     start = sum(counts[:c])
     return range(start, start + counts[c])
@@ -209,12 +210,12 @@ def stage_pieces(model: ModelSpec, layout: Layout, stage: int) -> list[tuple[int
     pieces = layer_pieces(model, tp)
     moe = moe_layer_pieces(model, layout) if model.moe is not None else pieces
     for chunk in reversed(range(layout.vp)):
-        if stage == layout.pp - 1 and chunk == layout.vp - 1:
+        if layout.global_chunk(stage, chunk) == layout.chunks - 1:
             out += [(-1, name, n) for name, n in head_pieces(model, tp)]
         for layer in reversed(chunk_layers(model, layout, stage, chunk)):
             mine = moe if is_moe_layer(model, layer) else pieces
             out += [(layer, name, n) for name, n in mine]
-        if stage == 0 and chunk == 0:
+        if layout.global_chunk(stage, chunk) == 0:
             out += [(-1, name, n) for name, n in embed_pieces(model, tp)]
     return out
 

@@ -81,6 +81,8 @@ class Layout:
     """Expert tensor parallelism (``parallelism.etp``); 0 means the same as ``tp``."""
     ranks_per_node: int = 0
     """Ranks of one instance (a node of the scale-out network); 0 means unknown."""
+    vshape: bool = False
+    """Chunks placed in a V (DualPipeV): stage s holds chunks s and 2 pp - 1 - s."""
 
     @property
     def ep_local(self) -> int:
@@ -101,8 +103,15 @@ class Layout:
 
     @property
     def chunks(self) -> int:
-        """Model chunks in all: ``pp x vp``; chunk ``c`` runs on stage ``c % pp``."""
+        """Model chunks in all: ``pp x vp``; chunk ``c`` runs on stage ``c % pp`` (in a V:
+        ``c`` for ``c < pp``, else ``2 pp - 1 - c``)."""
         return self.pp * self.vp
+
+    def global_chunk(self, stage: int, chunk: int) -> int:
+        """The model chunk that ``stage`` runs as its local chunk ``chunk``."""
+        if self.vshape:
+            return stage if chunk == 0 else 2 * self.pp - 1 - stage
+        return chunk * self.pp + stage
 
     def __post_init__(self) -> None:
         # Internal consistency only: user input is checked by ``make_layout``.
@@ -260,6 +269,16 @@ def make_layout(
                 dp,
                 f"tp*pp*dp*cp = {tp}*{pp}*{dp}*{cp} = {total} but the cluster has {have}; {hint}",
             )
+    vp, vshape = par.virtual_stages, par.schedule == "dualpipe"
+    if vshape:  # DualPipeV: two chunks per stage, in a V
+        if vp > 2:
+            raise ScenarioError(
+                "parallelism.virtual_stages",
+                vp,
+                "schedule dualpipe runs two model chunks per stage (DualPipeV); set "
+                "virtual_stages: 2 (or 1, which dualpipe makes 2)",
+            )
+        vp = 2
     etp = par.etp if par.etp is not None else tp
     per_stage = tp * cp * dp
     if per_stage % etp:
@@ -295,10 +314,11 @@ def make_layout(
         ep=ep,
         ranks=ranks,
         ranks_per_chip=ranks_per_chip,
-        vp=par.virtual_stages,
+        vp=vp,
         dp_shard=par.dp_shard or 0,
         etp=etp,
         ranks_per_node=ranks_per_node,
+        vshape=vshape,
     )
 
 
@@ -443,6 +463,9 @@ def _validate_interleaving(
         raise ScenarioError(
             "parallelism.virtual_stages", v, "model chunks interleave pipeline stages; set pp > 1"
         )
+    if par.schedule == "dualpipe":
+        _validate_dualpipe(model, par, train, layout)
+        return
     if par.schedule != "1f1b":
         raise ScenarioError(
             "parallelism.virtual_stages",
@@ -464,6 +487,34 @@ def _validate_interleaving(
             v,
             f"interleaved 1F1B needs the microbatches per replica ({n_mb} = global batch / "
             f"(dp*microbatch_size)) to be a multiple of pp = {pp}",
+        )
+
+
+def _validate_dualpipe(
+    model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout
+) -> None:
+    chunks = layout.chunks
+    if model.layers < chunks or (model.layers % chunks and not par.uneven_stages):
+        raise ScenarioError(
+            "parallelism.schedule",
+            par.schedule,
+            f"dualpipe cuts {model.name}'s {model.layers} layers into 2 pp = {chunks} chunks, "
+            "which do not divide them; set parallelism.uneven_stages: true or change pp",
+        )
+    n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
+    if n_mb < 2 * layout.pp:
+        raise ScenarioError(
+            "parallelism.schedule",
+            par.schedule,
+            f"dualpipe needs at least 2 pp = {2 * layout.pp} microbatches per replica (got "
+            f"{n_mb} = global batch / (dp*microbatch_size))",
+        )
+    if par.zero >= 2:
+        raise ScenarioError(
+            "parallelism.zero",
+            par.zero,
+            "schedule dualpipe is lowered with ZeRO 0 or 1; sharded gradients or parameters "
+            "are not modelled with it",
         )
 
 

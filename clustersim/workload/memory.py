@@ -121,7 +121,7 @@ def stage_param_count(model: ModelSpec, layout: Layout, stage: int) -> int:
     total = sum(_layer_params(model, i) for i in stage_layers(model, layout, stage))
     if stage == 0:
         total += _embedding_params(model)
-    if stage == layout.pp - 1:
+    if layout.global_chunk(stage, layout.vp - 1) == layout.chunks - 1:  # the head's stage
         total += model.vocab * model.hidden + norm_params(model)
     return total
 
@@ -267,7 +267,7 @@ def memory_per_rank(
         )
         for k in range(layout.vp)
     ]
-    if stage == layout.pp - 1:
+    if layout.global_chunk(stage, layout.vp - 1) == layout.chunks - 1:
         per_chunk[-1] += _head_activation_bytes(dm)
     overlap = a2a_overlap(par, model, layout)
     if overlap:  # two microbatches' all-to-alls in flight

@@ -41,7 +41,8 @@ _A2A_GROUPS = ("ep", "ep_node", "ep_cross")
 
 def a2a_overlap(par: ParallelismCfg, model: ModelSpec, layout: Layout) -> bool:
     """Whether the layout overlaps expert all-to-alls across microbatches."""
-    return par.overlap_moe_a2a and model.moe is not None and layout.ep > 1
+    wanted = par.overlap_moe_a2a or par.schedule == "dualpipe"  # DualPipe's own overlap
+    return wanted and model.moe is not None and layout.ep > 1
 
 
 def pair_units(order: Sequence[Step]) -> list[tuple[int, ...]]:

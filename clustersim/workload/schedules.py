@@ -22,6 +22,7 @@ from clustersim.errors import ScenarioError
 __all__ = [
     "Order",
     "Schedule",
+    "dualpipe",
     "get_schedule",
     "gpipe",
     "one_f_one_b",
@@ -121,7 +122,7 @@ def stage_order(
     2 (pp - stage - 1) + (v - 1) pp with several.
     """
     order = get_schedule(schedule)(stage, stages, microbatches, chunks)
-    if not overlap:
+    if not overlap or schedule == "dualpipe":  # DualPipe's order is made for its pairs
         return order
     return shift_for_overlap(order, stages - stage if chunks == 1 else 1)
 
@@ -190,3 +191,79 @@ def _interleaved(stage: int, stages: int, microbatches: int, chunks: int) -> Ord
         order.append(unit(i, "B"))
     order += [unit(k, "B") for k in range(total - warmup, total)]
     return order
+
+
+@register_schedule("dualpipe")
+def dualpipe(stage: int, stages: int, microbatches: int, chunks: int = 2) -> Order:
+    """DualPipeV (deepseek-ai/DualPipe ``dualpipev.py``; DualPipe in arXiv 2412.19437 3.2.1).
+
+    Each stage holds two chunks in a V (``Layout.vshape``): stage ``s`` runs chunk
+    ``s`` on the way down and chunk ``2 pp - 1 - s`` on the way back, so the last
+    stage hands its first chunk's output to its second without a send and the first
+    stage holds the embedding and the head. The order is the reference's eight
+    steps: forwards of chunk 0, forwards of both, then pairs of a forward of one
+    chunk and a backward of the other (``F0 B1 F1 B0``), which the lowering runs
+    overlapped (:func:`dualpipe_units`, ``workload.overlap``), then the backwards.
+    The reference splits each backward into its input and weight gradients and
+    moves weight passes into the bubbles (zero bubble); here a backward computes
+    both, so the cool-down keeps the bubble that splitting removes. Needs
+    ``microbatches >= 2 stages``.
+    """
+    if chunks != 2:
+        raise ValueError(f"dualpipe runs two chunks per stage (got {chunks})")
+    return _dualpipe(stage, stages, microbatches)[0]
+
+
+def dualpipe_units(stage: int, stages: int, microbatches: int) -> list[tuple[int, ...]]:
+    """The overlapped pairs of :func:`dualpipe`'s order (index pairs) and its single items.
+
+    As the reference: every ``F0 B1`` and ``F1 B0`` of the steady state, and the
+    ``F1 B0`` after each lone ``B1`` of the cool-down, but the last stage's first
+    ``F0 B1``, which it runs one after the other.
+    """
+    return _dualpipe(stage, stages, microbatches)[1]
+
+
+def _dualpipe(stage: int, stages: int, microbatches: int) -> tuple[Order, list[tuple[int, ...]]]:
+    pp, r = stages, stage
+    done_f, done_b = [0, 0], [0, 0]
+    order: Order = []
+    units: list[tuple[int, ...]] = []
+
+    def f(c: int) -> int:
+        order.append(("F", done_f[c], c))
+        done_f[c] += 1
+        return len(order) - 1
+
+    def b(c: int) -> int:
+        order.append(("B", done_b[c], c))
+        done_b[c] += 1
+        return len(order) - 1
+
+    def single(i: int) -> None:
+        units.append((i,))
+
+    for _ in range(2 * (pp - r - 1)):  # 1: chunk 0's forwards fill the V
+        single(f(0))
+    for _ in range(r + 1):  # 2: forwards of both chunks
+        single(f(0))
+        single(f(1))
+    for _ in range(pp - r - 1):  # 3: chunk 1's backward (with its weights), forward
+        single(b(1))
+        single(f(1))
+    for i in range(microbatches - 2 * pp + r + 1):  # 4: the steady state, F0&B1, F1&B0
+        if i == 0 and r == pp - 1:
+            single(f(0))
+            single(b(1))
+        else:
+            units.append((f(0), b(1)))
+        units.append((f(1), b(0)))
+    for _ in range(pp - r - 1):  # 5
+        single(b(1))
+        units.append((f(1), b(0)))
+    for _ in range(r + 1):  # 6: backwards of both chunks
+        single(b(1))
+        single(b(0))
+    for _ in range(pp - r - 1):  # 7: chunk 0's last backwards
+        single(b(0))
+    return order, units

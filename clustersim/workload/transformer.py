@@ -53,7 +53,7 @@ from clustersim.workload.layout import Layout, validate
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block
 from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
 from clustersim.workload.program import Instr, Kind, Phase, Program
-from clustersim.workload.schedules import Order, stage_order
+from clustersim.workload.schedules import Order, dualpipe_units, stage_order
 from clustersim.workload.sharding import shard_program
 
 __all__ = [
@@ -204,7 +204,7 @@ def _build(
                 _param_gathers(out, grad_sync.sizes, grad_sync.group)
         # Offsets to the stages of the previous and next chunk (the last stage's
         # next chunk, and the first stage's previous one, wrap around).
-        prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
+        prev, nxt = _neighbours(layout, stage)
 
         ctx = _StageCtx(
             stage,
@@ -221,7 +221,10 @@ def _build(
             emit_at,
             sync.emit if (dp_on and par.zero < 3) else None,
         )
-        for unit in pair_units(order) if overlap else [(i,) for i in range(len(order))]:
+        units: list[tuple[int, ...]] = [(i,) for i in range(len(order))]
+        if overlap:
+            units = dualpipe_units(stage, pp, n_mb) if layout.vshape else pair_units(order)
+        for unit in units:
             if len(unit) == 1:
                 _item(ctx, unit[0], out)
                 continue
@@ -266,8 +269,8 @@ class _StageCtx:
     head: Block
     p2p_bytes: float
     gather_bytes: float
-    prev: int
-    nxt: int
+    prev: tuple[int, ...]  # per local chunk: the stage offset its input comes from
+    nxt: tuple[int, ...]  # and its output goes to (0: the same stage, no message)
     emit_at: set[int]
     emit: Emit | None
 
@@ -275,31 +278,32 @@ class _StageCtx:
 def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
     """Append the instructions of the ``i``-th item of the stage's order."""
     kind, mb, k = ctx.order[i]
-    layout, stage, pp = ctx.layout, ctx.stage, ctx.layout.pp
-    c = k * pp + stage
+    layout, stage = ctx.layout, ctx.stage
+    c = layout.global_chunk(stage, k)
+    prev, nxt = ctx.prev[k], ctx.nxt[k]
     first, last = c == 0, c == layout.chunks - 1
     layers = ctx.chunks[k]
     if kind == "F":
         if first:
             _stamp(out, ctx.embed.fwd, -1, mb)
-        else:
+        elif prev:
             tag = _tag(mb, c - 1, layout, grad=False)
-            out.append(_p2p(Kind.RECV, "pp.recv.act", mb, ctx.prev, nbytes=ctx.p2p_bytes, tag=tag))
+            out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=ctx.p2p_bytes, tag=tag))
             _gather(out, "pp.gather.act", Phase.FORWARD, mb, ctx.gather_bytes)
         for lay in layers:
             _stamp(out, ctx.blocks[lay].fwd, lay, mb)
         if last:
             _stamp(out, ctx.head.fwd, -1, mb)
-        else:
+        elif nxt:
             tag = _tag(mb, c, layout, grad=False)
-            out.append(_p2p(Kind.SEND, "pp.send.act", mb, ctx.nxt, nbytes=ctx.p2p_bytes, tag=tag))
+            out.append(_p2p(Kind.SEND, "pp.send.act", mb, nxt, nbytes=ctx.p2p_bytes, tag=tag))
         return
     emit = ctx.emit if i in ctx.emit_at else None
     if last:
         _backward(out, ctx.head, -1, mb, emit)
-    else:
+    elif nxt:
         tag = _tag(mb, c, layout, grad=True)
-        out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, ctx.nxt, nbytes=ctx.p2p_bytes, tag=tag))
+        out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, nxt, nbytes=ctx.p2p_bytes, tag=tag))
         _gather(out, "pp.gather.grad", Phase.BACKWARD, mb, ctx.gather_bytes)
     for lay in reversed(layers):
         block = ctx.blocks[lay]
@@ -307,9 +311,24 @@ def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
         _backward(out, block, lay, mb, emit)
     if first:
         _backward(out, ctx.embed, -1, mb, emit)
-    else:
+    elif prev:
         tag = _tag(mb, c - 1, layout, grad=True)
-        out.append(_p2p(Kind.SEND, "pp.send.grad", mb, ctx.prev, nbytes=ctx.p2p_bytes, tag=tag))
+        out.append(_p2p(Kind.SEND, "pp.send.grad", mb, prev, nbytes=ctx.p2p_bytes, tag=tag))
+
+
+def _neighbours(layout: Layout, stage: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per local chunk, the stage offsets of the previous and the next chunk.
+
+    Round-robin chunks wrap around (the last stage's next chunk is on the first);
+    in a V, chunk 0 goes down and chunk 1 comes back up, and the last stage hands
+    one to the other itself (offset 0).
+    """
+    pp = layout.pp
+    if layout.vshape:
+        bottom = stage == pp - 1
+        return (-1, 0 if bottom else 1), (0 if bottom else 1, -1)
+    prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
+    return (prev,) * layout.vp, (nxt,) * layout.vp
 
 
 def _grad_syncs(
