@@ -401,6 +401,11 @@ class ModelSpec(Strict):
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     """Multi-head latent attention instead of grouped-query attention (kv_heads = heads)."""
+    mtp_layers: int = Field(default=0, ge=0, le=64)
+    """Multi-token-prediction modules after the last layer (DeepSeek-V3 trained with 1;
+    arXiv 2412.19437 section 2.2): each one more layer of the model's last kind, a
+    projection of the normed hidden state and next token's embedding (2 h to h) and a
+    second pass of the shared LM head. Not part of ``layers`` or the parameter count."""
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -427,6 +432,11 @@ class ModelSpec(Strict):
                     f"{self.mla.v_head_dim} (the width of a head's output)"
                 )
         return self
+
+    @property
+    def blocks(self) -> int:
+        """Transformer blocks the pipeline places: the layers, then the MTP modules'."""
+        return self.layers + self.mtp_layers
 
     @property
     def qk_head_dim(self) -> int:

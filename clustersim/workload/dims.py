@@ -185,7 +185,7 @@ def chunk_layers(model: ModelSpec, layout: Layout, stage: int, chunk: int) -> ra
     if not 0 <= chunk < layout.vp:
         raise ValueError(f"chunk {chunk} out of range 0..{layout.vp - 1}")
     c = layout.global_chunk(stage, chunk)
-    counts = stage_layer_counts(model.layers, layout.chunks)
+    counts = stage_layer_counts(model.blocks, layout.chunks)
     start = sum(counts[:c])
     return range(start, start + counts[c])
 

@@ -268,7 +268,7 @@ def memory_per_rank(
         for k in range(layout.vp)
     ]
     if layout.global_chunk(stage, layout.vp - 1) == layout.chunks - 1:
-        per_chunk[-1] += _head_activation_bytes(dm)
+        per_chunk[-1] += (1 + model.mtp_layers) * _head_activation_bytes(dm)
     overlap = a2a_overlap(par, model, layout)
     if overlap:  # two microbatches' all-to-alls in flight
         buffers *= 2

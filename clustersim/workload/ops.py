@@ -78,6 +78,7 @@ __all__ = [
     "head_block",
     "layer_block",
     "mlp_part",
+    "mtp_block",
 ]
 
 ACT_BYTES = 2
@@ -517,6 +518,32 @@ def embed_block(dm: Dims) -> Block:
     bwd = [*tp.exit_bwd(), _compute("embed", B, _twice(work))]
     pieces = ("embed", "pos_embed") if dm.learned_positions else ("embed",)
     return Block(tuple(fwd), tuple(bwd), (), {len(bwd) - 1: pieces})
+
+
+def mtp_block(dm: Dims, precision: str) -> Block:
+    """A multi-token-prediction module's own ops, before its transformer layer.
+
+    RMSNorm of the main model's hidden state and of the next token's embedding (the
+    shared table, a lookup), their concatenation projected from 2 h to h (split over
+    TP like the MLP's up projection; its exchange is left to the layer's own). The
+    layer and the second pass of the LM head are lowered as the model's.
+    """
+    T, h = dm.tokens, dm.hidden
+    norm = _norm(dm, dm.sp_tokens)
+    proj = _Linear.of(T, 2 * h, h // dm.tp, precision)
+    F, B = Phase.FORWARD, Phase.BACKWARD
+    fwd: tuple[Tpl, ...] = (
+        _compute("mtp.norm", F, norm),
+        _compute("mtp.embed_norm", F, norm),
+        _compute("mtp.proj", F, proj.fwd),
+    )
+    bwd: tuple[Tpl, ...] = (
+        _compute("mtp.proj.dgrad", B, proj.dgrad),
+        _compute("mtp.proj.wgrad", B, proj.wgrad),
+        _compute("mtp.norm", B, _twice(norm)),
+        _compute("mtp.embed_norm", B, _twice(norm)),
+    )
+    return Block(fwd, bwd, (), {})
 
 
 def head_block(dm: Dims) -> Block:

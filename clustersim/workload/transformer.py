@@ -50,7 +50,7 @@ from clustersim.workload.dims import (
 )
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout, validate
-from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block
+from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, mtp_block
 from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
 from clustersim.workload.program import Instr, Kind, Phase, Program
 from clustersim.workload.schedules import Order, dualpipe_units, stage_order
@@ -175,6 +175,7 @@ def _build(
     )
     embed = embed_block(dm)
     head = head_block(dm)
+    mtp = mtp_block(dm, train.precision) if model.mtp_layers else None
     p2p_bytes, gather_bytes = pipeline_message_bytes(dm, layout)
     programs = []
     pp, vp = layout.pp, layout.vp
@@ -220,6 +221,9 @@ def _build(
             nxt,
             emit_at,
             sync.emit if (dp_on and par.zero < 3) else None,
+            model.layers,
+            mtp,
+            1 + model.mtp_layers,
         )
         units: list[tuple[int, ...]] = [(i,) for i in range(len(order))]
         if overlap:
@@ -273,6 +277,9 @@ class _StageCtx:
     nxt: tuple[int, ...]  # and its output goes to (0: the same stage, no message)
     emit_at: set[int]
     emit: Emit | None
+    main_layers: int  # blocks from here on are multi-token-prediction modules
+    mtp: Block | None
+    head_passes: int  # the LM head's, one more per MTP module
 
 
 def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
@@ -291,15 +298,20 @@ def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
             out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=ctx.p2p_bytes, tag=tag))
             _gather(out, "pp.gather.act", Phase.FORWARD, mb, ctx.gather_bytes)
         for lay in layers:
+            if ctx.mtp is not None and lay >= ctx.main_layers:
+                _stamp(out, ctx.mtp.fwd, lay, mb)
             _stamp(out, ctx.blocks[lay].fwd, lay, mb)
-        if last:
-            _stamp(out, ctx.head.fwd, -1, mb)
+        if last:  # the LM head, and its pass for each MTP module's prediction
+            for _ in range(ctx.head_passes):
+                _stamp(out, ctx.head.fwd, -1, mb)
         elif nxt:
             tag = _tag(mb, c, layout, grad=False)
             out.append(_p2p(Kind.SEND, "pp.send.act", mb, nxt, nbytes=ctx.p2p_bytes, tag=tag))
         return
     emit = ctx.emit if i in ctx.emit_at else None
     if last:
+        for _ in range(ctx.head_passes - 1):  # the MTP predictions' (their gradients
+            _stamp(out, ctx.head.bwd, -1, mb)  # complete with the main pass's)
         _backward(out, ctx.head, -1, mb, emit)
     elif nxt:
         tag = _tag(mb, c, layout, grad=True)
@@ -309,6 +321,8 @@ def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
         block = ctx.blocks[lay]
         _stamp(out, block.recompute, lay, mb)
         _backward(out, block, lay, mb, emit)
+        if ctx.mtp is not None and lay >= ctx.main_layers:
+            _stamp(out, ctx.mtp.bwd, lay, mb)
     if first:
         _backward(out, ctx.embed, -1, mb, emit)
     elif prev:

@@ -118,10 +118,10 @@ def test_bubble_shrinks_by_the_number_of_chunks(
 
 
 def test_unknown_schedule_lists_valid_names() -> None:
-    with pytest.raises(ScenarioError, match="valid: 1f1b, gpipe") as err:
+    with pytest.raises(ScenarioError, match="valid: 1f1b, dualpipe, gpipe") as err:
         get_schedule("zero-bubble")
     assert err.value.path == "parallelism.schedule"
-    assert schedule_names() == ["1f1b", "gpipe"]
+    assert schedule_names() == ["1f1b", "dualpipe", "gpipe"]
 
 
 def test_register_twice_is_an_error() -> None:
