@@ -45,6 +45,7 @@ LAYOUTS = {
     "nemo-llama3-70b": (4, 4, 2, 128, 8192),  # and cp 2
     "nemo-nemotron-340b": (8, 8, 2, 32, 4096),
     "llama3-405b": (8, 16, 64, 2048, 8192),
+    "bridge-deepseek-v3": (2, 8, 64, 8192, 4096),
 }
 
 
