@@ -17,7 +17,8 @@ on their links (stages and groups on disjoint links), and their rate is that of
 their tightest link. A component is not split when an entity leaves (solving
 two independent parts together gives the same rates). Solves of a component
 are remembered by the groups in it, so a repeated pattern of transfers (the
-same collective in every microbatch) costs a dictionary lookup.
+same collective in every microbatch) costs a dictionary lookup; repeats of one
+group in a component are one column of the solve (:mod:`.solve`).
 
 Joins and departures at one simulated instant are batched: the first change
 schedules a solve at the same time (a zero-delay timeout), and every change
@@ -66,7 +67,7 @@ from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.entity import NO_CHIPS, Component, Entity, FlowGroup, Pairs, link_counts
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation
-from clustersim.network.solve import Solved, solve_groups
+from clustersim.network.solve import Scratch, Solved, solve_groups
 from clustersim.network.topology import Topology
 
 __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
@@ -137,6 +138,7 @@ class FlowNetwork:
         self.hbm_listener: Callable[[NDArray[np.int64]], None] | None = None
         """Called with the chips whose HBM a flow starts to load (before it is solved)."""
         self._capacity: NDArray[np.float64] | None = None
+        self._scratch = Scratch()
         topology.add_listener(self.capacity_changed)
 
     # -- public API -----------------------------------------------------------------------------
@@ -401,9 +403,12 @@ class FlowNetwork:
         shared = occupancy > 0
         comp: Component
         if shared.any():
-            labels = self._comp_of[links[shared]].tolist()
-            # sorted(set()) is np.unique's order, without its cost on a few labels
-            comps = [self._comps[i] for i in sorted(set(labels))]
+            labels = self._comp_of[links[shared]]
+            first = int(labels[0])
+            if labels.size == 1 or not (labels != first).any():
+                comps = [self._comps[first]]  # the usual case: one component
+            else:
+                comps = [self._comps[i] for i in np.unique(labels).tolist()]
             comp = max(comps, key=lambda c: len(c.entities))
             for other in comps:
                 if other is comp:
@@ -497,7 +502,7 @@ class FlowNetwork:
     def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> _Solved:
         """Max-min rates of entities routed as ``groups``, with their links' loads."""
         base = self.hbm.base if self.hbm is not None else None
-        return solve_groups(groups, self._cap(), base, self._names)
+        return solve_groups(groups, self._cap(), base, self._names, self._scratch)
 
     def _schedule_wake(self, now: float) -> None:
         """One wake-up, for the earliest predicted completion."""

@@ -99,6 +99,8 @@ class LinkStats:
         self._mark: Floats = np.zeros(n_links)
         self._touched: list[Ints] = []
         """Links whose ``busy_s`` moved in the bin in progress (arrays, may repeat)."""
+        self._seen = np.zeros(n_links, dtype=bool)
+        """Scratch marks of the touched links (all False between bins)."""
         self._records: list[tuple[int, Ints, Floats]] = []
         """Finished bins: (bin, links, utilisation integral)."""
         self._runs: list[tuple[int, int, Ints, Floats]] = []
@@ -136,6 +138,7 @@ class LinkStats:
             return
         for name in ("bytes", "busy_s", "peak", "_mark"):
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra)]))
+        self._seen = np.concatenate([self._seen, np.zeros(extra, dtype=bool)])
         self.n_links = n_links
 
     def advance_to(self, now_s: float) -> None:
@@ -206,15 +209,19 @@ class LinkStats:
         a cluster of 10^6 chips has millions of links, a bin a few thousand)."""
         if not self._touched:
             return
-        touched = np.concatenate(self._touched)
+        # Patterns recur within a bin: each array of links once.
+        arrays = list({id(a): a for a in self._touched}.values())
         self._touched = []
-        if touched.size > self.n_links // 8:
-            # Many touches (a bin of thousands of transfers): a mask, not a sort.
-            mask = np.zeros(self.n_links, dtype=bool)
-            mask[touched] = True
-            links = np.flatnonzero(mask)
+        if sum(a.size for a in arrays) > self.n_links // 8:
+            # Many touches (a bin of thousands of transfers, or the hundreds of
+            # thousands of links of each folded step at 10^6 chips): marks, not a sort.
+            seen = self._seen
+            for touched in arrays:
+                seen[touched] = True
+            links = np.flatnonzero(seen)
+            seen[links] = False
         else:
-            links = np.unique(touched)
+            links = np.unique(np.concatenate(arrays))
         diff = self.busy_s[links] - self._mark[links]
         moved = diff != 0
         if moved.any():

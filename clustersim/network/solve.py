@@ -1,4 +1,12 @@
-"""Max-min rates of the entities of one component of the flow model (:mod:`.flows`)."""
+"""Max-min rates of the entities of one component of the flow model (:mod:`.flows`).
+
+Entities of one group in a component (the same step of several gradient buckets in
+flight) cross the same links with the same counts, so progressive filling raises
+and freezes them together: they are solved as one column of ``k`` times the
+counts, which gives each the rate it gets solved apart. The links of a component
+are gathered by :func:`union`, which avoids sorting every entry when the columns
+are long (folded steps on switched fabrics cross thousands of links each).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +21,44 @@ from clustersim.network.entity import FlowGroup
 from clustersim.network.linkstats import LoadPattern
 from clustersim.network.maxmin import maxmin_rates_csc, with_ceilings
 
-__all__ = ["Solved", "solve_groups"]
+__all__ = ["Scratch", "Solved", "solve_groups", "union"]
+
+_FEW = 512
+"""Entries below which :func:`union` sorts them all (np.unique)."""
 
 Solved = tuple[NDArray[np.float64], LoadPattern]
 """The rates of a component's entities, and the loads they put on its links."""
+
+
+class Scratch:
+    """A slot per capacity, reused by :func:`union` (its values are never read stale)."""
+
+    def __init__(self) -> None:
+        self.slot: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+
+    def slots(self, size: int) -> NDArray[np.int64]:
+        if self.slot.size < size:
+            self.slot = np.zeros(size, dtype=np.int64)
+        return self.slot
+
+
+def union(
+    flat: NDArray[np.int64], scratch: Scratch, size: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``np.unique(flat, return_inverse=True)`` for entries in ``0..size-1``: the distinct
+    values (sorted) and each entry's index among them. Many entries go through a
+    scratch slot per value instead of a sort: only the distinct values are sorted."""
+    if flat.size < _FEW:
+        loaded, inverse = np.unique(flat, return_inverse=True)
+        return loaded, inverse.ravel()
+    slot = scratch.slots(size)
+    at = np.arange(flat.size, dtype=np.int64)
+    slot[flat] = at  # the last entry of each value wins
+    loaded = flat[slot[flat] == at]
+    loaded.sort()
+    slot[loaded] = np.arange(loaded.size, dtype=np.int64)
+    rows: NDArray[np.int64] = slot[flat]
+    return loaded, rows
 
 
 def solve_groups(
@@ -24,43 +66,26 @@ def solve_groups(
     cap: NDArray[np.float64],
     hbm_base: int | None,
     names: Callable[[NDArray[np.int64]], list[str]],
+    scratch: Scratch | None = None,
 ) -> Solved:
     """Max-min rates of entities routed as ``groups`` over capacities ``cap``, with their
     links' loads; ``hbm_base`` is the first HBM index when HBM is shared (left out of the
     loads), ``names`` names links in errors.
 
-    An entity alone on its links runs at the rate of its tightest link.
+    An entity alone on its links runs at the rate of its tightest link; repeats of
+    a group are one column (see the module doc).
     """
-    capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
-    if len(groups) == 1 and groups[0].links.size:
-        (g,) = groups
-        cap_nz = cap[g.links]
-        rate = min(float((cap_nz / g.counts).min()), g.rate_cap_Bps)
-        rates = np.asarray([rate])
-        out: Solved = (rates, _pattern(hbm_base, g.links, g.counts * rate, cap_nz))
+    index: dict[int, int] = {}
+    of = [index.setdefault(id(g), len(index)) for g in groups]
+    if len(index) < len(groups):
+        distinct = tuple({id(g): g for g in groups}.values())
+        times = np.bincount(np.asarray(of), minlength=len(distinct)).astype(np.float64)
+        rates_d, pattern = _solve_columns(distinct, times, cap, hbm_base, scratch or Scratch())
+        rates = rates_d[np.asarray(of)]
+        out: Solved = (rates, pattern)
     else:
-        nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
-        counts = np.concatenate([g.counts for g in groups])
-        loaded, rows = np.unique(np.concatenate([g.links for g in groups]), return_inverse=True)
-        rows = rows.ravel()
-        capacity = cap[loaded]
-        if capped:
-            # A rate ceiling is a private link of that capacity, crossed once.
-            ceilings = np.asarray([groups[i].rate_cap_Bps for i in capped])
-            nnz, rows, counts, capacity = with_ceilings(
-                np.asarray(capped, dtype=np.int64), ceilings, (nnz, rows, counts), capacity
-            )
-        indptr = np.zeros(len(groups) + 1, dtype=np.int64)
-        np.cumsum(nnz, out=indptr[1:])
-        rates = maxmin_rates_csc(indptr, rows, counts, capacity)
-        load = np.bincount(rows, weights=counts * np.repeat(rates, nnz), minlength=capacity.size)
-        load = load[: loaded.size]
-        out = (
-            rates,
-            _pattern(
-                hbm_base, loaded.astype(np.int64), load.astype(np.float64), capacity[: loaded.size]
-            ),
-        )
+        out = _solve_columns(groups, None, cap, hbm_base, scratch or Scratch())
+        rates = out[0]
     # Rate 0 is a stall: a link on the route has failed and routing has not
     # noticed yet (capacity factor 0, see LinkTable.set_capacity_factor).
     if not (rates.min() >= 0 and np.isfinite(rates).all()):
@@ -70,6 +95,44 @@ def solve_groups(
             "a link on its route has no capacity"
         )
     return out
+
+
+def _solve_columns(
+    groups: tuple[FlowGroup, ...],
+    times: NDArray[np.float64] | None,
+    cap: NDArray[np.float64],
+    hbm_base: int | None,
+    scratch: Scratch,
+) -> Solved:
+    """Max-min rates of distinct ``groups``, group ``i`` standing for ``times[i]``
+    entities (default 1 each), with their links' loads."""
+    if len(groups) == 1 and groups[0].links.size:
+        (g,) = groups
+        cap_nz = cap[g.links]
+        per = g.counts if times is None else g.counts * times[0]
+        rate = min(float((cap_nz / per).min()), g.rate_cap_Bps)
+        return np.asarray([rate]), _pattern(hbm_base, g.links, per * rate, cap_nz)
+    capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
+    nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
+    counts = np.concatenate([g.counts for g in groups])
+    if times is not None:
+        counts = counts * np.repeat(times, nnz)
+    loaded, rows = union(np.concatenate([g.links for g in groups]), scratch, cap.size)
+    capacity = cap[loaded]
+    if capped:
+        # A rate ceiling is a private link of that capacity, crossed once.
+        ceilings = np.asarray([groups[i].rate_cap_Bps for i in capped])
+        nnz, rows, counts, capacity = with_ceilings(
+            np.asarray(capped, dtype=np.int64), ceilings, (nnz, rows, counts), capacity
+        )
+    indptr = np.zeros(len(groups) + 1, dtype=np.int64)
+    np.cumsum(nnz, out=indptr[1:])
+    rates = maxmin_rates_csc(indptr, rows, counts, capacity)
+    load = np.bincount(rows, weights=counts * np.repeat(rates, nnz), minlength=capacity.size)
+    n = loaded.size
+    return rates, _pattern(
+        hbm_base, loaded.astype(np.int64), load[:n].astype(np.float64), capacity[:n]
+    )
 
 
 def _pattern(
