@@ -212,7 +212,7 @@ class LinkStats:
         # Patterns recur within a bin: each array of links once.
         arrays = list({id(a): a for a in self._touched}.values())
         self._touched = []
-        if sum(a.size for a in arrays) > self.n_links // 8:
+        if sum(a.size for a in arrays) > self.n_links // 64:
             # Many touches (a bin of thousands of transfers, or the hundreds of
             # thousands of links of each folded step at 10^6 chips): marks, not a sort.
             seen = self._seen
@@ -231,24 +231,36 @@ class LinkStats:
 
     def _double(self) -> None:
         """Double the bin width: merge bins pairwise and turn runs into bin records."""
-        n = self.n_links
-        keys = [b // 2 * n + links for b, links, _ in self._records]
-        vals = [v for _, _, v in self._records]
+        pieces: dict[int, list[tuple[Ints, Floats]]] = {}
+        for b, links, vals in self._records:
+            pieces.setdefault(b // 2, []).append((links, vals))
         for first, last, links, util in self._runs:
             for j in range(first // 2, (last - 1) // 2 + 1):
                 covered = min(last, 2 * j + 2) - max(first, 2 * j)
-                keys.append(j * n + links)
-                vals.append(util * (covered * self._bin_s))
+                pieces.setdefault(j, []).append((links, util * (covered * self._bin_s)))
         self._bin_s *= 2.0
         self._cur //= 2
         self._runs = []
-        self._records = []
-        if keys:
-            merged, sums = _sum_by_key(np.concatenate(keys), np.concatenate(vals))
-            bins = merged // n
-            cuts = np.flatnonzero(np.diff(bins)) + 1
-            for k, v in zip(np.split(merged, cuts), np.split(sums, cuts), strict=True):
-                self._records.append((int(k[0] // n), k % n, v))
+        self._records = [(j, *self._sum_by_link(pieces[j])) for j in sorted(pieces)]
+
+    def _sum_by_link(self, pieces: list[tuple[Ints, Floats]]) -> tuple[Ints, Floats]:
+        """The links of ``pieces`` (each with distinct links), sorted, and the sum of their
+        values on each, added in the order of the pieces."""
+        if len(pieces) == 1:
+            return pieces[0]
+        if sum(links.size for links, _ in pieces) <= self.n_links // 64:
+            return _sum_by_key(
+                np.concatenate([links for links, _ in pieces]),
+                np.concatenate([vals for _, vals in pieces]),
+            )
+        # Many links (each bin of a folded step at 10^6 chips): a dense sum, not a sort.
+        seen, total = self._seen, np.zeros(self.n_links)
+        for links, vals in pieces:
+            seen[links] = True
+            total[links] += vals
+        links = np.flatnonzero(seen)
+        seen[links] = False
+        return links, total[links]
 
     @property
     def elapsed_s(self) -> float:

@@ -103,3 +103,25 @@ def test_bins_close_over_every_link_a_pattern_touched() -> None:
     np.testing.assert_allclose(
         stats.busy_s, [0, 0.5, 0, 0, 0.5 + 8 + 7, 4 + 3.5, 0, 1.0, 0, 4 + 3.5], rtol=1e-12
     )
+
+
+@pytest.mark.parametrize("n_links", [20, 5000])
+def test_series_keep_every_links_integral_as_bins_double(n_links: int) -> None:
+    """Bins merge pairwise as the run grows (by a dense sum over few links, by a sort
+    over many); every link's series still integrates to its busy time."""
+    rng = np.random.default_rng(n_links)
+    stats = LinkStats(n_links, start_s=0.0, max_bins=4)
+    patterns = []
+    for _ in range(5):
+        links = np.unique(rng.choice(n_links, size=8, replace=False)).astype(np.int64)
+        patterns.append(LoadPattern(links, rng.uniform(0.1, 1.0, links.size), np.ones(links.size)))
+    t = 0.0
+    for k in range(60):
+        stats.hold(k % 3, t, patterns[int(rng.integers(5))])
+        t += float(rng.uniform(0.01, 0.2)) * (1 + k // 10)
+    stats.hold(0, t, None)
+    stats.advance_to(t)
+    stats.settle()
+    edges, series = stats.series(np.arange(n_links))
+    assert series.shape[1] <= 4
+    np.testing.assert_allclose(series @ np.diff(edges), stats.busy_s, rtol=1e-9, atol=1e-12)
