@@ -179,7 +179,7 @@ class CollectiveCosts(Strict):
     - ``efa_efficiency``: fraction of the EFA bandwidth a collective sustains.
     - ``message_engines``: DMA engines that move one message of a round that is not
       pipelined (halving-doubling, mesh, trees): each such message runs at most at
-      ``message_engines x chip.dma_engine_Bps`` (times ``chip.dma_reduce_throughput``
+      ``message_engines x engines.dma_queue_Bps`` (times ``chip.dma_reduce_throughput``
       when it reduces). A ring's stream is spread over many queues and is not bound.
       Zero: no bound.
     - ``nvls``: the scale-up switch reduces in the network (NVLink SHARP), so NCCL can
@@ -215,7 +215,6 @@ class ChipSpec(Strict):
     dma_bw_Bps: LinkRate
     chip_to_chip_bw_Bps: LinkRate
     dma_setup_s: Duration = Field(default=0.0, ge=0)
-    dma_engine_Bps: Bandwidth = Field(default=0.0, ge=0)
     dma_reduce_throughput: Fraction = 1.0
     power_w: Power
     calibration: Calibration
@@ -226,6 +225,12 @@ class ChipSpec(Strict):
     the roofline model only."""
     collectives: CollectiveCosts = CollectiveCosts()
     sources: dict[str, str]
+
+    @property
+    def dma_engine_Bps(self) -> float:
+        """One DMA engine's rate: the engine model's ``engines.dma_queue_Bps``, which the
+        collectives' message bound uses too (0 without an engine description)."""
+        return float(self.engines.dma_queue_Bps) if self.engines is not None else 0.0
 
     @property
     def efa_link_efficiency(self) -> float:
