@@ -24,7 +24,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TypeAlias
 
 import numpy as np
@@ -64,8 +64,13 @@ class GroupInfo:
 
     @classmethod
     def flat(cls, p: int) -> GroupInfo:
-        """``p`` positions on distinct chips of one domain, with no torus: no structure to use."""
-        return cls(tuple(range(p)), (0,) * p)
+        """``p`` positions on distinct chips of one domain, with no torus: no structure to use.
+
+        One info per ``p`` (infos are immutable): the search's estimates ask for one per
+        collective, and an info works out its domains once."""
+        if cls is not GroupInfo:
+            return cls(tuple(range(p)), (0,) * p)
+        return _flat(p)
 
     @classmethod
     def of(
@@ -176,3 +181,8 @@ def torus_grid(info: GroupInfo) -> tuple[Coords, tuple[Coords, ...]] | None:
     shape = tuple(len(values[axis]) for axis in keep)
     grid = tuple(tuple(index[axis][pt[axis]] for axis in keep) for pt in points)
     return shape, grid
+
+
+@lru_cache(maxsize=4096)
+def _flat(p: int) -> GroupInfo:
+    return GroupInfo(tuple(range(p)), (0,) * p)
