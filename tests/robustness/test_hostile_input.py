@@ -22,7 +22,7 @@ from clustersim import units
 from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario, resolve
 
-from .harness import assert_contract, case_dir, check_summary, run_cli, write
+from .harness import CASE_SECONDS, assert_contract, case_dir, check_summary, run_cli, write
 
 SCALES = [pytest.param(1, id="default"), pytest.param(10, id="x10", marks=pytest.mark.slow)]
 _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
@@ -253,7 +253,9 @@ def test_found_bugs_stay_fixed(content: str | bytes, where: str, phrase: str) ->
     assert assert_contract(outcome) == where, str(outcome)
     assert outcome.rc == 2
     assert phrase in outcome.err, str(outcome)
-    assert outcome.seconds < 2.0, str(outcome)
+    # A bomb that expands shows as minutes, not seconds: the harness's bound catches it
+    # without failing on a loaded machine (2.2 s was seen for a plain refusal).
+    assert outcome.seconds < CASE_SECONDS, str(outcome)
 
 
 def test_units_refuse_ints_beyond_floats() -> None:
