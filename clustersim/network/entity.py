@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-__all__ = ["NO_CHIPS", "Component", "Entity", "FlowGroup", "Pairs", "link_counts"]
+__all__ = ["NO_CHIPS", "Component", "Entity", "FlowGroup", "HbmUse", "Pairs", "link_counts"]
 
 Pairs = tuple[tuple[int, int], ...]
 NO_CHIPS: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
@@ -67,13 +67,18 @@ class Entity:
     flow as of ``t_s``, moving at ``rate``."""
 
     __slots__ = (
-        "comp", "event", "group", "rate", "remaining", "rest", "seq", "stamp", "t_s", "total",
+        "comp", "event", "full", "group", "hbm", "rate", "remaining", "rest", "seq", "stamp",
+        "t_s", "total",
     )  # fmt: skip
 
     def __init__(
         self, group: FlowGroup, nbytes: float, event: simpy.Event, seq: int, rest: Any = None
     ) -> None:
         self.group = group
+        """The group solved: ``full``, less the HBM rows of chips that are not hot."""
+        self.full = group
+        self.hbm: HbmUse | None = None
+        """How it loads the chips' HBM (with shared HBM)."""
         self.total = nbytes
         self.remaining = nbytes
         self.rate = 0.0
@@ -96,3 +101,37 @@ class Component:
     def __init__(self, ident: int) -> None:
         self.ident = ident
         self.entities: list[Entity] = []
+
+
+class HbmUse:
+    """How an entity's group loads HBM: its chips, at most ``load`` on each (its flows
+    there times the rate its own links allow it alone), and its group without the
+    HBM rows (None for a compute run, which is only on HBM)."""
+
+    __slots__ = ("at", "chips", "flow", "lite", "load", "partial")
+
+    def __init__(self, group: FlowGroup, base: int, cap: NDArray[np.float64]) -> None:
+        links, counts = group.links, group.counts
+        at = self.at = int(np.searchsorted(links, base))
+        ub = group.rate_cap_Bps
+        if at:
+            ub = min(ub, float((cap[links[:at]] / counts[:at]).min()))
+        self.chips: NDArray[np.int64] = links[at:] - base
+        self.load: NDArray[np.float64] = counts[at:] * ub
+        self.flow = bool(group.hbm_chips.size)
+        self.lite = (
+            replace(group, links=links[:at], counts=counts[:at]) if at and self.flow else None
+        )
+        self.partial: dict[bytes, FlowGroup] = {}
+        """Variants with the rows of some chips, by the mask of those chips."""
+
+    def partial_variant(self, full: FlowGroup, hot: NDArray[np.bool_]) -> FlowGroup:
+        """``full`` with the rows of the chips where ``hot`` is set (cached)."""
+        key = hot.tobytes()
+        found = self.partial.get(key)
+        if found is None:
+            keep = np.concatenate([np.ones(self.at, dtype=bool), hot])
+            found = self.partial[key] = replace(
+                full, links=full.links[keep], counts=full.counts[keep]
+            )
+        return found

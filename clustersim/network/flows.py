@@ -40,8 +40,12 @@ no route left, the entity's event fails with
 capacity in the solve (indices after the topology's links): a flow between two
 chips reads the source's HBM and writes the destination's, and a compute run of
 a rank is an entity on its chip's HBM capped at its demand (``rate_cap_Bps``), so
-collectives and compute share HBM max-min. A listener hears of every flow that
-starts moving on a chip's HBM, so compute can leave its fast path only then.
+collectives and compute share HBM max-min. A chip's row joins the solve only
+while its users could oversubscribe it (slack HBM: :mod:`.flows_hbm`): a flow is
+solved without the rows of chips whose HBM has room for everything on it, and
+when a chip turns hot the entities on it move to the variant with its row at that
+instant. A listener hears of every chip that turns hot (and cools), so compute
+leaves its fast path only then.
 
 **Observability.** :class:`~clustersim.network.linkstats.LinkStats` accumulates
 per-link bytes, time-weighted and peak utilisation and a binned time series,
@@ -65,6 +69,7 @@ from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.entity import NO_CHIPS, Component, Entity, FlowGroup, Pairs, link_counts
+from clustersim.network.flows_hbm import HbmFlows
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation
 from clustersim.network.solve import Scratch, Solved, solve_groups
@@ -79,7 +84,7 @@ Chain = tuple[Sequence[tuple[FlowGroup, float, float]], int] | None
 _Solved = Solved
 
 
-class FlowNetwork:
+class FlowNetwork(HbmFlows):
     """Active transfers sharing the links of a :class:`Topology` by max-min fairness.
 
     ``series_bins`` bounds the time bins of the utilisation series.
@@ -135,7 +140,10 @@ class FlowNetwork:
         self._solve_scheduled = False
         self.hbm: SharedHbm | None = None
         """Each chip's HBM as a capacity of the solve (:meth:`share_hbm`); None: not shared."""
-        self.hbm_listener: Callable[[NDArray[np.int64]], None] | None = None
+        self.hbm_listener: Callable[[NDArray[np.int64], bool], None] | None = None
+        self._hbm_uses = {}
+        self._heated = False  # chips turned hot since the last solve
+        self._regroups: list[tuple[Entity, FlowGroup]] = []
         """Called with the chips whose HBM a flow starts to load (before it is solved)."""
         self._capacity: NDArray[np.float64] | None = None
         self._scratch = Scratch()
@@ -308,6 +316,7 @@ class FlowNetwork:
         self._memo_links = 0
         self._zero = None
         self._capacity = None
+        self._hbm_capacity_changed()
         for ident in self._comps:
             self._dirty[ident] = None
         if self._comps or self._pending:
@@ -341,31 +350,27 @@ class FlowNetwork:
         rest: Chain = None,
         *,
         alone_now: bool = False,
-    ) -> None:
+    ) -> Entity | None:
         """``alone_now``: solve it at once if it is alone on its links (an arrival after its
         latency); transfers started together with no latency join one solve."""
         if nbytes == 0 or group.n_flows == 0:
             self.entities_done += 1
             self._finished(done, rest)
-            return
+            return None
         ent = Entity(group, nbytes, done, self._created, rest)
         self._created += 1
-        chips = group.hbm_chips
-        if chips.size:
-            assert self.hbm is not None
-            self.hbm.flows[chips] += 1
-            if self.hbm_listener is not None:
-                self.hbm_listener(chips)
+        if self.hbm is not None:
+            self._hbm_enter(ent)  # the variant to solve: ent.group
         if (
             not alone_now
             or self._solve_scheduled
             or self._dirty
             or self.topology.links_down
-            or self._occupancy[group.links].any()
+            or self._occupancy[ent.group.links].any()
         ):
             self._pending.append(ent)
             self._request_solve()
-            return
+            return ent
         # Alone on its links: its own component, whose rates nothing else changes, so it
         # is solved now rather than at a zero-delay solve (one SimPy event less).
         now = float(self.env.now)
@@ -373,7 +378,7 @@ class FlowNetwork:
         comp = Component(self._next_comp)
         self._next_comp += 1
         self._comps[comp.ident] = comp
-        links = group.links
+        links = ent.group.links
         self._occupancy[links] = 1
         self._comp_of[links] = comp.ident
         comp.entities.append(ent)
@@ -382,13 +387,7 @@ class FlowNetwork:
         self._solve_component(comp, now)
         self.solves += 1
         self._schedule_wake(now)
-
-    def _left(self, ent: Entity) -> None:
-        """``ent`` is done (or failed): it no longer loads its chips' HBM."""
-        chips = ent.group.hbm_chips
-        if chips.size:
-            assert self.hbm is not None
-            self.hbm.flows[chips] -= 1
+        return ent
 
     def _request_solve(self) -> None:
         if not self._solve_scheduled:
@@ -462,10 +461,15 @@ class FlowNetwork:
         self._solve_scheduled = False
         now = float(self.env.now)
         self.stats.advance_to(now)
+        if self._heated:
+            self._heated = False
+            self._rejoin_hot(now)
         if self._pending:
             pending, self._pending = self._pending, []
             for ent in pending:
                 self._attach(ent, now)
+        if self._regroups:
+            self._regroup_now(now)
         if self.topology.links_down and self._comps:
             self._reroute(now)
         if self._dirty:
@@ -580,12 +584,13 @@ class FlowNetwork:
                         f"a transfer over links {self._names(ent.group.links)} lost a link and "
                         "was created without its pairs, so it cannot be rerouted"
                     )
-                ent.group = replace(self.group(pairs), rate_cap_Bps=ent.group.rate_cap_Bps)
+                ent.full = replace(self.group(pairs), rate_cap_Bps=ent.full.rate_cap_Bps)
             except PartitionError as exc:
                 ent.event.fail(exc)
                 continue
-            if ent.group.hbm_chips.size and self.hbm is not None:
-                self.hbm.flows[ent.group.hbm_chips] += 1
+            ent.group = ent.full
+            if self.hbm is not None:
+                self._hbm_enter(ent)
             ent.rate = 0.0
             self._attach(ent, now)
             self.reroutes += 1

@@ -95,6 +95,55 @@ def test_a_collective_starting_mid_run_stretches_a_memory_bound_run() -> None:
     assert runs.fluid_runs == 1
 
 
+def _run_at(
+    env: simpy.Environment, runs: ComputeRuns, start_s: float, nbytes: float, seconds: float
+) -> dict[str, float]:
+    """Rank 0 starts a run at ``start_s``; the dict gets its end."""
+    done: dict[str, float] = {}
+
+    def rank() -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(start_s)
+        runs.begin(0, nbytes, seconds)
+        yield env.timeout(seconds)
+        rest = runs.end(0)
+        if rest is not None:
+            yield rest
+        done["compute"] = float(env.now)
+
+    env.process(rank())
+    return done
+
+
+def test_a_run_beside_a_flow_with_room_on_the_hbm_stays_one_timeout() -> None:
+    # 50 GB/s of compute and at most 40 GB/s of flow fit the chip's 100 GB/s: the HBM
+    # row cannot bind, so the run keeps its fast path and the flow its link rate.
+    env, flows = _flows()
+    runs = ComputeRuns(env, flows, [0])
+    done = _run_at(env, runs, 0.0, 50 * GB, 1.0)
+    (t_flow,) = finish_times(env, [flows.transfer([(0, 1)], 40 * GB, 0.0)])
+    assert done["compute"] == 1.0 and t_flow == pytest.approx(1.0, rel=1e-12)
+    assert runs.fluid_runs == 0
+    assert not flows.hbm.hot.any()  # type: ignore[union-attr]
+
+
+def test_a_flow_in_flight_gets_its_chips_hbm_row_when_a_run_turns_it_hot() -> None:
+    # HBM 60 GB/s. An 80 GB flow moves at its link's 40 alone. At 0.5 s a run asking
+    # the whole 60 GB/s (30 GB in 0.5 s) starts on chip 0: 40 + 60 > 60, so the chip
+    # turns hot and the flow (60 GB left) shares chip 0's HBM with the run, 30 each.
+    # The run's 30 GB end at 1.5 s; the flow then has 30 GB left at 40: 2.25 s.
+    # Chip 1's HBM (only the flow, 40 of 60) stays out of the solve.
+    env = simpy.Environment()
+    flows = FlowNetwork(env, _pair())
+    flows.share_hbm(60 * GB)
+    runs = ComputeRuns(env, flows, [0])
+    done = _run_at(env, runs, 0.5, 30 * GB, 0.5)
+    (t_flow,) = finish_times(env, [flows.transfer([(0, 1)], 80 * GB, 0.0)])
+    assert done["compute"] == pytest.approx(1.5, rel=1e-12)
+    assert t_flow == pytest.approx(2.25, rel=1e-12)
+    assert runs.fluid_runs == 1
+    assert not flows.hbm.hot.any()  # type: ignore[union-attr]  # cooled with the flow gone
+
+
 def test_a_run_alone_stays_one_timeout_and_collectives_are_capped_by_hbm() -> None:
     env, flows = _flows()
     runs = ComputeRuns(env, flows, [0])
@@ -135,6 +184,61 @@ def test_gpu_collectives_take_sms_from_compute(
     assert runs.fluid_runs == 1
     # From t = 0 the run moves at 0.75 x 10 GB/s: 10 GB take 4/3 s.
     assert env.now == pytest.approx(2.0)  # the flow's end; the run ended at 4/3 s
+
+
+def test_collectives_take_sms_only_while_they_run() -> None:
+    # f = 0.25. A run of 10 GB in 1 s (HBM is not the limit) meets an 8 GB flow from
+    # 0.2 s to 0.4 s (link 40 GB/s): 2 GB at full speed, 1.5 GB at 0.75 x 10 GB/s while
+    # the flow runs, then the last 6.5 GB at full speed again: the run ends at 1.05 s,
+    # stretched by f x 0.2 s.
+    env, flows = _flows()
+    runs = ComputeRuns(env, flows, [0], sm_fraction=0.25)
+    done = _run_at(env, runs, 0.0, 10 * GB, 1.0)
+
+    def collective() -> Generator[simpy.Event, Any, None]:
+        yield env.timeout(0.2)
+        yield flows.transfer([(0, 1)], 8 * GB, 0.0)
+        done["flow"] = float(env.now)
+
+    env.process(collective())
+    env.run()
+    assert done["flow"] == pytest.approx(0.4, rel=1e-12)
+    assert done["compute"] == pytest.approx(1.05, rel=1e-12)
+
+
+GPU_TINY = """\
+name: gpu-tiny
+seed: 0
+cluster: {{instance: p5.48xlarge, count: 1, chip: {{collective_sm_fraction: {f}}}}}
+chip_model: {model}
+model: {{name: tiny, layers: 4, hidden: 1024, heads: 8, kv_heads: 2, ffn_hidden: 4096, vocab: 8192}}
+parallelism: {{tp: 2, pp: 1, zero: 1, schedule: 1f1b, recompute: selective}}
+training: {{seq_len: 1024, global_batch_size: 32, steps: 1}}
+"""
+
+
+@pytest.mark.parametrize("model", ["roofline", "engines"])
+def test_overlapped_compute_is_slowed_by_the_collectives_sms(tmp_path: Path, model: str) -> None:
+    # The data-parallel gradient reduce-scatter overlaps the backward on 4 replicas:
+    # with NCCL's SMs taken, that compute is stretched, and the breakdown says so.
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+
+    out = {}
+    for f in (0.0, 0.25):
+        path = tmp_path / f"gpu-{f}.yaml"
+        path.write_text(GPU_TINY.format(f=f, model=model))
+        out[f] = simulate(load_scenario(path), record=False).summary
+    free, taken = out[0.0], out[0.25]
+    assert free["breakdown_s"]["interference"] == pytest.approx(0.0, abs=1e-9)
+    stretch = taken["breakdown_s"]["interference"]
+    assert stretch > 0
+    # Never more than f / (1 - f) of the compute: a run is at least (1 - f) fast.
+    assert stretch <= 0.25 / 0.75 * taken["breakdown_s"]["compute"]
+    # The stretched backward waits that much less for its reduce-scatter: the step
+    # grows by at most the stretch (not at all where the collective bounds it).
+    grew = taken["step_time_s"] - free["step_time_s"]
+    assert -1e-12 <= grew <= stretch * (1 + 1e-9)
 
 
 def test_breakdown_has_interference_and_sums_to_the_step(
