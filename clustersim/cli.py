@@ -341,7 +341,9 @@ def _sharding_line(res: Resolved, pl: Plan) -> str:
     stage = max(range(lay.pp), key=lambda k: pl.memory[k].total)
     state = sharded_state(res.model, par, lay, stage)
     head = f"zero {par.zero}"
-    if par.zero and lay.dp > 1:
+    if par.zero and lay.grad_group(par.zero) == "dp_cp":
+        head += f" over dp_cp {lay.grad_size(par.zero)} (dp {lay.dp} x cp {lay.cp})"
+    elif par.zero and lay.dp > 1:
         head += f" over dp_shard {lay.shard} ({lay.replicas} replica{'s' * (lay.replicas > 1)})"
     if par.zero == 3:
         cfg = par.fsdp

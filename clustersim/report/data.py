@@ -258,6 +258,7 @@ def _row_groups(frame: pd.DataFrame) -> tuple[list[str], np.ndarray]:
     codes = []
     for c in [*map(str, res.cat.categories), ""]:
         name = c.split(":", 1)[0] if ":" in c else ("pp" if c == "p2p" else c)
+        name = "dp" if name.startswith("dp_") else name  # dp_cp, dp_shard, dp_replicate
         codes.append(index.setdefault(name, len(index)))
         if len(index) > len(names):
             names.append(name)

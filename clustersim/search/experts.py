@@ -63,6 +63,13 @@ def group_of(name: str, lay: Layout) -> tuple[int, int]:
     return (1, lay.tp) if name == "tp" else expert.get(name, (lay.tp, lay.cp))
 
 
+def _grad_group(layout: Layout, zero: int) -> Group:
+    """(stride, size) of the dense gradients' group (``Layout.grad_group``)."""
+    if layout.grad_group(zero) == "dp_cp":
+        return (layout.tp, layout.cp * layout.dp)
+    return (layout.tp * layout.cp, layout.dp)
+
+
 def grad_streams_s(
     model: ModelSpec, layout: Layout, stage: int, par: ParallelismCfg, coll_s: CollS
 ) -> tuple[float, float, int, list[tuple[Group, float]]]:
@@ -71,9 +78,7 @@ def grad_streams_s(
     pieces = stage_pieces(model, layout, stage)
     expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
     dense = sum(n for _, _, n in pieces) - expert
-    streams: list[tuple[Group, float]] = [
-        ((layout.tp * layout.cp, layout.dp), float(dense * ACT_BYTES))
-    ]
+    streams: list[tuple[Group, float]] = [(_grad_group(layout, par.zero), float(dense * ACT_BYTES))]
     if expert:
         streams.append(((layout.etp * layout.ep, layout.edp), float(expert * ACT_BYTES)))
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"

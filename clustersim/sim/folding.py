@@ -54,8 +54,9 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
         return grid.reshape(-1, layout.tp)
     if name == "cp":
         return grid.transpose(0, 2, 1).reshape(-1, layout.cp)
-    if name == "dp":
-        return grid.reshape(layout.dp, -1).T.copy()
+    if name in ("dp", "dp_cp"):  # dp_cp: the dp and cp indices, dp_i * cp + cp_i
+        rows = layout.dp * (layout.cp if name == "dp_cp" else 1)
+        return grid.reshape(rows, -1).T.copy()
     if name == "dp_shard":  # dp index = replica * shard + shard index
         rest = layout.cp * layout.tp
         return (
@@ -65,7 +66,7 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
         )
     if name == "dp_replicate":
         return grid.reshape(layout.replicas, -1).T.copy()
-    valid = "tp, cp, dp, dp_shard, dp_replicate, ep, etp, edp, ep_node or ep_cross"
+    valid = "tp, cp, dp, dp_shard, dp_replicate, ep, etp, edp, ep_node, ep_cross or dp_cp"
     raise ValueError(f"no replica groups for {name!r} ({valid})")
 
 

@@ -117,7 +117,8 @@ def representative_ranks(
 def _group_of(resource: str) -> str:
     if resource == "p2p":
         return "pp"
-    return resource.split(":", 1)[0] if ":" in resource else ""
+    group = resource.split(":", 1)[0] if ":" in resource else ""
+    return "dp" if group.startswith("dp_") else group  # dp_cp, dp_shard, dp_replicate
 
 
 def labels(col: pd.Series[Any]) -> np.ndarray:

@@ -21,6 +21,13 @@ Sharded data parallelism (``zero`` 1-3) shards over ``dp_shard`` consecutive DP
 indices (the ``dp_shard`` group, nearest in rank order, so on the scale-up fabric
 first); the ``dp / dp_shard`` groups of equal shard index (``dp_replicate``) hold
 the same shards and all-reduce them (hybrid sharding, HSDP).
+
+Context parallelism splits each sequence over ``cp`` ranks that hold the same
+weights, so their gradients are reduced together with DP's: with ``cp > 1`` the
+dense gradients are reduced, and ZeRO-1's optimizer state sharded, over the
+``dp_cp`` group (the ``dp * cp`` ranks ``tp`` apart that share a TP index and a
+stage), as Megatron-Core does (its data-parallel group "with CP"). ZeRO-2 and 3
+keep ``dp_shard``.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ GROUP_NAMES: tuple[str, ...] = (
     "edp",
     "ep_node",
     "ep_cross",
+    "dp_cp",
 )
 
 EXPERT_GROUPS = ("ep", "etp", "edp", "ep_node", "ep_cross")
@@ -71,6 +79,20 @@ class Layout:
     def shard(self) -> int:
         """Size of the ``dp_shard`` group (``parallelism.dp_shard``, default ``dp``)."""
         return self.dp_shard or self.dp
+
+    def grad_group(self, zero: int) -> str:
+        """The group that reduces the dense gradients (and shards ZeRO-1's state)."""
+        if zero >= 2:
+            return "dp_shard"
+        return "dp_cp" if self.cp > 1 and self.shard == self.dp else "dp"
+
+    def grad_size(self, zero: int) -> int:
+        """The size of :meth:`grad_group`."""
+        return self._stride_size(self.grad_group(zero))[1]
+
+    def optimizer_shard(self, zero: int) -> int:
+        """Ranks that share one copy of the dense optimizer state (1 without ZeRO)."""
+        return self.grad_size(zero) if zero >= 1 else 1
 
     @property
     def replicas(self) -> int:
@@ -183,6 +205,7 @@ class Layout:
             "edp": (self.etp * self.ep, self.edp),
             "ep_node": (self.etp, self.ep_local),
             "ep_cross": (self.etp * self.ep_local, self.ep_nodes),
+            "dp_cp": (tp, self.cp * self.dp),
         }
         try:
             return table[name]

@@ -154,8 +154,10 @@ def sharded_state(
     pieces = stage_pieces(model, layout, stage)
     params = sum(n for _, _, n in pieces)
     expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
-    shard = layout.shard if layout.dp > 1 else 1
-    # The routed experts' state is sharded over their expert-data-parallel group.
+    # The dense state is sharded over the group that reduces its gradients (DP x CP
+    # under context parallelism, as Megatron-Core), the routed experts' over their
+    # expert-data-parallel group.
+    shard = layout.optimizer_shard(par.zero)
     sharded = _ceil_div(params - expert, shard) + _ceil_div(expert, layout.edp)
     full_w, full_g = float(BYTES * params), float(BYTES * params)
     zero = par.zero

@@ -192,7 +192,7 @@ def _build(
         emit_at = set(last_b.values())
         if par.zero == 2:
             emit_at = {i for i, (kind, _, _) in enumerate(order) if kind == "B"}
-        dp_group = "dp_shard" if par.zero >= 2 else "dp"
+        dp_group = layout.grad_group(par.zero)  # dp_cp under context parallelism
         collective = "reduce_scatter" if par.zero >= 1 else "all_reduce"
         syncs = _grad_syncs(
             model, layout, stage, par.grad_bucket_bytes, collective=collective, dp_group=dp_group
@@ -358,7 +358,8 @@ def _grad_syncs(
     over ``edp`` (MoE models; with ZeRO 2 and 3 the experts' shard group)."""
     out = []
     moe = model.moe is not None
-    streams = [(dp_group, layout.dp, False if moe else None)]
+    dense_size = layout.dp * (layout.cp if dp_group == "dp_cp" else 1)
+    streams = [(dp_group, dense_size, False if moe else None)]
     if moe:
         streams.append(("edp", layout.edp, True))
     for group, size, experts in streams:

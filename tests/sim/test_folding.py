@@ -17,7 +17,7 @@ HSDP = Layout(tp=2, pp=2, dp=6, cp=2, ep=1, ranks=48, ranks_per_chip=4, dp_shard
 @pytest.mark.parametrize(
     ("layout", "name"),
     [
-        *((LAYOUT, name) for name in ("tp", "cp", "dp")),
+        *((LAYOUT, name) for name in ("tp", "cp", "dp", "dp_cp")),
         *((HSDP, name) for name in ("tp", "cp", "dp", "dp_shard", "dp_replicate")),
     ],
 )
@@ -55,6 +55,13 @@ SCENARIOS = {
         "parallelism.pp=2",
         "parallelism.tp=4",
         "parallelism.virtual_stages=2",
+    ],
+    "cp, gradients over dp x cp": [
+        "cluster.count=2",
+        "parallelism.pp=2",
+        "parallelism.tp=2",
+        "parallelism.cp=2",
+        "parallelism.zero=1",
     ],
 }
 # Sharded layouts. Not in the sampled-links test: a dp_replicate group strides over

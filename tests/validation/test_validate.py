@@ -43,6 +43,7 @@ LAYOUTS = {
     "nemo-llama2-70b": (4, 4, 4, 128, 4096),
     "nemo-llama3-8b": (1, 1, 4, 128, 8192),  # and cp 2
     "nemo-llama3-70b": (4, 4, 2, 128, 8192),  # and cp 2
+    "bridge-llama31-405b": (4, 8, 2, 64, 8192),  # and cp 2, vp 8 (G12)
     "nemo-nemotron-340b": (8, 8, 2, 32, 4096),
     "llama3-405b": (8, 16, 64, 2048, 8192),
     "bridge-deepseek-v3": (2, 8, 64, 8192, 4096),

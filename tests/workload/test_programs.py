@@ -228,6 +228,26 @@ def test_cp_gathers_kv() -> None:
         assert recompute_gathers == (0 if recompute == "none" else 1)
 
 
+def test_cp_ranks_reduce_gradients_with_dp() -> None:
+    """CP ranks hold the same weights: gradients go over dp x cp (Megatron's group with
+    CP), also at dp 1, and ZeRO-1 shards the optimizer over it."""
+    from clustersim.workload.dims import optimizer_params
+
+    model = tiny()
+    for dp, zero in ((2, 1), (1, 1), (2, 0)):
+        par, train, lay = setup(2 * 2 * dp, tp=2, cp=2, dp=dp, zero=zero)
+        assert lay.grad_group(zero) == "dp_cp" and lay.grad_size(zero) == 2 * dp
+        assert lay.group("dp_cp", 0) == tuple(range(0, 4 * dp, 2))  # tp apart
+        prog = build_programs(model, par, train, lay)[0]
+        op = "reduce_scatter" if zero else "all_reduce"
+        groups = {i.group for i in prog.instrs if i.collective == op and i.phase == Phase.GRAD_SYNC}
+        assert "dp_cp" in groups and "dp" not in groups
+        full = optimizer_params(model, lay, 0, 0)
+        assert optimizer_params(model, lay, 0, zero) == (-(-full // (2 * dp)) if zero else full)
+    par, train, lay = setup(8, tp=2, dp=4)
+    assert lay.grad_group(1) == "dp"  # without CP, DP alone
+
+
 # Per-rank parameters of tiny() at tp=1, by piece (see clustersim.workload.dims).
 _TINY_PIECES = {
     "mlp.down": 1536 * 512,
