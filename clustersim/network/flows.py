@@ -28,13 +28,10 @@ a generation counter makes older wake-ups no-ops, since SimPy timeouts cannot
 be cancelled. A wake-up finishes every entity whose remaining bytes are within a
 relative epsilon of zero, so simultaneous completions cost one solve.
 
-**Link state.** The network listens to its topology: when a lane or a link
-fails or recovers, :meth:`FlowNetwork.capacity_changed` re-solves every
-component at that instant, so in-flight transfers pick up the new capacities
-(a lost lane slows exactly the flows crossing its link). Entities whose route
-crosses a link that is down are rerouted over the links still up; if a pair has
-no route left, the entity's event fails with
-:class:`~clustersim.errors.PartitionError`.
+**Link state.** When a lane or link fails or recovers,
+:meth:`FlowNetwork.capacity_changed` re-solves every component at that instant;
+entities crossing a link that is down are rerouted, or fail with
+:class:`~clustersim.errors.PartitionError` when no route is left.
 
 **Shared HBM.** With :meth:`FlowNetwork.share_hbm`, each chip's HBM is one more
 capacity in the solve (indices after the topology's links): a flow between two
@@ -47,10 +44,8 @@ when a chip turns hot the entities on it move to the variant with its row at tha
 instant. A listener hears of every chip that turns hot (and cools), so compute
 leaves its fast path only then.
 
-**Observability.** :class:`~clustersim.network.linkstats.LinkStats` accumulates
-per-link bytes, time-weighted and peak utilisation and a binned time series,
-touching only the links whose load changes; :meth:`FlowNetwork.link_utilisation`
-returns them as numpy arrays.
+**Observability.** :class:`~clustersim.network.linkstats.LinkStats` keeps per-link
+bytes, utilisation and a binned series (:meth:`FlowNetwork.link_utilisation`).
 """
 
 from __future__ import annotations
