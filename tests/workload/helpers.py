@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from clustersim.catalog.schema import ModelSpec
+from clustersim.cli import main
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload import Layout, make_layout
 
@@ -61,3 +65,18 @@ def setup(
     cfg = ParallelismCfg(**par)
     train = TrainingCfg(seq_len=seq_len, global_batch_size=global_batch_size)
     return cfg, train, make_layout(cfg, ranks, ranks_per_chip)
+
+
+def check_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scenario: str, sets: list[str], key: str
+) -> None:
+    """``clustersim check`` of ``scenario`` with ``--set`` of each of ``sets`` exits 2 with
+    one line of error that names ``key``."""
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario)
+    args = ["check", str(path)]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and key in err[0], err

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from clustersim.cli import main
 from clustersim.scenario import load_scenario
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.sim import simulate
@@ -16,7 +15,7 @@ from clustersim.workload.dims import chunk_layers, stage_pieces
 from clustersim.workload.memory import _held
 from clustersim.workload.schedules import dualpipe, dualpipe_units, peak_in_flight
 
-from .helpers import tiny
+from .helpers import check_refuses, tiny
 
 SCENARIO = """
 name: dualpipe
@@ -125,11 +124,4 @@ def test_dualpipe_shrinks_bubble_and_exposed_all_to_all_and_folds() -> None:
 def test_bad_input_exits_2_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str], key: str
 ) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO)
-    args = ["check", str(path)]
-    for s in sets:
-        args += ["--set", s]
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and key in err[0], err
+    check_refuses(tmp_path, capsys, SCENARIO, sets, key)

@@ -11,7 +11,6 @@ import pytest
 
 from clustersim import catalog
 from clustersim.catalog.schema import ModelSpec, MoESpec
-from clustersim.cli import main
 from clustersim.scenario import load_scenario
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.sim import simulate
@@ -19,7 +18,7 @@ from clustersim.sim.folding import replica_groups, representatives
 from clustersim.workload import Kind, Layout, build_programs, make_layout, memory_per_rank
 from clustersim.workload.moe import ROW_TILE, expert_loads, routing
 
-from .helpers import setup
+from .helpers import check_refuses, setup
 
 
 def moe_model(**moe: Any) -> ModelSpec:
@@ -216,14 +215,7 @@ def test_folded_agrees_with_detailed_under_skew() -> None:
 def test_bad_input_exits_2_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str], key: str
 ) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO)
-    args = ["check", str(path)]
-    for s in sets:
-        args += ["--set", s]
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and key in err[0], err
+    check_refuses(tmp_path, capsys, SCENARIO, sets, key)
 
 
 def test_every_moe_model_builds() -> None:

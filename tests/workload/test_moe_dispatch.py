@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from clustersim.cli import main
 from clustersim.scenario import load_scenario
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.sim import simulate
 from clustersim.sim.folding import replica_groups, representatives
 from clustersim.workload import Kind, build_programs, make_layout
 from clustersim.workload.moe import nodes_per_token
+
+from .helpers import check_refuses
 
 SCENARIO = """
 name: moe-dispatch
@@ -115,14 +116,7 @@ def test_hierarchical_is_faster_across_nodes_the_same_inside_one_and_folds() -> 
 def test_bad_input_exits_2_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], sets: list[str], key: str
 ) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO)
-    args = ["check", str(path)]
-    for s in sets:
-        args += ["--set", s]
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and key in err[0], err
+    check_refuses(tmp_path, capsys, SCENARIO, sets, key)
 
 
 def test_hierarchical_exchanges_overlap_across_microbatches() -> None:

@@ -7,12 +7,13 @@ from typing import Any
 
 import pytest
 
-from clustersim.cli import main
 from clustersim.scenario import load_scenario
 from clustersim.sim import simulate
 from clustersim.workload import build_programs, make_layout
 from clustersim.workload.dims import chunk_layers
 from clustersim.workload.memory import param_count, stage_param_count
+
+from .helpers import check_refuses
 
 SCENARIO = """
 name: mtp
@@ -83,8 +84,4 @@ def test_mtp_costs_time_and_folds() -> None:
 def test_bad_input_exits_2_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "s.yaml"
-    path.write_text(SCENARIO)
-    assert main(["check", str(path), "--set", "model.mtp_layers=-1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "model.mtp_layers" in err[0], err
+    check_refuses(tmp_path, capsys, SCENARIO, ["model.mtp_layers=-1"], "model.mtp_layers")
