@@ -249,32 +249,16 @@ def _moe(chips: int) -> Callable[[Phase], dict[str, Any]]:
     return run
 
 
-def _all_to_all(instances: int) -> Callable[[Phase], dict[str, Any]]:
-    def run(phase: Phase) -> dict[str, Any]:
-        from clustersim.network.microbench import run_collective
-
-        phase("building the topology, running the all-to-all")
-        (row,) = run_collective("trn2.48xlarge", instances, "all_to_all", [ALL_TO_ALL_BYTES])
-        return {
-            "instances": instances,
-            "ranks": row["ranks"],
-            "op": row["op"],
-            "algorithm": row["algorithm"],
-            "size_bytes": row["size_bytes"],
-            "collective_time_s": row["time_s"],
-            "busbw_GBps": row["busbw_GBps"],
-        }
-
-    return run
-
-
-def _collective(phase: Phase) -> dict[str, Any]:
+def _run_collective(
+    phase: Phase, what: str, instances: int, op: str, nbytes: float, *, algorithm: str = "auto"
+) -> dict[str, Any]:
+    """One collective on ``instances`` trn2.48xlarge, as the bench reports it."""
     from clustersim.network.microbench import run_collective
 
-    phase("building the topology, running the collective")
-    (row,) = run_collective("trn2.48xlarge", 64, "all_reduce", [2.0**30], algorithm="ring")
+    phase(f"building the topology, running the {what}")
+    (row,) = run_collective("trn2.48xlarge", instances, op, [nbytes], algorithm=algorithm)
     return {
-        "instances": 64,
+        "instances": instances,
         "ranks": row["ranks"],
         "op": row["op"],
         "algorithm": row["algorithm"],
@@ -282,6 +266,17 @@ def _collective(phase: Phase) -> dict[str, Any]:
         "collective_time_s": row["time_s"],
         "busbw_GBps": row["busbw_GBps"],
     }
+
+
+def _all_to_all(instances: int) -> Callable[[Phase], dict[str, Any]]:
+    def run(phase: Phase) -> dict[str, Any]:
+        return _run_collective(phase, "all-to-all", instances, "all_to_all", ALL_TO_ALL_BYTES)
+
+    return run
+
+
+def _collective(phase: Phase) -> dict[str, Any]:
+    return _run_collective(phase, "collective", 64, "all_reduce", 2.0**30, algorithm="ring")
 
 
 def _chips_label(chips: int) -> str:

@@ -8,8 +8,8 @@ import pytest
 
 from clustersim import catalog
 from clustersim.hardware.chip import ChipModel
-from clustersim.scenario import load_scenario
-from clustersim.search import Estimator, NetModel, enumerate_layouts
+from clustersim.scenario import Resolved, load_scenario
+from clustersim.search import Candidate, Estimator, NetModel, enumerate_layouts
 from clustersim.sim import simulate
 from clustersim.workload import make_layout
 
@@ -32,6 +32,18 @@ parallelism: {tp: 1, pp: 2, ep: 8, zero: 1}
 training: {seq_len: 2048, global_batch_size: 32}
 output: {trace: false, html: false}
 """
+
+
+def _candidates(res: Resolved) -> list[Candidate]:
+    """Every layout the search enumerates for ``res``'s chips, with its own settings."""
+    return enumerate_layouts(
+        res.model,
+        res.scenario.parallelism,
+        res.scenario.training,
+        ranks=res.ranks,
+        ranks_per_chip=res.ranks_per_chip,
+        hbm_bytes_per_chip=res.chip.hbm_bytes,
+    )
 
 
 def test_moe_models_in_the_catalog() -> None:
@@ -64,14 +76,7 @@ def test_search_finds_valid_fitting_moe_layouts(name: str) -> None:
             "parallelism.uneven_stages=true",
         ],
     )
-    cands = enumerate_layouts(
-        res.model,
-        res.scenario.parallelism,
-        res.scenario.training,
-        ranks=res.ranks,
-        ranks_per_chip=res.ranks_per_chip,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-    )
+    cands = _candidates(res)
     fitting = [c for c in cands if c.fits]
     assert fitting, name
     assert all(c.valid for c in fitting)
@@ -120,14 +125,7 @@ def test_estimate_within_3_percent_of_simulation(sets: list[str]) -> None:
 
 def test_search_enumerates_ep_and_etp_on_a_small_moe_model() -> None:
     res = load_scenario(TINY_MOE, ["training.global_batch_size=16"])
-    cands = enumerate_layouts(
-        res.model,
-        res.scenario.parallelism,
-        res.scenario.training,
-        ranks=res.ranks,
-        ranks_per_chip=res.ranks_per_chip,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-    )
+    cands = _candidates(res)
     fitting = [c for c in cands if c.fits]
     assert fitting and all(c.valid for c in fitting)
     assert {c.layout.ep for c in fitting} >= {1, 2, 4, 8, 16}
