@@ -66,6 +66,8 @@ class NcclTables(Strict):
     intra_hop_us: dict[str, dict[str, float]]
     net_hop_us: dict[str, dict[str, float]]
     net_post_us: float = Field(ge=0)
+    network_protocols: tuple[str, ...]
+    """The protocols NCCL runs by default on a group that spans nodes (over EFA)."""
     bandwidth_factor: dict[str, dict[str, float]]
     bus_to_alg: dict[str, float]
     sources: dict[str, str]
@@ -97,17 +99,24 @@ class NcclRuntime:
         c = chip.collectives
         return cls(intra_Bps, inter_Bps, net_latency_s, c.nvls, c.nvls_efficiency)
 
-    def candidates(self, op: str, info: GroupInfo) -> list[tuple[str, str]]:
-        """The (algorithm, protocol) pairs NCCL would consider for ``op`` on this group."""
+    def candidates(
+        self, op: str, info: GroupInfo, *, defaults: bool = True
+    ) -> list[tuple[str, str]]:
+        """The (algorithm, protocol) pairs NCCL would consider for ``op`` on this group;
+        with ``defaults``, only the protocols it enables by default (not LL128 across nodes)."""
         nodes = len(info.domain_sizes())
+        tables = nccl_tables()
         out = []
         for algo in _ALGORITHMS.get(op, ("ring",)):
             if algo == "nvls" and not (self.nvls and nodes == 1):
                 continue
             table = _TABLE.get(algo, "ring")
             for proto in PROTOCOLS:
-                if proto in nccl_tables().base_us.get(table, {}):
-                    out.append((algo, proto))
+                if proto not in tables.base_us.get(table, {}):
+                    continue
+                if defaults and nodes > 1 and proto not in tables.network_protocols:
+                    continue
+                out.append((algo, proto))
         return out
 
     def predict_s(
@@ -152,10 +161,15 @@ class NcclRuntime:
             raise ScenarioError(
                 f"cluster.collectives.{op}", "nvls", "needs NVLink SHARP (an NVSwitch that reduces)"
             )
-        options = self.candidates(op, info)
+        # A forced protocol (NCCL_PROTO) runs even where NCCL would not enable it by default.
+        options = self.candidates(op, info, defaults=self.only_protocol is None)
         if algorithm != "auto":
+            allowed = {proto for _, proto in self.candidates(op, info)}
             table = nccl_tables().base_us[_TABLE.get(algorithm, "ring")]
-            options = [(algorithm, proto) for proto in PROTOCOLS if proto in table]
+            protos = [x for x in PROTOCOLS if x in table]
+            if self.only_protocol is None:
+                protos = [x for x in protos if x in allowed] or protos
+            options = [(algorithm, x) for x in protos]
         if self.only_protocol is not None:
             # NVLS has Simple alone: with another protocol forced, the ring runs.
             options = [o for o in options if o[1] == self.only_protocol] or [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -222,3 +223,26 @@ def test_a_fabric_whose_radix_cannot_hold_the_cluster_exits_2(tmp_path: object) 
         "parallelism: {tp: 8}\\ntraining: {seq_len: 1024, global_batch_size: 64}\\n"
     )
     assert main(["check", str(scenario)]) == 2
+
+
+def test_nccl_runs_no_ll128_across_nodes_unless_forced() -> None:
+    """Across EFA NCCL's defaults are LL and Simple (catalog/runtimes.yaml); inside a node
+    LL128 stays a candidate, and NCCL_PROTO=LL128 forces it anywhere."""
+    assert nccl_tables().network_protocols == ("LL", "Simple")
+    rt = _nccl(nvls=False)
+    one, two = _nodes(1, 8), _nodes(2, 8)
+    assert {p for _, p in rt.candidates("all_reduce", two)} == {"LL", "Simple"}
+    assert "LL128" in {p for _, p in rt.candidates("all_reduce", one)}
+    algo, proto = rt.choose("all_reduce", 16, 8 * MIB, two, "auto")
+    assert (algo, proto.name) == ("double_tree", "Simple")
+    # tree Simple by hand: base + 2 (7 NVLink hops + one network hop, route twice)
+    t = nccl_tables()
+    net = (t.net_hop_us["tree"]["Simple"] + 3 * t.net_post_us) * US + 2 * 15 * US
+    latency = t.base_us["tree"]["Simple"] * US + 2 * (
+        7 * t.intra_hop_us["tree"]["Simple"] * US + net
+    )
+    want = latency + 8 * MIB / (360e9 * 0.92 * 0.5)
+    assert rt.predict_s("all_reduce", 16, 8 * MIB, two, (algo, "Simple")) == pytest.approx(want)
+    assert rt.choose("all_reduce", 16, 8 * MIB, two, "double_tree")[1].name == "Simple"
+    forced = replace(rt, only_protocol="LL128").choose("all_reduce", 16, 8 * MIB, two, "auto")
+    assert (forced[0], forced[1].name) == ("double_tree", "LL128")
