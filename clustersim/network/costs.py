@@ -134,7 +134,7 @@ class NeuronRuntime:
     def choose(
         self, op: str, p: int, nbytes: float, info: GroupInfo, algorithm: str
     ) -> tuple[str, Protocol]:
-        if algorithm == "nvls":
+        if algorithm in ("nvls", "nvls_tree"):
             raise ScenarioError(
                 f"cluster.collectives.{op}", algorithm, "needs NCCL and an NVSwitch that reduces"
             )

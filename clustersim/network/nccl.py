@@ -21,9 +21,15 @@ rank's bandwidth inside its node and across (``intra_Bps``, ``inter_Bps``):
   protocol's factor; bus to algorithm bandwidth: ring by the collective's busbw
   factor, tree x 0.5, NVLS x 5/6.
 
-Not modelled: NCCL's per-channel bandwidth caps and channel counts, NVLS-tree
-across nodes, CollNet and PAT. NVLS runs only on one node of chips whose
-``collectives.nvls`` says their NVSwitch reduces in the network.
+Across nodes NCCL's tuning is offered LL and Simple only (``network_protocols``):
+NCCL does not run LL128 over EFA by default. NVLS runs only on one node of chips
+whose ``collectives.nvls`` says their NVSwitch reduces in the network; NVLS-tree
+(``nvls_tree``, NVLS inside each node and trees across) runs across nodes when it
+is asked for, and ``auto`` never picks it: with the tuning tables' latencies it
+would win from a few MB, which nccl-tests on 2 x p5.48xlarge contradicts at 8 MiB
+and 128 MiB (tree Simple there), while above 128 MiB the measured busbw needs it.
+Not modelled: NCCL's per-channel bandwidth caps and channel counts, the size at
+which NCCL turns to NVLS-tree, CollNet and PAT.
 """
 
 from __future__ import annotations
@@ -55,7 +61,13 @@ _ALGORITHMS: dict[str, tuple[str, ...]] = {
     "reduce": ("ring",),
     "all_to_all": ("pairwise",),
 }
-_TABLE = {"ring": "ring", "double_tree": "tree", "nvls": "nvls", "pairwise": "ring"}
+_TABLE = {
+    "ring": "ring",
+    "double_tree": "tree",
+    "nvls": "nvls",
+    "nvls_tree": "nvls_tree",
+    "pairwise": "ring",
+}
 """Which row of NCCL's tables prices each algorithm (all-to-all is point-to-point)."""
 
 
@@ -134,6 +146,8 @@ class NcclRuntime:
             latency = t.base_us[table][proto] * us + 2 * ((ppn - 1) * hop + math.log2(nodes) * net)
         elif algo == "nvls":
             latency = t.base_us[table][proto] * us + hop
+        elif algo == "nvls_tree":
+            latency = t.base_us[table][proto] * us + hop + 2 * math.log2(nodes) * net
         else:
             phases = 2 if op == "all_reduce" else 1
             steps, s_net = phases * (p - 1), phases * (nodes - 1)
@@ -144,10 +158,13 @@ class NcclRuntime:
             bus = self.intra_Bps
         elif algo == "double_tree":
             bus = min(self.intra_Bps, self.inter_Bps * ppn)
+        elif algo == "nvls_tree":
+            # the node's NICs carry its shards; beyond two nodes a tree's inner node halves it
+            bus = min(self.intra_Bps, self.inter_Bps * ppn / (1 if nodes <= 2 else 2))
         else:
             bus = min(self.intra_Bps, self.inter_Bps)
         bus *= t.bandwidth_factor[table][proto]
-        if algo == "nvls":
+        if algo in ("nvls", "nvls_tree"):
             bus *= self.nvls_efficiency
         alg = bus * t.bus_to_alg[table] if table in t.bus_to_alg else bus / busbw_factor(op, p)
         return latency + nbytes / alg
@@ -157,10 +174,19 @@ class NcclRuntime:
     ) -> tuple[str, Protocol]:
         """The fastest (algorithm, protocol) by the tuning model; with an algorithm
         given, the fastest protocol for it (as ``NCCL_ALGO`` leaves the protocol free)."""
-        if algorithm == "nvls" and not self.nvls:
+        if algorithm in ("nvls", "nvls_tree") and not self.nvls:
             raise ScenarioError(
-                f"cluster.collectives.{op}", "nvls", "needs NVLink SHARP (an NVSwitch that reduces)"
+                f"cluster.collectives.{op}",
+                algorithm,
+                "needs NVLink SHARP (an NVSwitch that reduces)",
             )
+        if algorithm == "nvls_tree":
+            # NVLS-tree is NVLS on one node; on nodes of unequal sizes the ring runs.
+            sizes = info.domain_sizes()
+            if len(sizes) == 1:
+                algorithm = "nvls"
+            elif len(set(sizes)) > 1:
+                algorithm = "ring"
         # A forced protocol (NCCL_PROTO) runs even where NCCL would not enable it by default.
         options = self.candidates(op, info, defaults=self.only_protocol is None)
         if algorithm != "auto":
@@ -184,7 +210,8 @@ class NcclRuntime:
         table = _TABLE.get(algo, "ring")
         us = 1e-6
         simple = proto == "Simple"
-        factor = t.bandwidth_factor[table][proto] * (self.nvls_efficiency if algo == "nvls" else 1)
+        nvls = algo in ("nvls", "nvls_tree")
+        factor = t.bandwidth_factor[table][proto] * (self.nvls_efficiency if nvls else 1)
         return Protocol(
             f"{proto}",
             launch_s=t.base_us[table][proto] * us,

@@ -30,7 +30,7 @@ from clustersim.network.topology import Topology, chip_node
 
 MIB = 2.0**20
 ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]
-AR_ONLY = ["double_tree", "nvls"]
+AR_ONLY = ["double_tree", "nvls", "nvls_tree"]
 
 
 def run(net: Network, op: str, ranks: Any, nbytes: float) -> float:

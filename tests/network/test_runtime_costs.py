@@ -246,3 +246,33 @@ def test_nccl_runs_no_ll128_across_nodes_unless_forced() -> None:
     assert rt.choose("all_reduce", 16, 8 * MIB, two, "double_tree")[1].name == "Simple"
     forced = replace(rt, only_protocol="LL128").choose("all_reduce", 16, 8 * MIB, two, "auto")
     assert (forced[0], forced[1].name) == ("double_tree", "LL128")
+
+
+def test_nvls_tree_loads_and_its_closed_form() -> None:
+    """NVLS-tree over 2 nodes of 4: every rank's switch link carries n each way, its
+    NIC n / L each way; forced on 2 x p5 the NIC share binds, after NCCL's latency."""
+    (step,) = collective_steps("all_reduce", 8, 16.0, "nvls_tree", _nodes(2, 4))
+    assert step.pipelined and step.reduces and step.hops == (1, 2)
+    sent: dict[tuple[int, bool], float] = {}
+    for a, b in step.pairs:
+        key = (a, a // 4 != b // 4)
+        sent[key] = sent.get(key, 0.0) + step.bytes_per_flow
+    assert [sent[(r, False)] for r in range(8)] == pytest.approx([16.0] * 8)
+    assert [sent[(r, True)] for r in range(8)] == pytest.approx([16.0 / 4] * 8)
+    n = 2.0**34
+    (row,) = run_collective("p5.48xlarge", 2, "all_reduce", [n], algorithm="nvls_tree")
+    assert (row["algorithm"], row["protocol"]) == ("nvls_tree", "Simple")
+    chip, inst = catalog.chip("h100"), catalog.instance("p5.48xlarge")
+    nic = inst.efa.bandwidth_Bps / inst.chips * chip.efa_link_efficiency
+    t = nccl_tables()
+    net = (t.net_hop_us["nvls_tree"]["Simple"] + 3 * t.net_post_us) * US + 2 * inst.efa.latency_s
+    latency = t.intra_hop_us["nvls_tree"]["Simple"] * US + 2 * net
+    wire = n / 8 / (nic * chip.collectives.nvls_efficiency)
+    assert row["time_s"] == pytest.approx(latency + wire, rel=1e-3)
+    # auto keeps the tree: the tuning tables would pick NVLS-tree from a few MB
+    (auto,) = run_collective("p5.48xlarge", 2, "all_reduce", [n])
+    assert auto["algorithm"] == "double_tree"
+    (one,) = run_collective("p5.48xlarge", 1, "all_reduce", [n], algorithm="nvls_tree")
+    assert one["algorithm"] == "nvls"
+    with pytest.raises(ScenarioError, match="NCCL"):
+        NeuronRuntime().choose("all_reduce", 4, 1.0, GroupInfo.flat(4), "nvls_tree")

@@ -9,7 +9,7 @@
 | ``pairwise`` | all-to-all | :mod:`.direct` |
 | ``hierarchical`` | AR, RS, AG | :mod:`.hierarchical` |
 | ``torus`` | AR, RS, AG | :mod:`.torus` |
-| ``double_tree``, ``nvls`` (NCCL's Tree and NVLink SHARP) | AR | :mod:`.switched` |
+| ``double_tree``, ``nvls``, ``nvls_tree`` (NCCL's Tree, NVLS, NVLS-tree) | AR | :mod:`.switched` |
 
 ``auto`` is registered with the registry (:mod:`clustersim.network.collectives`).
 """

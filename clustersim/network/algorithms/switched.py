@@ -18,6 +18,16 @@ multicasts the result, so each rank's link carries the buffer once each way,
 which each rank sends ``n`` to its successor through the switch (each rank's up
 and down link carry ``n``). It runs inside one scale-up domain with such a switch;
 :class:`~clustersim.network.nccl.NcclRuntime` only chooses it there.
+
+``nvls_tree`` (NCCL's NVLS-tree, across nodes): the switch of each node reduces
+the node's buffers (each rank's up link carries ``n``), the ``L`` ranks of a node
+each own a ``1/L`` shard and all-reduce it over two mirrored binary trees of the
+nodes (each tree half of the shard, reduced up and broadcast down), and the switch
+multicasts the result (each rank's down link carries ``n``). NCCL pipelines the
+three phases chunk by chunk, so it is simulated as one pipelined step: every flow
+moves ``n / 2L``, the pairs inside a node repeated ``2L`` times, and the tree
+edges across nodes once each (a rank's NIC carries ``n / L`` each way on two nodes).
+The latency is NCCL's: one NVLS hop and ``2 log2(nodes)`` network hops.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import math
 from clustersim.network.collectives import Step, register_algorithm
 from clustersim.network.groups import GroupInfo
 
-__all__ = ["double_tree", "nvls"]
+__all__ = ["double_tree", "nvls", "nvls_tree"]
 
 Pairs = list[tuple[int, int]]
 
@@ -75,3 +85,23 @@ def nvls(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     """In-switch reduction and multicast: the buffer once each way; see the module doc."""
     del op, info
     return [Step(tuple((i, (i + 1) % p) for i in range(p)), nbytes)]
+
+
+def _several_equal_domains(p: int, info: GroupInfo) -> bool:
+    return _equal_domains(p, info) and len(info.domain_sizes()) > 1
+
+
+@register_algorithm("nvls_tree", ops=("all_reduce",), applies=_several_equal_domains)
+def nvls_tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+    """In-switch reduction in each node, trees of shards across nodes; see the module doc."""
+    del op, p
+    members = info.domain_members()
+    width = len(members[0])
+    inside = [(m[i], m[(i + 1) % width]) for m in members for i in range(width)]
+    up: Pairs = []
+    for k in range(width):
+        up += _tree_up([m[k] for m in members])
+    across = up + [(b, a) for a, b in up]
+    pairs = tuple(inside * (2 * width) + across)
+    hops = (1, 2 * math.ceil(math.log2(len(members))))
+    return [Step(pairs, nbytes / 2 / width, pipelined=True, reduces=True, hops=hops)]
