@@ -124,6 +124,43 @@ def calibration_fits(ctx: Context) -> str:
     return "\n".join(out)
 
 
+def measured_table(reference: str) -> Callable[[Context], str]:
+    """The measured-collective rows of ``reference`` by size: measured against simulated
+    (a time for the small-message floor, busbw otherwise), the error in time, and what ran."""
+
+    def compute(ctx: Context) -> str:
+        from clustersim.units import format_bytes
+
+        rows = [
+            r
+            for r in ctx.validation_rows()
+            if r["kind"] == "collective" and r["name"].startswith(f"{reference}@")
+        ]
+        rows.sort(key=lambda r: r["extra"]["size_bytes"])
+        out = [
+            "| size | measured | simulated | error (time) | algorithm |",
+            "|---|---|---|---|---|",
+        ]
+        for r in rows:
+            x = r["extra"]
+            if " time (" in r["metric"]:
+                shown = [f"{t * 1e6:.1f} us" for t in (r["published"], r["predicted"])]
+            else:
+                keys = ("busbw_published_GBps", "busbw_predicted_GBps")
+                shown = [f"{x[k]:.2f} GB/s" for k in keys]
+            ran = r["metric"].rsplit("(", 1)[-1].rstrip(")")
+            protocol = x.get("protocol")
+            if protocol and protocol != "neuron":
+                ran = f"{ran}, {protocol}"
+            out.append(
+                f"| {format_bytes(x['size_bytes'])} | {shown[0]} | {shown[1]} | "
+                f"{r['predicted'] / r['published'] - 1:+.1%} | {ran} |"
+            )
+        return "\n".join(out)
+
+    return compute
+
+
 def _role_stat(role: str, key: str) -> Callable[[Context], str]:
     def compute(ctx: Context) -> str:
         from clustersim.validation import role_errors
@@ -156,6 +193,20 @@ FIGURES: tuple[Figure, ...] = (
         "",
         calibration_fits,
         what="the shipped fits as calibration.yaml holds them (`clustersim calibrate --write`)",
+    ),
+    Figure(
+        "collectives-c1",
+        "",
+        measured_table("nccom-trn1-2x-all-reduce"),
+        noise=0.01,
+        what="nccom-test C1 against the simulator, by size (validation rows)",
+    ),
+    Figure(
+        "collectives-p5-2x",
+        "",
+        measured_table("nccl-tests-p5-2x-all-reduce"),
+        noise=0.01,
+        what="nccl-tests on 2 x p5.48xlarge against the simulator, by size (validation rows)",
     ),
     Figure(
         "calibration-mean",

@@ -83,3 +83,27 @@ def test_quickstart_figures_are_current() -> None:
     assert docs.check(text, ctx, figs) == []
     edited = text.replace("5.314 s", "5.414 s", 1)
     assert [p.split(":")[0] for p in docs.check(edited, ctx, figs)] == ["quickstart-step"]
+
+
+def test_measured_collective_table(tmp_path: Path) -> None:
+    """A measured-collective reference by size: time for the floor, busbw otherwise."""
+    base = {"kind": "collective", "role": "calibration", "status": "checked", "unit": "s"}
+    rows = [
+        {**base, "name": "r@8 MiB", "metric": "all_reduce busbw (double_tree)",
+         "published": 2e-4, "predicted": 2.2e-4,
+         "extra": {"size_bytes": 2.0**23, "busbw_published_GBps": 76.8,
+                   "busbw_predicted_GBps": 69.8, "protocol": "Simple"}},
+        {**base, "name": "r@8 B", "metric": "all_reduce time (mesh)",
+         "published": 5.2e-4, "predicted": 5.0e-4,
+         "extra": {"size_bytes": 8.0, "busbw_published_GBps": 0.0,
+                   "busbw_predicted_GBps": 0.0, "protocol": "neuron"}},
+        {**base, "name": "other@8 B", "metric": "all_reduce time (mesh)",
+         "published": 1.0, "predicted": 1.0, "extra": {"size_bytes": 8.0}},
+    ]  # fmt: skip
+    path = tmp_path / "validate.json"
+    path.write_text(json.dumps({"rows": rows}))
+    table = docs.measured_table("r")(docs.Context(path)).splitlines()
+    assert table[2:] == [
+        "| 8 B | 520.0 us | 500.0 us | -3.8% | mesh |",
+        "| 8 MiB | 76.80 GB/s | 69.80 GB/s | +10.0% | double_tree, Simple |",
+    ]

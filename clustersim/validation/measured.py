@@ -75,6 +75,7 @@ def measured_rows(ref: MeasuredCollectiveRef) -> list[Row]:
                     "size_bytes": point.size,
                     "busbw_published_GBps": point.size * busbw_factor(ref.op, p) / measured / 1e9,
                     "busbw_predicted_GBps": float(sim["busbw_GBps"]),
+                    "protocol": str(sim["protocol"]),
                 },
             )
         )
