@@ -137,6 +137,8 @@ class Network:
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
         self._plans_version = topology.version
+        self._pos: _IntArray = np.zeros(0, dtype=np.int64)
+        """-1 per link, but during :meth:`_on_links`."""
         self.collectives_started = 0
         self.sends_started = 0
 
@@ -359,14 +361,7 @@ class Network:
             links, counts = link_counts(flat, weights, topo.n_links)
         else:
             # Every flow's load on each of the first replica's links; other links are dropped.
-            links = np.unique(topo.weighted_routes(rep_src, rep_dst)[0])
-            counts = np.zeros(links.size)
-            if links.size:
-                at = np.minimum(np.searchsorted(links, flat), links.size - 1)
-                hit = links[at] == flat
-                counts = np.bincount(
-                    at[hit], weights=None if weights is None else weights[hit], minlength=links.size
-                ).astype(np.float64)
+            links, counts = self._on_links(topo.weighted_routes(rep_src, rep_dst)[0], flat, weights)
         used = counts > 0
         chips = self._chips
 
@@ -389,6 +384,26 @@ class Network:
             self._folded.clear()
         self._folded[key] = (replicas, group)
         return group
+
+    def _on_links(
+        self, kept: _IntArray, flat: _IntArray, weights: NDArray[np.float64] | None
+    ) -> tuple[_IntArray, NDArray[np.float64]]:
+        """The distinct links of ``kept`` (sorted), and the weighted count of the entries
+        of ``flat`` on each: a position per link, not a search of every entry."""
+        n = self.topology.n_links
+        if self._pos.size < n:
+            self._pos = np.full(n, -1, dtype=np.int64)
+        pos = self._pos
+        pos[kept] = 0
+        links = np.flatnonzero(pos[:n] == 0) if kept.size > n // 64 else np.unique(kept)
+        pos[links] = np.arange(links.size, dtype=np.int64)
+        at = pos[flat]
+        pos[links] = -1  # the table is all -1 again between calls
+        hit = at >= 0
+        counts = np.bincount(
+            at[hit], weights=None if weights is None else weights[hit], minlength=links.size
+        ).astype(np.float64)
+        return links.astype(np.int64), counts
 
     def _reaching(
         self, src: _IntArray, dst: _IntArray, rep_src: _IntArray, rep_dst: _IntArray

@@ -67,6 +67,7 @@ from clustersim.network.entity import NO_CHIPS, Component, Entity, FlowGroup, Pa
 from clustersim.network.flows_hbm import HbmFlows
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation
+from clustersim.network.live import LiveGroups
 from clustersim.network.solve import Scratch, Solved, solve_groups
 from clustersim.network.topology import Topology
 
@@ -115,18 +116,16 @@ class FlowNetwork(HbmFlows):
         self._pending: list[Entity] = []
         self._created = 0
         self._n_active = 0
-        self._occupancy = np.zeros(n_links, dtype=np.int64)
-        """Active entities crossing each link."""
-        self._comp_of = np.full(n_links, -1, dtype=np.int64)
-        """The component each loaded link belongs to (-1: none)."""
+        self._live = LiveGroups(n_links)
+        """The groups in components, and which of them share links (:mod:`.live`)."""
         self._comps: dict[int, Component] = {}
         self._next_comp = 0
         self._dirty: dict[int, None] = {}
         """Components to re-solve at the next solve (an ordered set)."""
         self._memo: dict[tuple[FlowGroup, ...], _Solved] = {}
         self._memo_links = 0
-        self._zero: NDArray[np.int64] | None = None
-        """Links of zero capacity (cached until capacities change)."""
+        self._dead: dict[FlowGroup, bool] = {}
+        """Whether a group crosses a link of zero capacity (cached until capacities change)."""
         self._heap: list[tuple[float, int, int, Entity]] = []
         """(finish time, sequence, stamp, entity): predicted completions."""
         self._pushes = 0
@@ -151,8 +150,7 @@ class FlowNetwork(HbmFlows):
         the flows starting or ending on the chip and its compute runs share."""
         hbm = self.hbm = SharedHbm(self.topology.n_links, hbm_Bps, self.topology.n_chips)
         n_chips = hbm.flows.size
-        self._occupancy = np.concatenate([self._occupancy, np.zeros(n_chips, dtype=np.int64)])
-        self._comp_of = np.concatenate([self._comp_of, np.full(n_chips, -1, dtype=np.int64)])
+        self._live.resize(self.topology.n_links + n_chips)
         self._groups.clear()
         self._memo.clear()
         self._capacity = None
@@ -309,7 +307,7 @@ class FlowNetwork(HbmFlows):
             self._resize()
         self._memo.clear()
         self._memo_links = 0
-        self._zero = None
+        self._dead.clear()
         self._capacity = None
         self._hbm_capacity_changed()
         for ident in self._comps:
@@ -325,12 +323,7 @@ class FlowNetwork(HbmFlows):
             raise SimulationError("the topology gained links while HBM is shared")
         n = self.topology.n_links
         self.stats.grow(n)
-        occupancy = np.zeros(n, dtype=np.int64)
-        occupancy[: self._occupancy.size] = self._occupancy
-        self._occupancy = occupancy
-        comp_of = np.full(n, -1, dtype=np.int64)
-        comp_of[: self._comp_of.size] = self._comp_of
-        self._comp_of = comp_of
+        self._live.resize(n)
 
     def _on_arrival(
         self, group: FlowGroup, nbytes: float, done: simpy.Event, rest: Chain, _ev: Any
@@ -361,7 +354,7 @@ class FlowNetwork(HbmFlows):
             or self._solve_scheduled
             or self._dirty
             or self.topology.links_down
-            or self._occupancy[ent.group.links].any()
+            or self._live.touched(ent.group)
         ):
             self._pending.append(ent)
             self._request_solve()
@@ -373,9 +366,7 @@ class FlowNetwork(HbmFlows):
         comp = Component(self._next_comp)
         self._next_comp += 1
         self._comps[comp.ident] = comp
-        links = ent.group.links
-        self._occupancy[links] = 1
-        self._comp_of[links] = comp.ident
+        self._live.add(ent.group, comp)
         comp.entities.append(ent)
         ent.comp, ent.t_s = comp, now
         self._n_active += 1
@@ -391,25 +382,18 @@ class FlowNetwork(HbmFlows):
 
     def _attach(self, ent: Entity, now: float) -> None:
         """Add ``ent`` to the component of the links it shares, merging those it bridges."""
-        links = ent.group.links
         ent.t_s = now
-        occupancy = self._occupancy[links]
-        shared = occupancy > 0
+        live = self._live
+        comps = live.touched(ent.group)
         comp: Component
-        if shared.any():
-            labels = self._comp_of[links[shared]]
-            first = int(labels[0])
-            if labels.size == 1 or not (labels != first).any():
-                comps = [self._comps[first]]  # the usual case: one component
-            else:
-                comps = [self._comps[i] for i in np.unique(labels).tolist()]
-            comp = max(comps, key=lambda c: len(c.entities))
+        if comps:
+            comp = comps[0] if len(comps) == 1 else max(comps, key=lambda c: len(c.entities))
             for other in comps:
                 if other is comp:
                     continue
                 for e in other.entities:
                     e.comp = comp
-                    self._comp_of[e.group.links] = comp.ident
+                    live.move(e.group, comp)
                 comp.entities.extend(other.entities)
                 del self._comps[other.ident]
                 self._dirty.pop(other.ident, None)
@@ -418,8 +402,7 @@ class FlowNetwork(HbmFlows):
             comp = Component(self._next_comp)
             self._next_comp += 1
             self._comps[comp.ident] = comp
-        self._occupancy[links] = occupancy + 1
-        self._comp_of[links] = comp.ident
+        live.add(ent.group, comp)
         comp.entities.append(ent)
         ent.comp = comp
         self._dirty[comp.ident] = None
@@ -427,8 +410,7 @@ class FlowNetwork(HbmFlows):
 
     def _detach(self, ent: Entity, now: float) -> None:
         """Take ``ent`` out of its component; links it leaves idle carry nothing from now on."""
-        # Labels of links left idle go stale: they are read only where occupied.
-        self._occupancy[ent.group.links] -= 1
+        self._live.remove(ent.group)
         comp = ent.comp
         assert comp is not None
         comp.entities.remove(ent)
@@ -558,15 +540,15 @@ class FlowNetwork(HbmFlows):
 
     def _reroute(self, now: float) -> None:
         """Move entities off links that are down; fail those with no route left."""
-        if self._zero is None:
-            self._zero = np.flatnonzero(self.topology.capacity_Bps <= 0).astype(np.int64)
-        zero = self._zero
-        dead_links = zero[self._occupancy[zero] > 0]
-        if not dead_links.size:
-            return
-        cap = self._cap()
-        hit = [self._comps[i] for i in np.unique(self._comp_of[dead_links]).tolist()]
-        dead = [e for c in hit for e in c.entities if (cap[e.group.links] <= 0).any()]
+        cap, known = self._cap(), self._dead
+        dead = []
+        for comp in self._comps.values():
+            for e in comp.entities:
+                found = known.get(e.group)
+                if found is None:
+                    found = known[e.group] = bool((cap[e.group.links] <= 0).any())
+                if found:
+                    dead.append(e)
         for ent in sorted(dead, key=lambda e: e.seq):
             routed = ent.group.pairs
             pairs = routed() if callable(routed) else routed
