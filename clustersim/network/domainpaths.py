@@ -6,6 +6,9 @@ holds those local paths once, for every ordered pair of local chips, as one
 table; :meth:`LocalPaths.nodes` gives the node paths of any number of chip pairs
 with a few numpy gathers, where asking the path function costs a Python call per
 pair (a folded step on 131,072 chips routes 10^6 pairs inside domains).
+:meth:`LocalPaths.links` gives their links the same way: each path as local hops
+(indices into the domain's list of chip-to-chip links), and each domain's link
+ids for those hops, looked up once per domain.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ class LocalPaths:
         self.chips = chips
         self._path = path
         self._table: tuple[Int64s, Int64s] | None = None
+        self._hops: tuple[Int64s, Int64s, Int64s] | None = None
+        self._domain_links: Int64s | None = None
+        """Row ``d``: the link id of each local hop in domain ``d`` (-1: not looked up yet)."""
 
     def _built(self) -> tuple[Int64s, Int64s]:
         """``indptr`` over the pair codes ``a * chips + b``, and the local nodes of each path."""
@@ -59,3 +65,51 @@ class LocalPaths:
         shift = np.repeat(starts - first, lengths)
         nodes = local[shift + np.arange(shift.size, dtype=np.int64)] + np.repeat(base, lengths)
         return nodes, lengths
+
+    def _built_hops(self) -> tuple[Int64s, Int64s, Int64s]:
+        """``indptr`` over the pair codes, the local hop of each path's links, and the
+        ``(from, to)`` local chips of each hop."""
+        if self._hops is None:
+            indptr, local = self._built()
+            n = self.chips
+            lengths = np.diff(indptr)
+            last = np.zeros(local.size, dtype=bool)
+            last[indptr[1:] - 1] = True
+            code = local[:-1][~last[:-1]] * n + local[1:][~last[:-1]]
+            hops, which = np.unique(code, return_inverse=True)
+            hop_ptr = np.zeros(indptr.size, dtype=np.int64)
+            np.cumsum(lengths - 1, out=hop_ptr[1:])
+            self._hops = (hop_ptr, which.ravel().astype(np.int64), np.stack([hops // n, hops % n]))
+        return self._hops
+
+    def links(
+        self,
+        src: Int64s,
+        dst: Int64s,
+        find: Callable[[Int64s, Int64s], Int64s],
+        n_domains: int,
+    ) -> tuple[Int64s, Int64s]:
+        """The links along each path ``src[i] -> dst[i]`` (both in one domain), concatenated
+        in path order, and the number of links of each path (0 for a chip to itself):
+        the links between the chips of :meth:`nodes`. ``find(u, v)`` gives the ids of the
+        links ``u[j] -> v[j]`` between chips; the domains are ``0..n_domains-1``."""
+        hop_ptr, which, ends = self._built_hops()
+        n = self.chips
+        domain = src // n
+        base = domain * n
+        code = (src - base) * n + (dst - base)
+        starts = hop_ptr[code]
+        lengths = hop_ptr[code + 1] - starts
+        table = self._domain_links
+        if table is None:
+            table = self._domain_links = np.full((n_domains, ends.shape[1]), -1, dtype=np.int64)
+        seen = np.unique(domain)
+        new = seen[table[seen, 0] < 0] if ends.shape[1] else seen[:0]
+        if new.size:
+            at = (new * n)[:, None]
+            table[new] = find((at + ends[0]).ravel(), (at + ends[1]).ravel()).reshape(new.size, -1)
+        first = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=first[1:])
+        shift = np.repeat(starts - first, lengths)
+        hop = which[shift + np.arange(shift.size, dtype=np.int64)]
+        return table[np.repeat(domain, lengths), hop], lengths

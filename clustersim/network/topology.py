@@ -427,12 +427,7 @@ class Topology(LinkTable):
         :attr:`local_paths` with every link up: what :meth:`route` gives each pair (a
         chip to itself crosses its local link), without a Python call per pair."""
         assert self.local_paths is not None
-        nodes, lengths = self.local_paths.nodes(src, dst)
-        last = np.zeros(nodes.size, dtype=bool)
-        last[np.cumsum(lengths) - 1] = True
-        hop = ~last[:-1]
-        links = self.links_between(nodes[:-1][hop], nodes[1:][hop])
-        hops = lengths - 1
+        links, hops = self.local_paths.links(src, dst, self.links_between, self.n_domains)
         moving = hops > 0
         latency = np.zeros(0)
         if links.size:
