@@ -394,8 +394,11 @@ class Network:
         if self._pos.size < n:
             self._pos = np.full(n, -1, dtype=np.int64)
         pos = self._pos
-        pos[kept] = 0
-        links = np.flatnonzero(pos[:n] == 0) if kept.size > n // 64 else np.unique(kept)
+        # The distinct links: the last entry of each wins its slot; only they are sorted.
+        at = np.arange(kept.size, dtype=np.int64)
+        pos[kept] = at
+        links = kept[pos[kept] == at]
+        links.sort()
         pos[links] = np.arange(links.size, dtype=np.int64)
         at = pos[flat]
         pos[links] = -1  # the table is all -1 again between calls

@@ -103,8 +103,7 @@ class LocalPaths:
         table = self._domain_links
         if table is None:
             table = self._domain_links = np.full((n_domains, ends.shape[1]), -1, dtype=np.int64)
-        seen = np.unique(domain)
-        new = seen[table[seen, 0] < 0] if ends.shape[1] else seen[:0]
+        new = np.unique(domain[table[domain, 0] < 0]) if ends.shape[1] else domain[:0]
         if new.size:
             at = (new * n)[:, None]
             table[new] = find((at + ends[0]).ravel(), (at + ends[1]).ravel()).reshape(new.size, -1)

@@ -8,6 +8,7 @@ array path replaced (figures measured with it, kept within 1%).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,19 @@ def test_array_forms_are_the_algorithms_pairs(name: str, p: int) -> None:
             assert (bare.bytes_per_flow, bare.repeats, bare.reduces, bare.pipelined) == (
                 step.bytes_per_flow, step.repeats, step.reduces, step.pipelined,
             )  # fmt: skip
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize(("p", "per_domain"), [(8, 2), (16, 4), (24, 8)])
+def test_hierarchical_arrays_are_its_pairs(op: str, p: int, per_domain: int) -> None:
+    # Positions interleaved over the domains, as a data-parallel group's are.
+    info = GroupInfo(tuple(range(p)), tuple(i % (p // per_domain) for i in range(p)))
+    steps = collective_steps(op, p, 96.0, "hierarchical", info)
+    arrays = collective_step_arrays(op, p, 96.0, "hierarchical", info)
+    assert len(arrays) == len(steps) > 1
+    for step, (bare, pairs) in zip(steps, arrays, strict=True):
+        assert [tuple(x) for x in pairs.tolist()] == list(step.pairs)
+        assert bare == replace(step, pairs=())
 
 
 def test_algorithms_without_an_array_form_are_converted() -> None:

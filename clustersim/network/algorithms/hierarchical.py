@@ -27,10 +27,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from clustersim.network.collectives import Step, collective_steps, register_algorithm
+from clustersim.network.collectives import (
+    Step,
+    StepArrays,
+    collective_steps,
+    register_algorithm,
+)
 from clustersim.network.groups import GroupInfo
 
-__all__ = ["hierarchical", "is_hierarchical", "parallel_steps"]
+__all__ = ["hierarchical", "hierarchical_arrays", "is_hierarchical", "parallel_steps"]
 
 
 def is_hierarchical(p: int, info: GroupInfo) -> bool:
@@ -64,27 +69,61 @@ def _phase(op: str, groups: Sequence[Sequence[int]], nbytes: float) -> list[Step
     return parallel_steps(collective_steps(op, q, nbytes, "auto", GroupInfo.flat(q)), groups)
 
 
-@register_algorithm(
-    "hierarchical",
-    ops=("all_reduce", "reduce_scatter", "all_gather"),
-    applies=is_hierarchical,
-)
-def hierarchical(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
-    """Inside the domains, across them, and inside again; see the module doc."""
+def _phase_arrays(op: str, groups: Sequence[Sequence[int]], nbytes: float) -> StepArrays:
+    """:func:`_phase` with each step's pairs as an array (one gather, no tuples)."""
+    q = len(groups[0])
+    table = np.asarray(groups, dtype=np.int64)
+    return [
+        (replace(step, pairs=()), table[:, np.asarray(step.pairs, dtype=np.int64)].reshape(-1, 2))
+        for step in collective_steps(op, q, nbytes, "auto", GroupInfo.flat(q))
+    ]
+
+
+def _phases(op: str, p: int, nbytes: float, info: GroupInfo) -> list[tuple[str, bool, float]]:
+    """Each phase as (collective, inside the domains, bytes)."""
     if not is_hierarchical(p, info):
         raise ValueError(
             "hierarchical needs the same number (> 1) of ranks in each of several domains"
         )
-    inner = info.domain_members()
-    outer = [list(peers) for peers in zip(*inner, strict=True)]
-    local = len(inner[0])
-    shard = nbytes / local
+    shard = nbytes / len(info.domain_members()[0])
     if op == "reduce_scatter":
-        return _phase("reduce_scatter", inner, nbytes) + _phase("reduce_scatter", outer, shard)
+        return [("reduce_scatter", True, nbytes), ("reduce_scatter", False, shard)]
     if op == "all_gather":
-        return _phase("all_gather", outer, shard) + _phase("all_gather", inner, nbytes)
-    return (
-        _phase("reduce_scatter", inner, nbytes)
-        + _phase("all_reduce", outer, shard)
-        + _phase("all_gather", inner, nbytes)
-    )
+        return [("all_gather", False, shard), ("all_gather", True, nbytes)]
+    return [
+        ("reduce_scatter", True, nbytes),
+        ("all_reduce", False, shard),
+        ("all_gather", True, nbytes),
+    ]
+
+
+def _groups(info: GroupInfo) -> tuple[list[list[int]], list[list[int]]]:
+    """The ranks of each domain, and the ranks of each local index across the domains."""
+    inner = [list(members) for members in info.domain_members()]
+    return inner, [list(peers) for peers in zip(*inner, strict=True)]
+
+
+def hierarchical_arrays(op: str, p: int, nbytes: float, info: GroupInfo) -> StepArrays:
+    """:func:`hierarchical` with each step's pairs as an array."""
+    phases = _phases(op, p, nbytes, info)
+    inner, outer = _groups(info)
+    out: StepArrays = []
+    for name, inside, size in phases:
+        out += _phase_arrays(name, inner if inside else outer, size)
+    return out
+
+
+@register_algorithm(
+    "hierarchical",
+    ops=("all_reduce", "reduce_scatter", "all_gather"),
+    applies=is_hierarchical,
+    arrays=hierarchical_arrays,
+)
+def hierarchical(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
+    """Inside the domains, across them, and inside again; see the module doc."""
+    phases = _phases(op, p, nbytes, info)
+    inner, outer = _groups(info)
+    out: list[Step] = []
+    for name, inside, size in phases:
+        out += _phase(name, inner if inside else outer, size)
+    return out
