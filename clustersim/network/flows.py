@@ -11,7 +11,9 @@ bytes drain linearly.
 *component*; max-min rates in one component do not depend on any other. Every
 loaded link belongs to exactly one component. When an entity joins, the
 components its links touch merge with it; when one leaves, only its component
-is re-solved. So a change costs work in proportion to the component it
+is re-solved; the components a join touches are found through the groups in
+flight, which know whether they share a link (:mod:`.live`), not by marking its
+links. So a change costs work in proportion to the component it
 touches, not to everything in flight: in a folded run most entities are alone
 on their links (stages and groups on disjoint links), and their rate is that of
 their tightest link. A component is not split when an entity leaves (solving
