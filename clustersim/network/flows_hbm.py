@@ -147,11 +147,11 @@ class HbmFlows:
             if ent.hbm is None:
                 continue  # done already (an entity on HBM leaves it when it ends)
             self._left(ent)
-            ent.full = ent.group = group
             attached = ent.comp is not None
-            if attached:
+            if attached:  # off its old group first: the components know it by that
                 self._drain(ent, now)
                 self._detach(ent, now)
+            ent.full = ent.group = group
             if self.hbm is not None:
                 self._hbm_enter(ent)
             if attached:
