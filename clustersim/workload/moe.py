@@ -9,11 +9,19 @@ E / ep on this rank; f the expert width, f_l = f / etp on this rank):
    chosen ones), top-k as k passes of max over the E scores;
 2. ``moe.permute``: the k copies of each token gathered in expert order;
 3. dispatch: an all-to-all over the EP group (``ep``), then under expert TP an
-   all-gather of what arrived over ``etp``;
+   all-gather of what arrived over ``etp``; with more than one local expert the
+   all-to-all dispatcher then sorts what arrived (grouped by source rank) by local
+   expert, ``moe.sort`` (Megatron-Core's ``sort_chunks_by_idxs``), and restores the
+   order before the combine, ``moe.unsort``: a read and a write of each row, in
+   the backward too (not under the hierarchical dispatcher, whose one permutation
+   stands for DeepEP's);
 4. the experts as grouped GEMMs: E_l matmuls (t, h, 2 f_l) (gate and up, SwiGLU),
    the activation, E_l matmuls (t, f_l, h), where t is the tokens per local
    expert, padded up to the kernel's row tile (``ROW_TILE``): few tokens per
-   expert waste the tile, and very few make each matmul latency-bound;
+   expert waste the tile, and very few make each matmul latency-bound. Under FP8
+   each grouped GEMM's input is quantized first, as for a dense linear (``ops``:
+   the cast, after an amax pass under current scaling), and so is each output
+   gradient before the backward; shared experts likewise;
 5. combine: under expert TP a reduce-scatter over ``etp``, then the all-to-all
    back;
 6. ``moe.unpermute``: the k expert outputs of each token weighted and summed;
@@ -62,6 +70,7 @@ from clustersim.workload.ops import (
     ACT_BYTES,
     Part,
     Tpl,
+    _casts,
     _coll,
     _compute,
     _Linear,
@@ -261,6 +270,18 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     act = activation_work(t * n_e * f_l, dm.swiglu)
     ep_on, etp_on = route.local_experts < e, etp > 1
     shared = _shared(dm, moe, precision)
+    cast = _casts(precision, dm.fp8_scaling)  # FP8 quantization of each GEMM's input
+    rows = t * n_e
+    s_cols = moe.shared_experts * moe.expert_ffn_hidden // dm.tp
+    s_up_cols = (2 if dm.swiglu else 1) * s_cols
+    # The all-to-all dispatcher's chunk sort: what arrived, in source-rank order, regrouped
+    # by local expert (and back before the combine); a read and a write of each row.
+    sorted_elems = route.received * etp * h
+    sort = (
+        Work(vector_ops=float(sorted_elems), hbm_bytes=float(2 * ACT_BYTES * sorted_elems))
+        if ep_on and n_e > 1 and not node_a2a
+        else None
+    )
 
     def forward(phase: str) -> list[Tpl]:
         out = [
@@ -273,11 +294,17 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
             out += exchange(phase, ".dispatch", back=False)
         if etp_on:
             out.append(_coll("etp", "all_gather", phase, gathered))
+        if sort is not None:
+            out.append(_compute("moe.sort", phase, sort))
         out += [
+            *cast("moe.experts.up", phase, rows, h),
             _compute("moe.experts.up", phase, up.fwd),
             _compute("moe.experts.act", phase, act),
+            *cast("moe.experts.down", phase, rows, f_l),
             _compute("moe.experts.down", phase, down.fwd),
         ]
+        if sort is not None:
+            out.append(_compute("moe.unsort", phase, sort))
         if etp_on:
             out.append(_coll("etp", "reduce_scatter", phase, gathered))
         if ep_on:
@@ -287,8 +314,10 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
             s_up, s_act, s_down = shared
             out += [
                 *tp.enter_fwd(phase),
+                *cast("moe.shared.up", phase, dm.tokens, h),
                 _compute("moe.shared.up", phase, s_up.fwd),
                 _compute("moe.shared.act", phase, s_act),
+                *cast("moe.shared.down", phase, dm.tokens, s_cols),
                 _compute("moe.shared.down", phase, s_down.fwd),
                 *tp.exit_fwd(phase),
             ]
@@ -307,12 +336,14 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         s_up, s_act, s_down = shared
         bwd += [
             *tp.exit_bwd(),
+            *cast("moe.shared.down.grad", B, dm.tokens, h),
             _compute("moe.shared.down.dgrad", B, s_down.dgrad),
             _compute("moe.shared.down.wgrad", B, s_down.wgrad),
         ]
         mark("moe.shared.down")
         bwd += [
             _compute("moe.shared.act", B, _twice(s_act)),
+            *cast("moe.shared.up.grad", B, dm.tokens, s_up_cols),
             _compute("moe.shared.up.dgrad", B, s_up.dgrad),
             _compute("moe.shared.up.wgrad", B, s_up.wgrad),
         ]
@@ -323,6 +354,9 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         bwd += exchange(B, ".combine", back=False)
     if etp_on:
         bwd.append(_coll("etp", "all_gather", B, gathered))
+    if sort is not None:
+        bwd.append(_compute("moe.unsort", B, sort))
+    bwd += cast("moe.experts.down.grad", B, rows, h)
     bwd += [
         _compute("moe.experts.down.dgrad", B, down.dgrad),
         _compute("moe.experts.down.wgrad", B, down.wgrad),
@@ -330,10 +364,13 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     mark("moe.experts.down")
     bwd += [
         _compute("moe.experts.act", B, _twice(act)),
+        *cast("moe.experts.up.grad", B, rows, up_cols),
         _compute("moe.experts.up.dgrad", B, up.dgrad),
         _compute("moe.experts.up.wgrad", B, up.wgrad),
     ]
     mark("moe.experts.up")
+    if sort is not None:
+        bwd.append(_compute("moe.sort", B, sort))
     if etp_on:
         bwd.append(_coll("etp", "reduce_scatter", B, gathered))
     if ep_on:

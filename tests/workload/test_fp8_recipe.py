@@ -101,3 +101,37 @@ def test_bf16_end_layers_are_refused_for_moe_models() -> None:
     with pytest.raises(ScenarioError) as err:
         validate(moe, par, train, lay)
     assert err.value.path == "training.fp8.bf16_layers"
+
+
+def test_fp8_grouped_expert_gemms_pay_for_their_casts() -> None:
+    from clustersim.workload.layers import moe_sublayer
+    from clustersim.workload.moe import stage_routing
+
+    from .test_moe import moe_model
+
+    model = moe_model(shared_experts=1)
+    par, train, lay = setup(4, ep=4, global_batch_size=8)
+    parts = {}
+    for scaling in ("delayed", "current"):
+        tr = train.model_copy(update={"precision": "fp8", "fp8": Fp8Cfg(scaling=scaling)})
+        part = moe_sublayer(model, par, tr, lay)
+        assert part is not None
+        parts[scaling] = {f"{t[2]}:{t[1]}": t[3] for t in (*part.forward("fwd"), *part.bwd)}
+    route = stage_routing(model, par, train, lay)
+    rows, h = route.expert_rows * route.local_experts, model.hidden
+    f = model.moe.expert_ffn_hidden if model.moe else 0
+    delayed, current = parts["delayed"], parts["current"]
+    assert delayed["fwd:moe.experts.up.cast"] == fp8_cast(rows, h)
+    assert delayed["fwd:moe.experts.down.cast"] == fp8_cast(rows, f)
+    assert delayed["bwd:moe.experts.down.grad.cast"] == fp8_cast(rows, h)
+    assert delayed["bwd:moe.experts.up.grad.cast"] == fp8_cast(rows, 2 * f)
+    shared = {k for k in delayed if k.split(":")[1].startswith("moe.shared")}
+    assert {k for k in shared if k.endswith(".cast")} == {
+        "fwd:moe.shared.up.cast", "fwd:moe.shared.down.cast",
+        "bwd:moe.shared.down.grad.cast", "bwd:moe.shared.up.grad.cast",
+    }  # fmt: skip
+    assert not any(k.endswith(".amax") for k in delayed)
+    assert current["fwd:moe.experts.up.amax"] == fp8_amax(rows, h)
+    bf16 = moe_sublayer(model, par, train, lay)
+    assert bf16 is not None
+    assert not any(t[1].endswith((".cast", ".amax")) for t in (*bf16.forward("fwd"), *bf16.bwd))

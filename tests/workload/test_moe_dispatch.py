@@ -134,3 +134,29 @@ def test_hierarchical_exchanges_overlap_across_microbatches() -> None:
         fidelity="folded",
     )
     assert folded == pytest.approx(both, rel=0.01)
+
+
+def test_flat_dispatcher_sorts_by_local_expert_and_back() -> None:
+    from clustersim.workload.layers import moe_sublayer
+    from clustersim.workload.moe import stage_routing
+    from clustersim.workload.ops import ACT_BYTES
+
+    def ops(*sets: str) -> tuple[dict[str, Any], Any]:
+        res = load_scenario(SCENARIO, list(sets))
+        sc = res.scenario
+        lay = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
+        part = moe_sublayer(res.model, sc.parallelism, sc.training, lay, cfg=sc.moe)
+        assert part is not None
+        route = stage_routing(res.model, sc.parallelism, sc.training, lay, cfg=sc.moe)
+        templates = (*part.forward("fwd"), *part.bwd)
+        return Counter(f"{t[2]}:{t[1]}" for t in templates), (templates, route, res)
+
+    count, (templates, route, res) = ops("parallelism.ep=8")  # 2 local experts
+    assert [count[f"{p}:moe.{s}"] for p in ("fwd", "bwd") for s in ("sort", "unsort")] == [1] * 4
+    sort = next(t[3] for t in templates if t[1] == "moe.sort")
+    elems = route.received * res.model.hidden
+    assert sort.hbm_bytes == 2 * ACT_BYTES * elems  # each row read and written once
+    assert not ops("parallelism.ep=16")[0]["fwd:moe.sort"]  # one local expert: no sort
+    wide = "model.moe.experts=32"  # ep 16 over two nodes, two local experts
+    assert ops(wide)[0]["fwd:moe.sort"]
+    assert not ops(wide, "moe.dispatcher=hierarchical")[0]["fwd:moe.sort"]
