@@ -7,7 +7,8 @@ simulation. Residuals are ``log(estimate / published)``: relative, and
 symmetric between too fast and too slow.
 
 Groups: the calibration rows of one chip family and software stack form a
-group (``family/stack``). A stack with fewer than two calibration rows is
+group (``family/stack``); a stack with a declared base (``stacks:`` in
+``calibration.yaml``) counts as its base. A stack with fewer than two calibration rows is
 pooled with the family's other such rows into ``family/all``, the fit every
 stack without its own falls back to. A group of n rows fits the first
 ``min(len(declared), n // 2)`` declared constants: at least two rows per
@@ -24,7 +25,14 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from clustersim.catalog.fits import CalibrationFile, Family, Fit, calibration, family_of
+from clustersim.catalog.fits import (
+    CalibrationFile,
+    Family,
+    Fit,
+    calibration,
+    family_of,
+    fit_stack,
+)
 from clustersim.catalog.schema import ChipSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved, load_scenario
@@ -173,7 +181,8 @@ def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
         peak = chip.peak_flops(res.scenario.training.precision) * res.chips
         flops = model_flops_per_step(res.model, res.scenario.training)
         measured = published_step_s(ref.published, res, flops, peak)
-        by_stack.setdefault((family, ref.stack), []).append(FitRow(ref.name, res, measured))
+        stack = fit_stack(ref.stack, cal)
+        by_stack.setdefault((family, stack), []).append(FitRow(ref.name, res, measured))
     groups: dict[str, list[FitRow]] = {}
     for (family, stack), rows in sorted(by_stack.items()):
         key = f"{family}/{stack}" if len(rows) >= 2 else f"{family}/{POOLED}"

@@ -3,6 +3,11 @@
     cal = calibration()                      # the shipped file, validated
     fam = family_of("h100")                  # "h100" (h100 and h200 share it)
     over = fit_overrides("h100", "nemo-24.07")   # {"tensor_efficiency": ..., ...} or {}
+    fit_stack("megatron-bridge-25.11")       # "nemo-24.07": the stack it is fitted as
+
+A stack may name a ``base`` (``stacks:`` in the file): the software it runs the
+same kernels as. Its rows are fitted with the base's rows and run with the base's
+fit, on every chip family; a chain of bases ends at the stack fitted.
     low, high, basis = interval("h100", 2.5)
 
 ``interval`` turns the calibration residuals of a chip family into an interval
@@ -35,6 +40,7 @@ __all__ = [
     "calibration",
     "family_of",
     "fit_overrides",
+    "fit_stack",
     "interval",
     "overlaps",
     "residual_basis",
@@ -70,8 +76,16 @@ class Fit(Strict):
     simulated_residuals: dict[str, float] = Field(default_factory=dict)
 
 
+class Stack(Strict):
+    """A software stack fitted as another: ``base`` runs the same kernels (``why``)."""
+
+    base: str = Field(min_length=1)
+    why: str = Field(min_length=1)
+
+
 class CalibrationFile(Strict):
     families: dict[str, Family]
+    stacks: dict[str, Stack] = Field(default_factory=dict)
     fits: dict[str, Fit] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -80,6 +94,15 @@ class CalibrationFile(Strict):
             family, _, stack = key.partition("/")
             if family not in self.families or not stack:
                 raise ValueError(f"fit {key!r} must be named family/stack of a declared family")
+            if stack in self.stacks:
+                raise ValueError(f"fit {key!r}: stack {stack!r} is fitted as its base")
+        for start in self.stacks:  # every chain of bases ends
+            name, seen = start, {start}
+            while name in self.stacks:
+                name = self.stacks[name].base
+                if name in seen:
+                    raise ValueError(f"stacks: the bases of {sorted(seen)} form a cycle")
+                seen.add(name)
         return self
 
 
@@ -109,14 +132,23 @@ def family_of(chip: str, cal: CalibrationFile | None = None) -> str | None:
     return None
 
 
+def fit_stack(stack: str, cal: CalibrationFile | None = None) -> str:
+    """The stack whose fit ``stack`` is fitted and run with: the end of its chain of bases."""
+    cal = cal or calibration()
+    while stack in cal.stacks:
+        stack = cal.stacks[stack].base
+    return stack
+
+
 def fit_overrides(chip: str, stack: str, cal: CalibrationFile | None = None) -> dict[str, float]:
-    """The fitted constants of ``chip``'s family for ``stack``: the stack's own fit, else
-    the family's pooled fit (``family/all``), else none."""
+    """The fitted constants of ``chip``'s family for ``stack``: the fit of the stack it is
+    fitted as (:func:`fit_stack`), else the family's pooled fit (``family/all``), else none."""
     cal = cal or calibration()
     family = family_of(chip, cal)
     if family is None:
         return {}
-    fit = cal.fits.get(f"{family}/{stack}") or cal.fits.get(f"{family}/all")
+    key = f"{family}/{fit_stack(stack, cal)}"
+    fit = cal.fits.get(key) or cal.fits.get(f"{family}/all")
     return dict(fit.constants) if fit is not None else {}
 
 

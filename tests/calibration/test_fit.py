@@ -244,3 +244,31 @@ def test_validation_file_from_other_constants_exits_2(
     path.write_text("{")
     assert main(["calibrate", "--check", "--validation", str(path)]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_a_stack_with_a_base_is_fitted_and_run_as_its_base() -> None:
+    from clustersim.catalog.fits import fit_overrides, fit_stack
+
+    cal = calibration()
+    assert fit_stack("megatron-bridge-25.11") == "nemo-24.07"
+    assert fit_stack("nemo-24.07") == "nemo-24.07"  # no base: itself
+    nemo = fit_overrides("h100", "nemo-24.07")
+    assert nemo and fit_overrides("h100", "megatron-bridge-25.11") == nemo
+    assert fit_overrides("b200", "megatron-bridge-25.11") == {}  # no b200 fit of the base
+    groups = fitmod.group_rows(cal)
+    assert "bridge-llama3-8b-fsdp" in [r.name for r in groups["h100/nemo-24.07"]]
+    assert not any(key.endswith("/megatron-bridge-25.11") for key in groups)
+
+
+def test_stacks_refuse_cycles_and_own_fits() -> None:
+    from clustersim.catalog.fits import parse_calibration
+    from clustersim.errors import CatalogError
+
+    base = calibration().model_dump()
+    cyclic = {**base, "stacks": {"a": {"base": "b", "why": "x"}, "b": {"base": "a", "why": "x"}}}
+    with pytest.raises(CatalogError, match="cycle"):
+        parse_calibration(cyclic)
+    fit = next(iter(base["fits"].values()))
+    own = {**base, "fits": {**base["fits"], "h100/megatron-bridge-25.11": fit}}
+    with pytest.raises(CatalogError, match="fitted as its base"):
+        parse_calibration(own)
