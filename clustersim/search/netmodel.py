@@ -270,12 +270,52 @@ def _nccl_parts(
     latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
     flows = sharing * (levels[0].size if levels[0].shared_link else 1)
     if algo == "nvls":
-        wire = nbytes * flows / (levels[0].bw_Bps * runtime.nvls_efficiency)
+        wire = nbytes * flows / levels[0].bw_Bps  # the protocol's factor holds its efficiency
     elif algo == "double_tree":
-        wire = 2 * nbytes * flows / min(lv.bw_Bps for lv in levels)
+        wire = _double_tree_wire_s(nbytes, levels, flows)
+    elif op in _RING_OPS and len(levels) > 1:
+        wire = _flat_ring_wire_s(op, nbytes, levels, flows)
     else:
         wire = wire_s(op, nbytes, levels, sharing, Protocol())
     return latency, wire * proto.wire_factor
+
+
+_RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def _flat_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -> float:
+    """NCCL's ring as the simulator runs it (:mod:`~clustersim.network.algorithms.ring`):
+    one ring through every member in group order, not reduced level by level, half the
+    buffer each way round. Each of its ``p - 1`` rounds (twice for all-reduce) moves
+    ``n / p`` per member: a member with both neighbours across a level's links (the
+    innermost level of three or more) sends both halves on its link there, one at a
+    block's edge sends one half across the level its neighbour is behind."""
+    p = math.prod(lv.size for lv in levels)
+    rounds = 2 * (p - 1) if op == "all_reduce" else p - 1
+    inner = levels[0]
+    round_s = max(
+        (nbytes / p if inner.size >= 3 else nbytes / p / 2) * flows / inner.bw_Bps,
+        *(nbytes / p / 2 * flows / lv.bw_Bps for lv in levels[1:]),
+    )
+    return rounds * round_s
+
+
+def _double_tree_wire_s(nbytes: float, levels: list[Level], flows: int) -> float:
+    """NCCL's double binary tree as the simulator runs it
+    (:mod:`~clustersim.network.algorithms.switched`), per phase (reduce, then broadcast):
+    the chain of the ``L`` ranks of a node (every rank but the rotation's head sends its
+    share on it, ``(L - 1) / L n``), and the trees across nodes, where each rank heads one
+    of ``L`` rotations of ``n / L`` and sends half of it to its parent in one tree and half
+    in the mirror one (one half alone between two nodes)."""
+    intra = [lv for lv in levels if lv.tier != "efa"]
+    nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
+    width = math.prod(lv.size for lv in intra)
+    chain = (width - 1) / width * nbytes * flows / min(lv.bw_Bps for lv in intra) if intra else 0.0
+    across = 0.0
+    if nodes > 1:
+        efa = min(lv.bw_Bps for lv in levels if lv.tier == "efa")
+        across = nbytes / width / 2 * (1 if nodes == 2 else 2) * flows / efa
+    return 2 * max(chain, across)
 
 
 def collective_wire_s(

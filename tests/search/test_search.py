@@ -200,6 +200,21 @@ def test_collective_levels_give_the_ring_closed_form() -> None:
     assert hd == pytest.approx(2 * a + (m / 2 + m / 4 * 2) / bw)
 
 
+@pytest.mark.parametrize("count", [1, 2, 4])
+@pytest.mark.parametrize("op", ["reduce_scatter", "all_gather", "all_reduce"])
+def test_nccl_estimate_prices_what_the_simulator_runs(op: str, count: int) -> None:
+    """Over p5 nodes: NCCL's flat ring across nodes, its double tree and NVLS."""
+    from clustersim import catalog
+    from clustersim.network.microbench import run_collective
+
+    chip = catalog.chip("h100")
+    net = NetModel.of(catalog.instance("p5.48xlarge"), chip, count, 1)
+    levels, sharing = net.levels(1, 8 * count)
+    for row in run_collective("p5.48xlarge", count, op, [64 * 2**20, 512 * 2**20]):
+        est = collective_s(op, row["size_bytes"], levels, sharing, net.runtime)
+        assert est == pytest.approx(row["time_s"], rel=0.05), (row["algorithm"], row["size_bytes"])
+
+
 def test_levels_follow_placement() -> None:
     res = load_scenario(SCENARIOS / "trn2-ultraserver-llama3-70b.yaml")
     net = NetModel.of(res.instance, res.chip, 4, res.lnc)
