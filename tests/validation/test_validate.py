@@ -47,6 +47,8 @@ LAYOUTS = {
     "nemo-nemotron-340b": (8, 8, 2, 32, 4096),
     "llama3-405b": (8, 16, 64, 2048, 8192),
     "bridge-deepseek-v3": (2, 8, 64, 8192, 4096),
+    "bridge-llama3-8b-fsdp": (1, 1, 8, 128, 8192),  # and zero 3 (G8)
+    "bridge-qwen3-30b-a3b": (1, 2, 8, 512, 4096),  # and vp 24, ep 8 (G15)
 }
 
 
