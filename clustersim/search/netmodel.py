@@ -268,6 +268,8 @@ def _nccl_parts(
     info = GroupInfo(tuple(range(p)), tuple(i * nodes // p for i in range(p)), (), ())
     algo, proto = runtime.choose(op, p, nbytes, info, "auto")
     latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
+    if algo == "ring" and op in _RING_OPS and nodes > 1:
+        latency = _flat_ring_latency_s(op, p, nodes, proto, runtime.net_latency_s)
     flows = sharing * (levels[0].size if levels[0].shared_link else 1)
     if algo == "nvls":
         wire = nbytes * flows / levels[0].bw_Bps  # the protocol's factor holds its efficiency
@@ -298,6 +300,17 @@ def _flat_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -
         *(nbytes / p / 2 * flows / lv.bw_Bps for lv in levels[1:]),
     )
     return rounds * round_s
+
+
+def _flat_ring_latency_s(op: str, p: int, nodes: int, proto: Protocol, net_s: float) -> float:
+    """The flat ring's latency as the flow model charges it (:mod:`~clustersim.network.costs`):
+    every round pays the hop of its pairs' mix, ``f`` of them crossing nodes (the ring
+    crosses each of the ``nodes`` boundaries both ways), where NCCL's tuning model
+    counts ``nodes - 1`` network hops per phase."""
+    rounds = 2 * (p - 1) if op == "all_reduce" else p - 1
+    f = nodes / p if p >= 3 else 1.0
+    hop = (1 - f) * proto.step_s + f * (proto.net_step_s + proto.route_inter * net_s)
+    return proto.launch_s + rounds * hop
 
 
 def _double_tree_wire_s(nbytes: float, levels: list[Level], flows: int) -> float:
