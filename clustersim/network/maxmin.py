@@ -159,7 +159,11 @@ def _fill(
         sat_level[sat] = inf
         ents = l_idx[_span(l_ptr, sat)]
         ents = ents[active[ents]]
-        if ents.size > 1:
+        if ents.size >= n_ent:
+            # np.unique without a sort: the links that saturate together can be
+            # thousands for a few entities (a folded step's, of equal capacity and count).
+            ents = np.flatnonzero(np.bincount(ents, minlength=n_ent))
+        elif ents.size > 1:
             ents = np.unique(ents)
         rate[ents] = level
         active[ents] = False
