@@ -108,7 +108,7 @@ class HbmUse:
     there times the rate its own links allow it alone), and its group without the
     HBM rows (None for a compute run, which is only on HBM)."""
 
-    __slots__ = ("at", "chips", "flow", "lite", "load", "partial")
+    __slots__ = ("at", "chip_list", "chips", "flow", "lite", "load", "load_list", "partial")
 
     def __init__(self, group: FlowGroup, base: int, cap: NDArray[np.float64]) -> None:
         links, counts = group.links, group.counts
@@ -118,6 +118,9 @@ class HbmUse:
             ub = min(ub, float((cap[links[:at]] / counts[:at]).min()))
         self.chips: NDArray[np.int64] = links[at:] - base
         self.load: NDArray[np.float64] = counts[at:] * ub
+        # The same as lists, read one chip at a time on the few chips of most entities.
+        self.chip_list: list[int] = self.chips.tolist()
+        self.load_list: list[float] = self.load.tolist()
         self.flow = bool(group.hbm_chips.size)
         self.lite = (
             replace(group, links=links[:at], counts=counts[:at]) if at and self.flow else None

@@ -151,7 +151,7 @@ class FlowNetwork(HbmFlows):
         """Make each chip's HBM (``hbm_Bps``: one figure, or one per chip) a capacity that
         the flows starting or ending on the chip and its compute runs share."""
         hbm = self.hbm = SharedHbm(self.topology.n_links, hbm_Bps, self.topology.n_chips)
-        n_chips = hbm.flows.size
+        n_chips = hbm.capacity.size
         self._live.resize(self.topology.n_links + n_chips)
         self._groups.clear()
         self._memo.clear()

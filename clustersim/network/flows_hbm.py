@@ -25,6 +25,10 @@ from clustersim.network.hbm import SharedHbm
 
 __all__ = ["HbmFlows"]
 
+FEW = 32
+"""Entities on at most this many chips read their chips' hot flags one at a time
+(cheaper than numpy's fancy indexing and reductions on a few elements)."""
+
 
 class HbmFlows:
     """The shared-HBM half of :class:`~.flows.FlowNetwork`."""
@@ -79,7 +83,7 @@ class HbmFlows:
         if hbm is not None and not hbm.strict:
             hbm.strict = True
             self._hbm_uses.clear()
-            chips = np.flatnonzero(hbm.flows > 0).astype(np.int64)
+            chips = np.asarray(hbm.with_flows(), dtype=np.int64)
             if chips.size:
                 self._heat(chips)
 
@@ -96,7 +100,7 @@ class HbmFlows:
                 self._hbm_uses.clear()
             use = self._hbm_uses[full] = HbmUse(full, hbm.base, self._cap())
         ent.hbm = use
-        turned = hbm.enter(use.chips, use.load, use.flow)
+        turned = hbm.enter(use.chip_list, use.load_list, use.flow)
         if turned:
             self._heat(np.asarray(turned, dtype=np.int64))
         ent.group = self._variant(full, use)
@@ -106,6 +110,17 @@ class HbmFlows:
         if use.lite is None:
             return full
         assert self.hbm is not None
+        chips = use.chip_list
+        if len(chips) <= FEW:
+            hot_of = self.hbm.hot_of
+            n_hot = 0
+            for chip in chips:
+                if hot_of[chip]:
+                    n_hot += 1
+            if not n_hot:
+                return use.lite
+            if n_hot == len(chips):
+                return full
         hot = self.hbm.hot[use.chips]
         if not hot.any():
             return use.lite
@@ -117,7 +132,7 @@ class HbmFlows:
         """``chips`` turn hot: their rows join the solve at the next solve (this instant),
         and their compute runs hear of it."""
         assert self.hbm is not None
-        self.hbm.hot[chips] = True
+        self.hbm.heat(chips.tolist())
         self._heated = True
         self._request_solve()
         if self.hbm_listener is not None:
@@ -163,7 +178,7 @@ class HbmFlows:
         use = ent.hbm
         if use is not None:
             assert self.hbm is not None
-            cooled = self.hbm.leave(use.chips, use.load, use.flow)
+            cooled = self.hbm.leave(use.chip_list, use.load_list, use.flow)
             ent.hbm = None
             if cooled and self.hbm_listener is not None:
                 self.hbm_listener(np.asarray(cooled, dtype=np.int64), False)

@@ -23,6 +23,8 @@ bounds do not follow).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -33,33 +35,38 @@ __all__ = ["SLACK_RTOL", "SharedHbm"]
 SLACK_RTOL = 1e-9
 """A chip is hot once its users' bound is within this fraction of its capacity."""
 
-SMALL = 4
-"""Entities on at most this many chips' HBM are counted one chip at a time (cheaper
-than numpy's fancy indexing on a few elements: a folded step's entity has one)."""
-
 
 class SharedHbm:
-    """The HBM capacities after the topology's ``base`` links, one per chip."""
+    """The HBM capacities after the topology's ``base`` links, one per chip.
+
+    The per-chip counts are Python lists: an entity touches one or a few chips, and
+    an element of a list costs a fraction of a numpy scalar's read and write.
+    """
 
     def __init__(self, base: int, hbm_Bps: float | NDArray[np.float64], n_chips: int) -> None:
         self.base = base
         self.capacity: NDArray[np.float64] = np.broadcast_to(
             np.asarray(hbm_Bps, dtype=np.float64), (n_chips,)
         ).copy()
-        self.flows: NDArray[np.int64] = np.zeros(n_chips, dtype=np.int64)
+        self.flows: list[int] = [0] * n_chips
         """Flow entities moving through each chip's HBM now."""
-        self.load_ub: NDArray[np.float64] = np.zeros(n_chips)
+        self.load_ub: list[float] = [0.0] * n_chips
         """An upper bound of the load each chip's entities can put on its HBM now."""
-        self.users: NDArray[np.int64] = np.zeros(n_chips, dtype=np.int64)
+        self.users: list[int] = [0] * n_chips
         """Entities counted in ``load_ub``."""
-        self.fast: NDArray[np.float64] = np.zeros(n_chips)
-        """The full-speed HBM demand of each chip's compute runs on their fast path
-        (kept by :class:`~clustersim.sim.hbm.ComputeRuns`, one element at a time)."""
-        self.hot: NDArray[np.bool_] = np.zeros(n_chips, dtype=bool)
+        self.fast: list[float] = [0.0] * n_chips
+        """The full-speed HBM demand of each chip's compute runs on their fast path, on
+        chips with flows (kept by :class:`~clustersim.sim.hbm.ComputeRuns`)."""
+        self.hot_of: list[bool] = [False] * n_chips
         """Chips whose HBM row is in the solve (see the module's note on slack)."""
-        self.limit: NDArray[np.float64] = self.capacity * (1.0 - SLACK_RTOL)
+        self.hot: NDArray[np.bool_] = np.zeros(n_chips, dtype=bool)
+        """The same flags as an array, for entities on many chips."""
+        self.limit: list[float] = (self.capacity * (1.0 - SLACK_RTOL)).tolist()
         self.strict = False
         """Every chip a flow is on is hot (set after link capacities change)."""
+        self.first_flow: Callable[[int], None] | None = None
+        """Called with a chip a flow arrives on that had none, before ``fast`` is read
+        there: the compute runs keep ``fast`` only on chips with flows."""
 
     def compute_group(self, chip: int, demand_Bps: float) -> FlowGroup:
         """A compute run on ``chip``'s HBM, moving at most ``demand_Bps``."""
@@ -71,79 +78,62 @@ class SharedHbm:
         chips: NDArray[np.int64] = links[links >= self.base] - self.base
         return chips
 
-    def enter(
-        self, chips: NDArray[np.int64], load_Bps: NDArray[np.float64], flow: bool
-    ) -> list[int]:
+    def heat(self, chips: list[int]) -> None:
+        """``chips`` turn hot."""
+        hot_of = self.hot_of
+        for chip in chips:
+            hot_of[chip] = True
+        self.hot[chips] = True
+
+    def with_flows(self) -> list[int]:
+        """The chips with flows on them now."""
+        return [chip for chip, n in enumerate(self.flows) if n]
+
+    def enter(self, chips: list[int], load_Bps: list[float], flow: bool) -> list[int]:
         """An entity that can load ``chips``' HBM by up to ``load_Bps`` arrives (a flow's,
         or a compute run's): the chips that turn hot (not hot yet, with flows, and
         their bound now passes their capacity)."""
-        if chips.size > SMALL:
-            return self._enter_many(chips, load_Bps, flow)
-        flows, load_ub, users, hot = self.flows, self.load_ub, self.users, self.hot
+        flows, load_ub, users, hot_of = self.flows, self.load_ub, self.users, self.hot_of
+        fast, limit, strict, first = self.fast, self.limit, self.strict, self.first_flow
         turned: list[int] = []
-        for chip, load in zip(chips.tolist(), load_Bps.tolist(), strict=True):
+        for chip, load in zip(chips, load_Bps, strict=True):
             if flow:
-                flows[chip] += 1
+                n = flows[chip] = flows[chip] + 1
+                if n == 1 and first is not None:
+                    first(chip)
             load_ub[chip] += load
             users[chip] += 1
             # Without flows the row cannot bind: a chip's ranks at full speed fit its HBM.
-            if flows[chip] and not hot[chip] and self.over(chip):
+            if (
+                flows[chip]
+                and not hot_of[chip]
+                and (strict or load_ub[chip] + fast[chip] > limit[chip])
+            ):
                 turned.append(chip)
-        return turned
-
-    def _enter_many(
-        self, chips: NDArray[np.int64], load_Bps: NDArray[np.float64], flow: bool
-    ) -> list[int]:
-        if flow:
-            self.flows[chips] += 1
-        self.load_ub[chips] += load_Bps
-        self.users[chips] += 1
-        over = self.flows[chips] > 0
-        if not self.strict:
-            over &= self.load_ub[chips] + self.fast[chips] > self.limit[chips]
-        turned: list[int] = chips[over & ~self.hot[chips]].tolist()
         return turned
 
     def over(self, chip: int) -> bool:
         """Whether ``chip`` (with flows on it) must turn hot now."""
-        return bool(self.strict or self.load_ub[chip] + self.fast[chip] > self.limit[chip])
+        return self.strict or self.load_ub[chip] + self.fast[chip] > self.limit[chip]
 
-    def leave(
-        self, chips: NDArray[np.int64], load_Bps: NDArray[np.float64], flow: bool
-    ) -> list[int]:
+    def leave(self, chips: list[int], load_Bps: list[float], flow: bool) -> list[int]:
         """An entity counted by :meth:`enter` is gone; a chip left without flows cools.
         Returns the chips that cooled (were hot)."""
-        if chips.size > SMALL:
-            return self._leave_many(chips, load_Bps, flow)
-        flows, load_ub, users, hot = self.flows, self.load_ub, self.users, self.hot
+        flows, load_ub, users, hot_of = self.flows, self.load_ub, self.users, self.hot_of
         cooled: list[int] = []
-        for chip, load in zip(chips.tolist(), load_Bps.tolist(), strict=True):
+        for chip, load in zip(chips, load_Bps, strict=True):
             if flow:
                 flows[chip] -= 1
-            users[chip] -= 1
-            if users[chip]:
+            n = users[chip] = users[chip] - 1
+            if n:
                 load_ub[chip] -= load
             else:
                 load_ub[chip] = 0.0  # no rounding residue left behind
-            if not flows[chip] and hot[chip]:
-                hot[chip] = False
+            if not flows[chip] and hot_of[chip]:
+                hot_of[chip] = False
                 cooled.append(chip)
-        return cooled
-
-    def _leave_many(
-        self, chips: NDArray[np.int64], load_Bps: NDArray[np.float64], flow: bool
-    ) -> list[int]:
-        if flow:
-            self.flows[chips] -= 1
-        self.load_ub[chips] -= load_Bps
-        self.users[chips] -= 1
-        idle = chips[self.users[chips] == 0]
-        if idle.size:
-            self.load_ub[idle] = 0.0
-        cool = chips[(self.flows[chips] == 0) & self.hot[chips]]
-        if cool.size:
-            self.hot[cool] = False
-        cooled: list[int] = cool.tolist()
+        if cooled:
+            self.hot[cooled] = False
         return cooled
 
     def add(
@@ -160,7 +150,7 @@ class SharedHbm:
         apart = src != dst
         ends = np.concatenate([src[apart], dst[apart]])
         if only is not None:
-            keep = np.zeros(self.flows.size, dtype=bool)
+            keep = np.zeros(self.capacity.size, dtype=bool)
             keep[only] = True
             ends = ends[keep[ends]]
         chips, n = np.unique(ends, return_counts=True)

@@ -16,6 +16,11 @@ fluid from the start. On GPUs a collective also takes SMs from
 compute (``collective_sm_fraction`` in the chip catalog, NCCL's channels): a run
 that meets one is capped at that much less of its demand for the rest of the run.
 
+A run that starts on a chip without flows does no more than note its demand: it
+is added to the chip's fast demand only when a flow arrives there
+(:attr:`~clustersim.network.hbm.SharedHbm.first_flow`), since nothing reads that
+demand before, so the runs that never meet a flow cost a few list writes.
+
 The rank process keeps its timeout either way (SimPy cannot cancel one): it
 writes its run into per-rank slots before waiting (``begin``), and after the
 timeout waits for the fluid remainder if its run went fluid (``end``).
@@ -61,7 +66,9 @@ class ComputeRuns:
         self.seconds = [0.0] * n
         self.fluid: list[simpy.Event | None] = [None] * n
         self.fast = [False] * n
-        """Whether each rank's run counts on its chip's HBM as a fast run now."""
+        """Whether each rank's run is on its fast path now (begun, not fluid, not ended)."""
+        self._counted = [False] * n
+        """Whether that run's demand is in its chip's fast demand (the chip had flows)."""
         self._handles: list[object | None] = [None] * n
         """With an SM fraction: each rank's fluid run in the flow model, until it ends."""
         self._capped = [False] * n
@@ -71,12 +78,12 @@ class ComputeRuns:
             self._on_chip.setdefault(chip, []).append(pos)
         if flows.hbm is None:
             raise ValueError("compute runs need shared HBM (FlowNetwork.share_hbm)")
-        self._simulated = np.zeros(flows.hbm.flows.size, dtype=bool)
+        self._simulated = np.zeros(flows.hbm.capacity.size, dtype=bool)
         """Chips with a simulated rank: a folded step's flows touch many more."""
         self._simulated[list(self._on_chip)] = True
         self._groups: dict[tuple[int, float], FlowGroup] = {}
         hbm = flows.hbm
-        self.hot = hbm.hot
+        self.hot = hbm.hot_of
         """The chips whose HBM rows are in the solve (the flow model's live flags)."""
         self.flows_on = hbm.flows
         self.fast_Bps = hbm.fast
@@ -87,6 +94,7 @@ class ComputeRuns:
         self.fluid_runs = 0
         """Runs that met flows on their chip's HBM and went through the flow model."""
         flows.hbm_listener = self._turned_hot
+        hbm.first_flow = self._first_flow
 
     def begin(self, pos: int, hbm_bytes: float, seconds: float) -> None:
         """Rank ``pos`` starts a run now; wait ``seconds``, then call :meth:`end`."""
@@ -94,28 +102,50 @@ class ComputeRuns:
         self.hbm_bytes[pos] = hbm_bytes
         self.seconds[pos] = seconds
         chip = self.chips[pos]
+        if not self.flows_on[chip]:  # counted when a flow arrives (_first_flow)
+            self.fast[pos] = True
+            return
         if self.hot[chip]:
             self._go_fluid(pos)
             return
         self.fast[pos] = True
-        self.fast_Bps[chip] += hbm_bytes / seconds
-        self._fast_n[chip] += 1
-        if self.flows_on[chip]:
-            self.flows.hbm_check(chip)  # may turn the chip hot: then the run is fluid
+        self._count(pos, chip)
+        self.flows.hbm_check(chip)  # may turn the chip hot: then the run is fluid
 
     def end(self, pos: int) -> simpy.Event | None:
         """The run's full-speed time is over: None if it is done, else the event of the
         end of its bytes (it met flows on its chip's HBM)."""
         self.end_s[pos] = 0.0
         if self.fast[pos]:
-            self._unfast(pos)
+            if self._counted[pos]:
+                self._unfast(pos)
+            else:  # never met a flow: nothing was counted
+                self.fast[pos] = False
         rest = self.fluid[pos]
+        if rest is None:
+            return None
         self.fluid[pos] = None
         return rest
 
+    def _count(self, pos: int, chip: int) -> None:
+        """Add rank ``pos``'s fast run to its chip's fast demand."""
+        self._counted[pos] = True
+        self.fast_Bps[chip] += self.hbm_bytes[pos] / self.seconds[pos]
+        self._fast_n[chip] += 1
+
+    def _first_flow(self, chip: int) -> None:
+        """A flow arrives on ``chip``, which had none: its fast runs' demand counts now."""
+        fast, counted = self.fast, self._counted
+        for pos in self._on_chip.get(chip, ()):
+            if fast[pos] and not counted[pos]:
+                self._count(pos, chip)
+
     def _unfast(self, pos: int) -> None:
-        """Rank ``pos``'s run no longer counts as a fast run on its chip."""
+        """Rank ``pos``'s run is no longer on its fast path."""
         self.fast[pos] = False
+        if not self._counted[pos]:
+            return
+        self._counted[pos] = False
         chip = self.chips[pos]
         n = self._fast_n[chip] = self._fast_n[chip] - 1
         if n:
