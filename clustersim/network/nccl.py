@@ -28,6 +28,8 @@ whose ``collectives.nvls`` says their NVSwitch reduces in the network; NVLS-tree
 is asked for, and ``auto`` never picks it: with the tuning tables' latencies it
 would win from a few MB, which nccl-tests on 2 x p5.48xlarge contradicts at 8 MiB
 and 128 MiB (tree Simple there), while above 128 MiB the measured busbw needs it.
+Reduce-scatter and all-gather rings across nodes run one channel per rank of a
+node (``ring_channels``), so the tuning prices them at the node's NICs together.
 Not modelled: NCCL's per-channel bandwidth caps and channel counts, the size at
 which NCCL turns to NVLS-tree, CollNet and PAT.
 """
@@ -66,9 +68,12 @@ _TABLE = {
     "double_tree": "tree",
     "nvls": "nvls",
     "nvls_tree": "nvls_tree",
+    "ring_channels": "ring",
     "pairwise": "ring",
 }
 """Which row of NCCL's tables prices each algorithm (all-to-all is point-to-point)."""
+_CHANNEL_OPS = ("reduce_scatter", "all_gather")
+"""Ops whose rings across nodes run a channel per rank of a node (``ring_channels``)."""
 
 
 class NcclTables(Strict):
@@ -161,6 +166,9 @@ class NcclRuntime:
         elif algo == "nvls_tree":
             # the node's NICs carry its shards; beyond two nodes a tree's inner node halves it
             bus = min(self.intra_Bps, self.inter_Bps * ppn / (1 if nodes <= 2 else 2))
+        elif algo in ("ring", "ring_channels") and self._channel_rings(op, info):
+            # a channel per rank of a node: every rank's NIC carries one ring's share
+            bus = min(self.intra_Bps, self.inter_Bps * ppn)
         else:
             bus = min(self.intra_Bps, self.inter_Bps)
         bus *= t.bandwidth_factor[table][proto]
@@ -202,7 +210,15 @@ class NcclRuntime:
                 ("ring", self.only_protocol)
             ]
         algo, proto = min(options, key=lambda ap: self.predict_s(op, p, nbytes, info, ap))
+        if algo == "ring" and self._channel_rings(op, info):
+            algo = "ring_channels"
         return algo, self.protocol(algo, proto)
+
+    @staticmethod
+    def _channel_rings(op: str, info: GroupInfo) -> bool:
+        """Whether NCCL's rings for ``op`` spread over every rank's NIC here."""
+        sizes = info.domain_sizes()
+        return op in _CHANNEL_OPS and len(sizes) > 1 and len(set(sizes)) == 1 and sizes[0] > 1
 
     def protocol(self, algo: str, proto: str) -> Protocol:
         """The costs the flow model adds when ``algo`` runs with ``proto``."""

@@ -150,7 +150,7 @@ def test_nccl_choice_changes_with_size_and_nodes() -> None:
     assert big[0] == "ring" and big[1].name == "Simple"
     # across two nodes the tree beats a ring bound by one NIC a rank
     assert rt.choose("all_reduce", 16, 2.0**30, two, "auto")[0] == "double_tree"
-    assert rt.choose("all_gather", 16, 2.0**30, two, "auto")[0] == "ring"
+    assert rt.choose("all_gather", 16, 2.0**30, two, "auto")[0] == "ring_channels"
     with pytest.raises(ScenarioError, match=r"cluster\.collectives\.all_reduce"):
         _nccl(nvls=False).choose("all_reduce", 8, 1.0, one, "nvls")
 
@@ -276,3 +276,25 @@ def test_nvls_tree_loads_and_its_closed_form() -> None:
     assert one["algorithm"] == "nvls"
     with pytest.raises(ScenarioError, match="NCCL"):
         NeuronRuntime().choose("all_reduce", 4, 1.0, GroupInfo.flat(4), "nvls_tree")
+
+
+def test_nccl_rings_across_nodes_spread_over_every_nic() -> None:
+    """All-gather over 2 nodes of 4: a ring per rank of a node, each rank leaving its
+    node on one of them; on 2 x p5 the NICs' share binds, 8 NICs' worth of busbw."""
+    (step,) = collective_steps("all_gather", 8, 32.0, "ring_channels", _nodes(2, 4))
+    assert step.repeats == 7 and step.pipelined
+    leaving = [sum(1 for a, b in step.pairs if a == r and a // 4 != b // 4) for r in range(8)]
+    assert leaving == [1] * 8
+    assert len(step.pairs) == 4 * 8 and step.bytes_per_flow == pytest.approx(32.0 / 4 / 8)
+    n = 2.0**30
+    (row,) = run_collective("p5.48xlarge", 2, "all_gather", [n])
+    assert (row["algorithm"], row["protocol"]) == ("ring_channels", "Simple")
+    chip, inst = catalog.chip("h100"), catalog.instance("p5.48xlarge")
+    nic = inst.efa.bandwidth_Bps / inst.chips * chip.efa_link_efficiency
+    # busbw of the wire alone is 8 NICs; the ring's 15 hop latencies come on top
+    assert row["busbw_GBps"] == pytest.approx(8 * nic / 1e9, rel=0.05)
+    assert row["busbw_GBps"] < 8 * nic / 1e9
+    # all-reduce keeps NCCL's tree across nodes; one rank a node keeps the plain ring
+    assert run_collective("p5.48xlarge", 2, "all_reduce", [n])[0]["algorithm"] == "double_tree"
+    rt = _nccl()
+    assert rt.choose("all_gather", 2, n, _nodes(2, 1), "auto")[0] == "ring"

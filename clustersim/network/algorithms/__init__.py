@@ -10,6 +10,7 @@
 | ``hierarchical`` | AR, RS, AG | :mod:`.hierarchical` |
 | ``torus`` | AR, RS, AG | :mod:`.torus` |
 | ``double_tree``, ``nvls``, ``nvls_tree`` (NCCL's Tree, NVLS, NVLS-tree) | AR | :mod:`.switched` |
+| ``ring_channels`` (NCCL's rings across nodes) | RS, AG | :mod:`.switched` |
 
 ``auto`` is registered with the registry (:mod:`clustersim.network.collectives`).
 """
