@@ -31,6 +31,7 @@ from clustersim.network.topology import Topology, chip_node
 MIB = 2.0**20
 ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]
 AR_ONLY = ["double_tree", "nvls", "nvls_tree"]
+RS_AG_ONLY = ["ring_channels"]
 
 
 def run(net: Network, op: str, ranks: Any, nbytes: float) -> float:
@@ -133,7 +134,7 @@ def test_network_validates_algorithms(specs: Any) -> None:
     with pytest.raises(ScenarioError) as info:
         Network(simpy.Environment(), topo, range(16), {"all_gather": "tree"})
     assert str(info.value).startswith("cluster.collectives.all_gather: algorithm does not")
-    assert f"valid: {', '.join(ALL)}" in str(info.value)
+    assert f"valid: {', '.join(sorted([*ALL, *RS_AG_ONLY]))}" in str(info.value)
     with pytest.raises(ScenarioError, match=r"cluster.collectives.all_reduce: unknown algorithm"):
         Network(simpy.Environment(), topo, range(16), {"all_reduce": "rign"})
     net = Network(simpy.Environment(), topo, range(16), {"all_gather": "ring"})
