@@ -268,13 +268,15 @@ def _nccl_parts(
     info = GroupInfo(tuple(range(p)), tuple(i * nodes // p for i in range(p)), (), ())
     algo, proto = runtime.choose(op, p, nbytes, info, "auto")
     latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
-    if algo == "ring" and op in _RING_OPS and nodes > 1:
+    if algo in ("ring", "ring_channels") and op in _RING_OPS and nodes > 1:
         latency = _flat_ring_latency_s(op, p, nodes, proto, runtime.net_latency_s)
     flows = sharing * (levels[0].size if levels[0].shared_link else 1)
     if algo == "nvls":
         wire = nbytes * flows / levels[0].bw_Bps  # the protocol's factor holds its efficiency
     elif algo == "double_tree":
         wire = _double_tree_wire_s(nbytes, levels, flows)
+    elif algo == "ring_channels":
+        wire = _channel_ring_wire_s(op, nbytes, levels, flows)
     elif op in _RING_OPS and len(levels) > 1:
         wire = _flat_ring_wire_s(op, nbytes, levels, flows)
     else:
@@ -300,6 +302,19 @@ def _flat_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -
         *(nbytes / p / 2 * flows / lv.bw_Bps for lv in levels[1:]),
     )
     return rounds * round_s
+
+
+def _channel_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -> float:
+    """NCCL's rings across nodes as the simulator runs them (``ring_channels`` in
+    :mod:`~clustersim.network.algorithms.switched`): a ring per rank of a node, each with
+    ``n / L`` one way round; in each of the ``p - 1`` rounds a rank sends ``n / (L p)`` on
+    ``L - 1`` rings inside its node and on one across."""
+    p = math.prod(lv.size for lv in levels)
+    rounds = 2 * (p - 1) if op == "all_reduce" else p - 1
+    width = levels[0].size
+    per_flow = nbytes / width / p * flows
+    across = min(lv.bw_Bps for lv in levels[1:])
+    return rounds * per_flow * max((width - 1) / levels[0].bw_Bps, 1 / across)
 
 
 def _flat_ring_latency_s(op: str, p: int, nodes: int, proto: Protocol, net_s: float) -> float:

@@ -203,7 +203,8 @@ def test_collective_levels_give_the_ring_closed_form() -> None:
 @pytest.mark.parametrize("count", [1, 2, 4])
 @pytest.mark.parametrize("op", ["reduce_scatter", "all_gather", "all_reduce"])
 def test_nccl_estimate_prices_what_the_simulator_runs(op: str, count: int) -> None:
-    """Over p5 nodes: NCCL's flat ring across nodes, its double tree and NVLS."""
+    """Over p5 nodes: NCCL's rings across nodes (a channel per GPU of a node for
+    reduce-scatter and all-gather), its double tree and NVLS."""
     from clustersim import catalog
     from clustersim.network.microbench import run_collective
 
