@@ -32,6 +32,10 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   equal. Then each stage's DP gradient reduction, less what hides behind the
   last microbatch's backward, the Adam step, and the ZeRO-1 all-gather (with
   ``overlap_param_gather``, its first bucket and what the forwards cannot hide).
+- **SMs** (GPUs: ``collective_sm_fraction``). While the gradient reduction, ZeRO-1's
+  overlapped gather or ZeRO-2/3's collectives are in flight under compute, that
+  compute runs at ``1 - f`` of its speed, as the simulator caps it: the pass loses
+  ``f`` of the overlapped time (``interference_s``).
 
 Contention between different collectives running at once, and the network's
 max-min sharing, are left to the simulation of the best candidates.
@@ -98,6 +102,7 @@ class Estimate:
     dp_exposed_s: float
     optimizer_s: float
     mfu: float
+    interference_s: float = 0.0  # compute slowed by the SMs overlapped collectives take
 
 
 @dataclass(frozen=True)
@@ -256,9 +261,12 @@ class Estimator:
         *,
         mb: tuple[float, float, float, float],
         once: list[float],
+        in_flight: list[tuple[float, float]],
     ) -> tuple[float, float]:
         """ZeRO-2 and 3's extra (forward, backward) seconds per microbatch on ``stage``
-        (``search.sharded``); ZeRO-3's once-per-step seconds go to ``once``.
+        (``search.sharded``); ZeRO-3's once-per-step seconds go to ``once``, and the
+        seconds their collectives are in flight in a forward and a backward to
+        ``in_flight``.
 
         ``mb`` is the stage's (forward compute, forward comm, backward compute,
         backward comm) per microbatch. Where the layers' TP and CP collectives cross
@@ -267,6 +275,7 @@ class Estimator:
         their time again.
         """
         once.append(0.0)
+        in_flight.append((0.0, 0.0))
         if par.zero < 2 or layout.dp == 1:
             return 0.0, 0.0
         f_comp, f_comm, b_comp, b_comm = mb
@@ -285,6 +294,7 @@ class Estimator:
                 for b in _buckets(float(n * ACT_BYTES), par.grad_bucket_bytes)
             )
             f_x, b_x = 0.0, max(busy - (b_comp + b_comm), 0.0)
+            in_flight[-1] = (0.0, busy)
         else:
             times = _blocks_times(blk)
             uses = stage_uses(self.model, par, layout, stage, times=times, coll_s=self.coll_s)
@@ -301,6 +311,11 @@ class Estimator:
                 n_mb = microbatches(par, self.train, layout)
                 busy = sum(u.scatter_s for u in uses) + sum(u.gather_s for u in uses) / n_mb
                 f_x, b_x = steady.fwd_s, steady.bwd_s
+                uses = [replace(u, gather_s=u.gather_s / n_mb) for u in uses]
+            in_flight[-1] = (
+                sum(u.gather_s for u in uses if not u.backward),
+                sum(u.gather_s + u.scatter_s for u in uses if u.backward),
+            )
         if not self._shares_links(layout, shard):
             return f_x, b_x
         # A collective of f flows sharing a link with k of the shard group's flows
@@ -376,7 +391,10 @@ class Estimator:
         comp: list[float] = []
         comm: list[float] = []
         once: list[float] = []  # ZeRO-3's gathers and reduce-scatters once per step
-        sharded_mb = 0.0
+        in_flight: list[tuple[float, float]] = []  # ZeRO-2/3's collectives per microbatch
+        passes: list[tuple[float, float, float, float]] = []
+        sharded_mb = lost_mb = 0.0
+        sm = self.chip.spec.collective_sm_fraction
         for stage in range(pp):
             layers = stage_layers(model, layout, stage)
             n, e = layer_kinds(model, layers)
@@ -392,14 +410,20 @@ class Estimator:
             if stage == pp - 1:
                 f_comp, f_comm = f_comp + blk.head_fwd[0], f_comm + blk.head_fwd[1]
                 b_comp, b_comm = b_comp + blk.head_bwd[0], b_comm + blk.head_bwd[1]
+            mb = (f_comp, f_comm, b_comp, b_comm)
+            passes.append(mb)
             f_fsdp, b_fsdp = self._sharded_mb(
-                par, layout, stage, blk, mb=(f_comp, f_comm, b_comp, b_comm), once=once
+                par, layout, stage, blk, mb=mb, once=once, in_flight=in_flight
             )
-            fwd.append(f_comp + f_comm + f_fsdp)
-            bwd.append(b_comp + b_comm + b_fsdp)
+            # The sharded collectives in flight while the pass computes take SMs.
+            f_sm = _sm_lost_s(sm, in_flight[-1][0] - f_fsdp, f_comp, f_comm)
+            b_sm = _sm_lost_s(sm, in_flight[-1][1] - b_fsdp, b_comp, b_comm)
+            fwd.append(f_comp + f_comm + f_fsdp + f_sm)
+            bwd.append(b_comp + b_comm + b_fsdp + b_sm)
             comp.append(f_comp + b_comp)
             comm.append(f_comm + b_comm)
             sharded_mb += n_mb * (f_fsdp + b_fsdp) / pp
+            lost_mb += n_mb * (f_sm + b_sm) / pp
         per_mb = [f + b for f, b in zip(fwd, bwd, strict=True)]
         hops = 2 * (pp - 1) * p2p
         # Interleaved 1F1B (v model chunks per stage): the fill and drain take one
@@ -409,19 +433,25 @@ class Estimator:
         # Each stage ends its last backward earlier than stage 0 by the backwards of the
         # stages before it; then its gradient reduction, the Adam step, the ZeRO-1 gather.
         ends: list[float] = []
-        tails: list[tuple[float, float]] = []
+        tails: list[tuple[float, float, float]] = []
         offset = 0.0
         bucket = par.grad_bucket_bytes
         for stage in range(pp):
             dp_s, gather, buckets, streams = grad_streams_s(model, layout, stage, par, self.coll_s)
             exposed = max(dp_s - bwd[stage], dp_s / buckets) if dp_s > 0 else 0.0
+            f_comp, f_comm, b_comp, b_comm = passes[stage]
+            # The reduction in flight under the last backward takes SMs (ZeRO-2 and 3:
+            # counted per microbatch above).
+            lost = _sm_lost_s(sm, min(dp_s, bwd[stage]), b_comp, b_comm) if par.zero < 2 else 0.0
             opt_params = optimizer_params(model, layout, stage, par.zero)
             opt_s = self.work_s(_adam(opt_params))
             if par.zero == 1 and par.overlap_param_gather and gather > 0:
                 # Under the forward: the first bucket blocks, the rest hide behind
                 # the stage's forwards (see workload.transformer).
                 first = self.coll_s(*streams[0][0], "all_gather", min(bucket, streams[0][1]))
-                gather = first + max(gather - first - n_mb * fwd[stage], 0.0)
+                hidden = min(gather - first, n_mb * fwd[stage])
+                lost += _sm_lost_s(sm, hidden, n_mb * f_comp, n_mb * f_comm)
+                gather = gather - hidden
             if par.zero >= 2 and layout.dp > 1:
                 # The dense stream over dp_shard; an MoE model's experts over edp.
                 split = [_buckets(b, bucket) for _, b in streams]
@@ -437,8 +467,8 @@ class Estimator:
                     more = dp_tail(par, layout, split[1], bwd[stage], self.coll_s, shard=edp)
                     exposed, gather = exposed + more[0], gather + more[1]
                 exposed += once[stage] if par.zero == 3 else 0.0
-            ends.append(pipeline - offset + exposed + opt_s + gather)
-            tails.append((exposed + gather, opt_s))
+            ends.append(pipeline - offset + exposed + opt_s + gather + lost)
+            tails.append((exposed + gather, opt_s, lost))
             offset += bwd[stage] / vp + p2p
         step = max(ends)
         peak = self.chip.peak_flops(self.train.precision) * layout.chips
@@ -452,7 +482,20 @@ class Estimator:
             dp_exposed_s=sum(t[0] for t in tails) / pp + sharded_mb,
             optimizer_s=sum(t[1] for t in tails) / pp,
             mfu=self.flops_per_step / (step * peak) if step > 0 else 0.0,
+            interference_s=lost_mb + sum(t[2] for t in tails) / pp,
         )
+
+
+def _sm_lost_s(fraction: float, in_flight_s: float, comp_s: float, comm_s: float) -> float:
+    """The seconds a pass of ``comp_s`` compute and ``comm_s`` blocking communication
+    loses to collectives in flight for ``in_flight_s`` of it that take ``fraction`` of
+    the SMs (``collective_sm_fraction``): its compute runs at ``1 - fraction`` of its
+    speed for its share of that time (the simulator caps the runs that meet a flow
+    so), ``1/(1 - fraction)`` longer, and at most all of it is slowed."""
+    if fraction <= 0 or in_flight_s <= 0 or comp_s <= 0:
+        return 0.0
+    slowed = comp_s / (1.0 - fraction)
+    return fraction * min(in_flight_s * slowed / (slowed + comm_s), slowed)
 
 
 def _wire_share(comms: tuple[tuple[float, float], ...], total_s: float) -> float:

@@ -9,6 +9,7 @@ import pytest
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import load_scenario
 from clustersim.search import Estimator, NetModel, enumerate_layouts
+from clustersim.search.estimate import estimate_resolved
 from clustersim.search.sharded import FsdpUse, fsdp_overhead
 from clustersim.sim import simulate
 from clustersim.workload import make_layout
@@ -78,3 +79,30 @@ def test_search_enumerates_sharding() -> None:
     assert {(z, 16, 16) for z in range(4)} <= seen
     assert {(2, 8, 16), (3, 8, 16)} <= seen  # HSDP: one node's GPUs per shard group
     assert (1, 8, 16) not in seen
+
+
+def test_sm_share_closed_form() -> None:
+    """Compute under a collective that takes f of the SMs runs at 1 - f of its speed."""
+    from clustersim.search.estimate import _sm_lost_s
+
+    # f 0.25, 3 s of compute, 1 s of it under a collective: a quarter of that second lost.
+    assert _sm_lost_s(0.25, 1.0, 3.0, 0.0) == pytest.approx(0.25)
+    # Only the compute share of the overlap counts (1 s blocking comm in a 5 s pass).
+    assert _sm_lost_s(0.25, 2.5, 3.0, 1.0) == pytest.approx(0.25 * 2.5 * 4 / 5)
+    # A collective over the whole pass slows all of its compute 1/(1 - f): 3 s -> 4 s.
+    assert _sm_lost_s(0.25, 10.0, 3.0, 1.0) == pytest.approx(1.0)
+    assert _sm_lost_s(0.0, 10.0, 3.0, 1.0) == 0.0
+
+
+def test_sm_share_in_the_estimate() -> None:
+    """GPU ZeRO-3: the SMs NCCL takes slow the estimate as they slow the simulation."""
+    sets = ["parallelism.zero=3", "training.global_batch_size=16"]
+    on = load_scenario(SCENARIOS / "p5-llama3-8b.yaml", sets)
+    off = load_scenario(
+        SCENARIOS / "p5-llama3-8b.yaml", [*sets, "cluster.chip.collective_sm_fraction=0"]
+    )
+    assert on.chip.collective_sm_fraction == pytest.approx(16 / 132, abs=1e-3)
+    est = [estimate_resolved(r) for r in (on, off)]
+    assert est[0].interference_s > 0 and est[1].interference_s == 0
+    assert est[0].step_time_s > est[1].step_time_s
+    assert est[0].compute_s == est[1].compute_s
