@@ -80,3 +80,35 @@ def check_refuses(
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and key in err[0], err
+
+
+def tiny_moe_scenario(
+    name: str,
+    parallelism: str,
+    *,
+    layers: int = 4,
+    count: int = 1,
+    moe: str = "experts: 16, top_k: 2, expert_ffn_hidden: 1024",
+    global_batch_size: int = 32,
+    balanced: bool = True,
+) -> str:
+    """A scenario of a small MoE model (16 experts, hidden 1024) on p5.48xlarge, for
+    ``load_scenario``: ``parallelism`` and ``moe`` are the insides of their flow maps."""
+    routing = "moe: {balanced: true}\n" if balanced else ""
+    return f"""
+name: {name}
+seed: 1
+cluster: {{instance: p5.48xlarge, count: {count}}}
+model:
+  name: tiny-moe
+  layers: {layers}
+  hidden: 1024
+  heads: 8
+  kv_heads: 8
+  ffn_hidden: 2048
+  vocab: 8192
+  moe: {{{moe}}}
+parallelism: {{{parallelism}}}
+training: {{seq_len: 2048, global_batch_size: {global_batch_size}}}
+{routing}output: {{trace: false, html: false}}
+"""

@@ -15,26 +15,9 @@ from clustersim.workload.dims import chunk_layers, stage_pieces
 from clustersim.workload.memory import _held
 from clustersim.workload.schedules import dualpipe, dualpipe_units, peak_in_flight
 
-from .helpers import check_refuses, tiny
+from .helpers import check_refuses, tiny, tiny_moe_scenario
 
-SCENARIO = """
-name: dualpipe
-seed: 1
-cluster: {instance: p5.48xlarge, count: 1}
-model:
-  name: tiny-moe
-  layers: 8
-  hidden: 1024
-  heads: 8
-  kv_heads: 8
-  ffn_hidden: 2048
-  vocab: 8192
-  moe: {experts: 16, top_k: 2, expert_ffn_hidden: 1024}
-parallelism: {tp: 1, pp: 4, ep: 2, zero: 1}
-training: {seq_len: 2048, global_batch_size: 32}
-moe: {balanced: true}
-output: {trace: false, html: false}
-"""
+SCENARIO = tiny_moe_scenario("dualpipe", "tp: 1, pp: 4, ep: 2, zero: 1", layers=8)
 
 
 def _run(*sets: str, fidelity: Any = "detailed") -> dict[str, Any]:

@@ -18,7 +18,7 @@ from clustersim.sim.folding import replica_groups, representatives
 from clustersim.workload import Kind, Layout, build_programs, make_layout, memory_per_rank
 from clustersim.workload.moe import ROW_TILE, expert_loads, routing
 
-from .helpers import check_refuses, setup
+from .helpers import check_refuses, setup, tiny_moe_scenario
 
 
 def moe_model(**moe: Any) -> ModelSpec:
@@ -158,23 +158,9 @@ def test_mixtral_8x7b_memory_by_hand() -> None:
 
 # -- skew ---------------------------------------------------------------------------------
 
-SCENARIO = """
-name: moe-skew
-seed: 1
-cluster: {instance: p5.48xlarge, count: 1}
-model:
-  name: tiny-moe
-  layers: 4
-  hidden: 1024
-  heads: 8
-  kv_heads: 8
-  ffn_hidden: 2048
-  vocab: 8192
-  moe: {experts: 16, top_k: 2, expert_ffn_hidden: 1024}
-parallelism: {tp: 1, pp: 1, ep: 8, zero: 1}
-training: {seq_len: 2048, global_batch_size: 16}
-output: {trace: false, html: false}
-"""
+SCENARIO = tiny_moe_scenario(
+    "moe-skew", "tp: 1, pp: 1, ep: 8, zero: 1", global_batch_size=16, balanced=False
+)
 
 
 def _step(*sets: str, fidelity: Any = "detailed") -> float:

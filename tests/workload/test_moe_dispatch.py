@@ -15,26 +15,14 @@ from clustersim.sim.folding import replica_groups, representatives
 from clustersim.workload import Kind, build_programs, make_layout
 from clustersim.workload.moe import nodes_per_token
 
-from .helpers import check_refuses
+from .helpers import check_refuses, tiny_moe_scenario
 
-SCENARIO = """
-name: moe-dispatch
-seed: 1
-cluster: {instance: p5.48xlarge, count: 2}
-model:
-  name: tiny-moe
-  layers: 4
-  hidden: 1024
-  heads: 8
-  kv_heads: 8
-  ffn_hidden: 2048
-  vocab: 8192
-  moe: {experts: 16, top_k: 4, expert_ffn_hidden: 1024}
-parallelism: {tp: 1, pp: 1, ep: 16, zero: 1}
-training: {seq_len: 2048, global_batch_size: 32}
-moe: {balanced: true}
-output: {trace: false, html: false}
-"""
+SCENARIO = tiny_moe_scenario(
+    "moe-dispatch",
+    "tp: 1, pp: 1, ep: 16, zero: 1",
+    count=2,
+    moe="experts: 16, top_k: 4, expert_ffn_hidden: 1024",
+)
 
 
 def _run(*sets: str, fidelity: Any = "detailed") -> float:

@@ -15,24 +15,9 @@ from clustersim.workload.overlap import interleave, pair_units
 from clustersim.workload.program import Instr, Phase
 from clustersim.workload.schedules import peak_in_flight, shift_for_overlap, stage_order
 
-SCENARIO = """
-name: moe-overlap
-seed: 1
-cluster: {instance: p5.48xlarge, count: 1}
-model:
-  name: tiny-moe
-  layers: 4
-  hidden: 1024
-  heads: 8
-  kv_heads: 8
-  ffn_hidden: 2048
-  vocab: 8192
-  moe: {experts: 16, top_k: 2, expert_ffn_hidden: 1024}
-parallelism: {tp: 1, pp: 2, ep: 4, zero: 1}
-training: {seq_len: 2048, global_batch_size: 32}
-moe: {balanced: true}
-output: {trace: false, html: false}
-"""
+from .helpers import tiny_moe_scenario
+
+SCENARIO = tiny_moe_scenario("moe-overlap", "tp: 1, pp: 2, ep: 4, zero: 1")
 
 
 def _run(*sets: str, fidelity: Any = "detailed") -> dict[str, Any]:

@@ -13,26 +13,14 @@ from clustersim.workload import build_programs, make_layout
 from clustersim.workload.dims import chunk_layers
 from clustersim.workload.memory import param_count, stage_param_count
 
-from .helpers import check_refuses
+from .helpers import check_refuses, tiny_moe_scenario
 
-SCENARIO = """
-name: mtp
-seed: 1
-cluster: {instance: p5.48xlarge, count: 1}
-model:
-  name: tiny-moe
-  layers: 8
-  hidden: 1024
-  heads: 8
-  kv_heads: 8
-  ffn_hidden: 2048
-  vocab: 8192
-  moe: {experts: 16, top_k: 2, expert_ffn_hidden: 1024, dense_layers: 1}
-parallelism: {tp: 2, pp: 2, ep: 2, zero: 1, recompute: none}
-training: {seq_len: 2048, global_batch_size: 32}
-moe: {balanced: true}
-output: {trace: false, html: false}
-"""
+SCENARIO = tiny_moe_scenario(
+    "mtp",
+    "tp: 2, pp: 2, ep: 2, zero: 1, recompute: none",
+    layers=8,
+    moe="experts: 16, top_k: 2, expert_ffn_hidden: 1024, dense_layers: 1",
+)
 
 
 def _setup(*sets: str) -> tuple[Any, Any, list[Any]]:
