@@ -25,13 +25,21 @@ Across nodes NCCL's tuning is offered LL and Simple only (``network_protocols``)
 NCCL does not run LL128 over EFA by default. NVLS runs only on one node of chips
 whose ``collectives.nvls`` says their NVSwitch reduces in the network; NVLS-tree
 (``nvls_tree``, NVLS inside each node and trees across) runs across nodes when it
-is asked for, and ``auto`` never picks it: with the tuning tables' latencies it
-would win from a few MB, which nccl-tests on 2 x p5.48xlarge contradicts at 8 MiB
-and 128 MiB (tree Simple there), while above 128 MiB the measured busbw needs it.
+is asked for, and ``auto`` never picks it. nccl-tests on 2 x p5.48xlarge ran tree
+Simple at 8 MiB and 128 MiB (the simulated tree is within 0.5% of both) and reduced
+in the switch from 1 GiB up (the measured busbw is more than a chain tree carries
+over NVLink). NCCL's tuning model cannot give that order: on two nodes of 8 its
+tables put NVLS-tree's latency 39.4 us below tree Simple's (8.4 + 2 x 7 x 4.0 - 25;
+both cross the network 2 log2(nodes) times), so with ``time = latency + size /
+bandwidth`` a size at which NVLS-tree wins makes it win at every smaller size,
+whatever the channel counts, per-channel bandwidths and caps. The switch comes from
+outside the built-in model (NCCL also takes a tuner plugin; which one the benchmark
+ran is not published). Offered to ``auto``, NVLS-tree wins from about 4 MB and runs
+8 MiB and 128 MiB about 30% faster than measured.
 Reduce-scatter and all-gather rings across nodes run one channel per rank of a
 node (``ring_channels``), so the tuning prices them at the node's NICs together.
-Not modelled: NCCL's per-channel bandwidth caps and channel counts, the size at
-which NCCL turns to NVLS-tree, CollNet and PAT.
+Not modelled: NCCL's per-channel bandwidth caps and channel counts (they cannot
+move the turn to NVLS-tree, above), CollNet and PAT.
 """
 
 from __future__ import annotations

@@ -278,6 +278,29 @@ def test_nvls_tree_loads_and_its_closed_form() -> None:
         NeuronRuntime().choose("all_reduce", 4, 1.0, GroupInfo.flat(4), "nvls_tree")
 
 
+def test_no_bandwidth_makes_the_tuning_model_turn_from_tree_to_nvls_tree() -> None:
+    """On 2 nodes of 8 the tables put NVLS-tree's latency 39.4 us below tree Simple's
+    (8.4 + 2 x 7 x 4.0 - 25), whatever the network's latency: the network hops are the
+    same 2 log2(2) on both. So with time = latency + size / bandwidth, wherever
+    NVLS-tree beats the tree it beats it at every smaller size too."""
+    two = _nodes(2, 8)
+    for net_s in (0.0, 15 * US, 100 * US):
+        rt = replace(_nccl(), net_latency_s=net_s)
+        tree = rt.predict_s("all_reduce", 16, 0.0, two, ("double_tree", "Simple"))
+        nvls_tree = rt.predict_s("all_reduce", 16, 0.0, two, ("nvls_tree", "Simple"))
+        assert tree - nvls_tree == pytest.approx(39.4 * US)
+    # with any pair of bandwidths, the sign of the difference changes at most once,
+    # from NVLS-tree faster (small sizes) to the tree faster (large ones)
+    for intra, inter in ((360e9, 40e9), (360e9, 10e9), (900e9, 100e9)):
+        rt = replace(_nccl(), intra_Bps=intra, inter_Bps=inter)
+        faster = [
+            rt.predict_s("all_reduce", 16, n, two, ("nvls_tree", "Simple"))
+            < rt.predict_s("all_reduce", 16, n, two, ("double_tree", "Simple"))
+            for n in (2.0**k for k in range(3, 36))
+        ]
+        assert faster[0] and faster == sorted(faster, reverse=True)
+
+
 def test_nccl_rings_across_nodes_spread_over_every_nic() -> None:
     """All-gather over 2 nodes of 4: a ring per rank of a node, each rank leaving its
     node on one of them; on 2 x p5 the NICs' share binds, 8 NICs' worth of busbw."""
