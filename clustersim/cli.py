@@ -297,7 +297,8 @@ def _check(args: argparse.Namespace) -> int:
     for col in ("group", "ranks", "chips"):
         place.add_column(col)
     hsdp = ("dp_shard", "dp_replicate") if lay.replicas > 1 else ()
-    for name in ("tp", "cp", "dp", *hsdp, "pp"):
+    moe = ("ep", lay.expert_shard_group) if res.model.moe is not None else ()
+    for name in ("tp", "cp", "dp", *hsdp, *moe, "pp"):
         size = len(lay.group(name, 0))
         if size == 1:
             continue
@@ -345,6 +346,8 @@ def _sharding_line(res: Resolved, pl: Plan) -> str:
         head += f" over dp_cp {lay.grad_size(par.zero)} (dp {lay.dp} x cp {lay.cp})"
     elif par.zero and lay.dp > 1:
         head += f" over dp_shard {lay.shard} ({lay.replicas} replica{'s' * (lay.replicas > 1)})"
+    if par.zero and res.model.moe is not None:
+        head += f", experts over {lay.expert_shard_group} {lay.expert_shard} (ep {lay.ep})"
     if par.zero == 3:
         cfg = par.fsdp
         head += f", unit {cfg.unit}, prefetch {cfg.prefetch}"

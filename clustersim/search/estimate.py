@@ -52,7 +52,14 @@ from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.search.experts import grad_streams_s, group_of, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
-from clustersim.search.sharded import dp_tail, fsdp_overhead, stage_uses
+from clustersim.search.sharded import (
+    bucket_streams,
+    dp_tail,
+    expert_shard_group,
+    fsdp_overhead,
+    stage_uses,
+    unit_streams,
+)
 from clustersim.workload import (
     Layout,
     make_dims,
@@ -71,7 +78,7 @@ from clustersim.workload.dims import (
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.program import Kind
-from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT, unit_parts
+from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT
 from clustersim.workload.transformer import (
     ADAM_HBM_BYTES_PER_PARAM,
     ADAM_SCALAR_OPS_PER_PARAM,
@@ -287,7 +294,7 @@ class Estimator:
             pieces = stage_pieces(self.model, layout, stage)
             expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
             dense = sum(n for _, _, n in pieces) - expert
-            edp = (layout.etp * layout.ep, layout.edp)
+            edp = expert_shard_group(layout)
             busy = sum(
                 self.coll_s(*group, "reduce_scatter", b)
                 for group, n in ((shard, dense), (edp, expert))
@@ -453,19 +460,21 @@ class Estimator:
                 lost += _sm_lost_s(sm, hidden, n_mb * f_comp, n_mb * f_comm)
                 gather = gather - hidden
             if par.zero >= 2 and layout.dp > 1:
-                # The dense stream over dp_shard; an MoE model's experts over edp.
-                split = [_buckets(b, bucket) for _, b in streams]
+                # The dense stream over dp_shard; an MoE model's experts over their
+                # shard group (edp, or edp_shard under hybrid sharding).
+                times = _blocks_times(blk)
                 if par.zero == 3:
-                    units = list(unit_parts(model, layout, stage, par.fsdp.unit).values())
-                    split = [
-                        [float(ACT_BYTES * d) for d, _ in reversed(units)],
-                        [float(ACT_BYTES * e) for _, e in reversed(units) if e],
-                    ]
-                exposed, gather = dp_tail(par, layout, split[0], bwd[stage], self.coll_s)
-                if len(split) > 1 and split[1]:
-                    edp = (layout.etp * layout.ep, layout.edp)
-                    more = dp_tail(par, layout, split[1], bwd[stage], self.coll_s, shard=edp)
-                    exposed, gather = exposed + more[0], gather + more[1]
+                    grads = unit_streams(model, par, layout, stage, times)
+                else:
+                    grads = bucket_streams(model, layout, stage, bucket, times)
+                exposed, gather = dp_tail(
+                    par,
+                    layout,
+                    grads,
+                    last_bwd_s=bwd[stage],
+                    coll_s=self.coll_s,
+                    wire_s=self.wire_s,
+                )
                 exposed += once[stage] if par.zero == 3 else 0.0
             ends.append(pipeline - offset + exposed + opt_s + gather + lost)
             tails.append((exposed + gather, opt_s, lost))
@@ -511,6 +520,7 @@ def _overlap(comms: tuple[tuple[float, float], ...], window_s: float) -> float:
 def _blocks_times(blk: _Blocks) -> dict[str, tuple[float, float]]:
     return {
         "layer": (sum(blk.layer_fwd), sum(blk.layer_bwd)),
+        "moe": (sum(blk.moe_fwd), sum(blk.moe_bwd)),
         EMBED_UNIT: (sum(blk.embed_fwd), sum(blk.embed_bwd)),
         HEAD_UNIT: (sum(blk.head_fwd), sum(blk.head_bwd)),
     }

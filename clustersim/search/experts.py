@@ -80,7 +80,8 @@ def grad_streams_s(
     dense = sum(n for _, _, n in pieces) - expert
     streams: list[tuple[Group, float]] = [(_grad_group(layout, par.zero), float(dense * ACT_BYTES))]
     if expert:
-        streams.append(((layout.etp * layout.ep, layout.edp), float(expert * ACT_BYTES)))
+        group = (layout.etp * layout.ep, layout.expert_shard)  # edp, or edp_shard (HSDP)
+        streams.append((group, float(expert * ACT_BYTES)))
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"
     bucket = par.grad_bucket_bytes
     dp_s = gather = 0.0

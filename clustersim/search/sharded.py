@@ -14,10 +14,12 @@ backward, are added once.
 
 Tails after the last backward (ZeRO-2 and 3): the shard group's reduce-scatters
 left (ZeRO-2's buckets, less what hides behind the backward; ZeRO-3's drain),
-the replicas' all-reduce of the shards (HSDP), less what hides behind the last
-microbatch's backward, the Adam step on the shard, and ZeRO-2's gather of the
-updated parameters. Contention with the pipeline's and TP's traffic is left to
-the simulation, as for the other collectives.
+the replicas' all-reduce of the shards (HSDP: each piece's, started as the
+simulator's program starts it, a piece late, the dense and expert pieces sharing
+the replicas' links; what ends after the backward is exposed), the Adam step on
+the shard, and ZeRO-2's gather of the updated parameters. An MoE model's layers
+compute for the time of an MoE layer. Contention with the pipeline's and TP's
+traffic is left to the simulation, as for the other collectives.
 """
 
 from __future__ import annotations
@@ -30,10 +32,23 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.workload import Layout
-from clustersim.workload.dims import chunk_layers
+from clustersim.workload.dims import chunk_layers, embed_pieces, is_moe_layer, stage_pieces
 from clustersim.workload.sharding import BYTES, EMBED_UNIT, HEAD_UNIT, unit_parts
+from clustersim.workload.transformer import grad_buckets
 
-__all__ = ["FsdpUse", "ShardTimes", "dp_tail", "fsdp_overhead", "stage_uses", "steady_scatter_s"]
+__all__ = [
+    "FsdpUse",
+    "GradStream",
+    "ShardTimes",
+    "bucket_streams",
+    "dp_tail",
+    "expert_shard_group",
+    "fsdp_overhead",
+    "ready_fractions",
+    "stage_uses",
+    "steady_scatter_s",
+    "unit_streams",
+]
 
 CollS = Callable[[int, int, str, float], float]
 """``(stride, size, op, nbytes) -> seconds``: the estimator's collective cost."""
@@ -60,16 +75,23 @@ class ShardTimes:
     once_s: float
 
 
+def _layer_passes(model: ModelSpec, layer: int, times: dict[str, Passes]) -> Passes:
+    """A layer's passes: an MoE layer's (``moe``, when given) or a dense one's."""
+    return times["moe"] if "moe" in times and is_moe_layer(model, layer) else times["layer"]
+
+
 def _unit_passes(
     model: ModelSpec, layout: Layout, stage: int, name: str, times: dict[str, Passes]
 ) -> Passes:
     if name in (EMBED_UNIT, HEAD_UNIT):
         return times[name]
     if name.startswith("L"):
-        return times["layer"]
+        return _layer_passes(model, int(name[1:]), times)
     k = int(name[1:])  # a whole model chunk: its layers, and the embedding or head with it
-    n = len(chunk_layers(model, layout, stage, k))
-    f, b = n * times["layer"][0], n * times["layer"][1]
+    f = b = 0.0
+    for i in chunk_layers(model, layout, stage, k):
+        lf, lb = _layer_passes(model, i, times)
+        f, b = f + lf, b + lb
     for extra, here in (
         (EMBED_UNIT, stage == 0 and k == 0),
         (HEAD_UNIT, stage == layout.pp - 1 and k == layout.vp - 1),
@@ -90,18 +112,19 @@ def stage_uses(
 ) -> list[FsdpUse]:
     """One microbatch's unit uses on ``stage``: the forwards, then the backwards in reverse.
 
-    ``times`` gives the (forward, backward) seconds per microbatch of one ``layer``,
-    the ``embed`` and the ``head``. Several model chunks are listed one after the
-    other, as one microbatch runs them.
+    ``times`` gives the (forward, backward) seconds per microbatch of one ``layer``
+    (and of one MoE layer, ``moe``, for an MoE model), the ``embed`` and the ``head``.
+    Several model chunks are listed one after the other, as one microbatch runs them.
     """
     cfg = par.fsdp
     shard = (layout.tp * layout.cp, layout.shard)
-    edp = (layout.etp * layout.ep, layout.edp)
+    edp = expert_shard_group(layout)
     fwd: list[FsdpUse] = []
     bwd: list[FsdpUse] = []
 
     def both(op: str, dense: int, expert: int) -> float:
-        # An MoE unit's routed experts travel over edp, after its dense part.
+        # An MoE unit's routed experts travel over their shard group, after its dense
+        # part (a one-member group costs nothing).
         return coll_s(*shard, op, BYTES * dense) + (
             coll_s(*edp, op, BYTES * expert) if expert else 0.0
         )
@@ -154,35 +177,161 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int) -> ShardTimes:
     return ShardTimes(steady_f, steady_b, max(first, 0.0) + max(link - end, 0.0))
 
 
+@dataclass(frozen=True)
+class GradStream:
+    """One shard group's gradient pieces after a stage's last backward."""
+
+    group: tuple[int, int]
+    """(stride, size) of the shard group: ``dp_shard``, or the experts' group."""
+    pieces: Sequence[float]
+    """Bytes reduced one collective each (ZeRO-2's buckets or ZeRO-3's units), in the
+    order the backward completes them."""
+    ready: Sequence[float]
+    """When each piece is complete, as a fraction of the last backward."""
+
+
+def ready_fractions(weights: Sequence[float]) -> list[float]:
+    """The running share of ``weights`` (bytes or seconds) each piece completes at."""
+    total = sum(weights)
+    if total <= 0:
+        return [1.0] * len(weights)
+    out, acc = [], 0.0
+    for w in weights:
+        acc += w
+        out.append(acc / total)
+    return out
+
+
+def unit_streams(
+    model: ModelSpec, par: ParallelismCfg, layout: Layout, stage: int, times: dict[str, Passes]
+) -> list[GradStream]:
+    """ZeRO-3's units in backward order: the dense parts over ``dp_shard``, the routed
+    experts' over their group, each ready when its unit's backward ends."""
+    parts = list(unit_parts(model, layout, stage, par.fsdp.unit).items())[::-1]
+    secs = [_unit_passes(model, layout, stage, name, times)[1] for name, _ in parts]
+    ready = ready_fractions(secs)
+    dense = [float(BYTES * d) for _, (d, _) in parts]
+    expert = [(float(BYTES * e), r) for (_, (_, e)), r in zip(parts, ready, strict=True) if e]
+    out = [GradStream((layout.tp * layout.cp, layout.shard), dense, ready)]
+    if expert:
+        out.append(
+            GradStream(expert_shard_group(layout), [b for b, _ in expert], [r for _, r in expert])
+        )
+    return out
+
+
+def bucket_streams(
+    model: ModelSpec,
+    layout: Layout,
+    stage: int,
+    bucket_bytes: float,
+    times: dict[str, Passes],
+) -> list[GradStream]:
+    """ZeRO-2's buckets of the last microbatch: the dense stream over ``dp_shard``, an
+    MoE model's routed experts over their group; a bucket is ready when the layer (or
+    the head, or the embedding) holding its last byte ends its backward."""
+    pieces = stage_pieces(model, layout, stage)
+    embed = {name for name, _ in embed_pieces(model, layout.tp)}
+    done: dict[tuple[int, str], float] = {}
+    clock, current = 0.0, None
+    for layer, name, _ in pieces:
+        unit = f"L{layer}" if layer >= 0 else EMBED_UNIT if name in embed else HEAD_UNIT
+        if unit != current:
+            clock += _unit_passes(model, layout, stage, unit, times)[1]
+            current = unit
+        done[(layer, name)] = clock
+    total = clock or 1.0
+    moe = model.moe is not None
+    groups = [((layout.tp * layout.cp, layout.shard), False if moe else None)]
+    if moe:
+        groups.append((expert_shard_group(layout), True))
+    out = []
+    for group, experts in groups:
+        ready, _ = grad_buckets(model, layout, stage, bucket_bytes, experts=experts)
+        cut = [(float(b), done[key] / total) for key, sizes in ready.items() for b in sizes]
+        out.append(GradStream(group, [b for b, _ in cut], [r for _, r in cut]))
+    return out
+
+
 def dp_tail(
     par: ParallelismCfg,
     layout: Layout,
-    pieces_bytes: Sequence[float],
+    streams: Sequence[GradStream],
+    *,
     last_bwd_s: float,
     coll_s: CollS,
-    *,
-    shard: tuple[int, int] | None = None,
+    wire_s: CollS | None = None,
 ) -> tuple[float, float]:
     """(exposed reduction, parameter gather) seconds after a stage's last backward.
 
-    ``pieces_bytes`` are the gradient bytes reduced one collective each: ZeRO-2's
-    buckets or ZeRO-3's units, in the order the backward completes them, over the
-    ``shard`` group (default ``dp_shard``; an MoE model's experts pass ``edp``).
+    Without replicas: ZeRO-2's reduce-scatters of the last microbatch left once the
+    backward is done (ZeRO-3's drain is ``fsdp_overhead``'s). With replicas: see
+    :func:`_replica_tail`. ZeRO-2 then gathers the updated parameters.
     """
-    shard = shard or (layout.tp * layout.cp, layout.shard)
-    replicate = (layout.tp * layout.cp * layout.shard, layout.replicas)
-    exposed = 0.0
-    if par.zero == 2:
-        rs = [coll_s(*shard, "reduce_scatter", b) for b in pieces_bytes]
-        total = sum(rs)
-        exposed = max(total - last_bwd_s, rs[-1] if rs else 0.0)
-    if layout.replicas > 1:
-        ar = [coll_s(*replicate, "all_reduce", math.ceil(b / layout.shard)) for b in pieces_bytes]
-        exposed += max(sum(ar) - last_bwd_s, ar[-1] if ar else 0.0)
     gather = 0.0
     if par.zero == 2:
-        gather = sum(coll_s(*shard, "all_gather", b) for b in pieces_bytes)
+        gather = sum(coll_s(*s.group, "all_gather", b) for s in streams for b in s.pieces)
+    if layout.replicas > 1:
+        tail = _replica_tail(
+            par, layout, streams, last_bwd_s=last_bwd_s, coll_s=coll_s, wire_s=wire_s or coll_s
+        )
+        return tail, gather
+    exposed = 0.0
+    if par.zero == 2:
+        for s in streams:
+            rs = [coll_s(*s.group, "reduce_scatter", b) for b in s.pieces]
+            exposed += max(sum(rs) - last_bwd_s, rs[-1] if rs else 0.0)
     return exposed, gather
+
+
+def _replica_tail(
+    par: ParallelismCfg,
+    layout: Layout,
+    streams: Sequence[GradStream],
+    *,
+    last_bwd_s: float,
+    coll_s: CollS,
+    wire_s: CollS,
+) -> float:
+    """HSDP's exposed seconds after the last backward, as ``sharding`` lowers it.
+
+    Each stream's last-microbatch reduce-scatters run one after another from their
+    pieces' ready times. A piece's shard is all-reduced over ``dp_replicate`` once its
+    reduce-scatter is done and the next piece's starts (the last one's at the end);
+    the all-reduces of every stream share the replicas' links, their bytes
+    (``wire_s``) served in the order they start, each done its runtime's fixed
+    costs (the rest of ``coll_s``) after its bytes, which the all-reduces in flight
+    pay at once. ZeRO-2 exposes all of it beyond the backward; ZeRO-3 what outlasts
+    its reduce-scatters' drain, which ``fsdp_overhead`` already counts.
+    """
+    replicate = (layout.tp * layout.cp * layout.shard, layout.replicas)
+    rs_end = 0.0
+    issues: list[tuple[float, float, int]] = []
+    for s in streams:
+        link = 0.0
+        ends = []
+        for b, f in zip(s.pieces, s.ready, strict=True):
+            link = max(link, f * last_bwd_s) + coll_s(*s.group, "reduce_scatter", b)
+            ends.append(link)
+        rs_end = max(rs_end, link)
+        for i, b in enumerate(s.pieces):
+            at = max(ends[i], s.ready[i + 1] * last_bwd_s) if i + 1 < len(ends) else ends[i]
+            shard = math.ceil(b / s.group[1])
+            issues.append((at, coll_s(*replicate, "all_reduce", shard), shard))
+    link = end = 0.0
+    for at, secs, shard in sorted(issues):
+        wire = wire_s(*replicate, "all_reduce", shard)
+        link = max(link, at) + wire
+        end = max(end, link + secs - wire)
+    if par.zero == 2:
+        return max(rs_end, end) - last_bwd_s
+    return max(end - max(rs_end, last_bwd_s), 0.0)
+
+
+def expert_shard_group(layout: Layout) -> tuple[int, int]:
+    """(stride, size) of the group the routed experts are sharded over: ``edp``, or
+    ``edp_shard`` (one replica's part of it) under hybrid sharding."""
+    return (layout.etp * layout.ep, layout.expert_shard)
 
 
 def steady_scatter_s(

@@ -8,8 +8,10 @@ scale-up domain, ``dp_shard``, when dp spans several), recompute none,
 selective and full, and the schedules 1F1B and GPipe
 (only 1F1B when pp = 1, where they are the same). For MoE models, expert
 parallelism too: etp = tp or 1, and every ep that divides the experts and what is
-left of the stage's tp·cp·dp ranks after etp, with ZeRO 0 to 3 over all of dp
-(their experts over edp) and no hybrid sharding. Interleaving is not searched:
+left of the stage's tp·cp·dp ranks after etp, with ZeRO 0 to 3 (their experts over
+edp) and the same hybrid sharding where one replica's tp·cp·dp_shard ranks hold
+whole EP groups (etp·ep divides them; the experts then shard over the replica's
+edp_shard ranks). Interleaving is not searched:
 candidates have one model chunk per stage (``virtual_stages: 1``).
 
 A layout is *valid* when ``workload.validate`` accepts it (heads and MLP width
@@ -144,8 +146,8 @@ def enumerate_layouts(
             etp=etp,
         )
         zeros = ZEROS if dp > 1 else (0,)
-        # MoE models shard their experts over the whole edp group: no hybrid sharding.
-        shards = _shards(dp, tp * cp, domain_ranks) if not experts else []
+        # An MoE model's replicas hold whole EP groups (``make_layout``'s check).
+        shards = [d for d in _shards(dp, tp * cp, domain_ranks) if (tp * cp * d) % (ep * etp) == 0]
         schedules = SCHEDULES if pp > 1 else SCHEDULES[:1]
         first = base.model_copy(
             update={

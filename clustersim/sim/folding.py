@@ -48,7 +48,7 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
     same algorithm step maps onto every row alike.
     """
     grid = _stage_grid(layout, stage)
-    if name in ("ep", "etp", "edp", "ep_node", "ep_cross"):
+    if name in ("ep", "etp", "edp", "edp_shard", "ep_node", "ep_cross"):
         return _expert_groups(layout, grid, name)
     if name == "tp":
         return grid.reshape(-1, layout.tp)
@@ -66,7 +66,9 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
         )
     if name == "dp_replicate":
         return grid.reshape(layout.replicas, -1).T.copy()
-    valid = "tp, cp, dp, dp_shard, dp_replicate, ep, etp, edp, ep_node, ep_cross or dp_cp"
+    valid = (
+        "tp, cp, dp, dp_shard, dp_replicate, ep, etp, edp, edp_shard, ep_node, ep_cross or dp_cp"
+    )
     raise ValueError(f"no replica groups for {name!r} ({valid})")
 
 
@@ -82,6 +84,12 @@ def _expert_groups(layout: Layout, grid: IntArray, name: str) -> IntArray:
         if name == "ep_node":
             return split.transpose(0, 1, 3, 2).reshape(-1, layout.ep_local)
         return split.transpose(0, 2, 3, 1).reshape(-1, layout.ep_nodes)
+    if name == "edp_shard":  # edp index = replica * expert_shard + shard index
+        return (
+            moe.reshape(layout.replicas, layout.expert_shard, -1)
+            .transpose(0, 2, 1)
+            .reshape(-1, layout.expert_shard)
+        )
     return moe.reshape(layout.edp, -1).T.copy()
 
 

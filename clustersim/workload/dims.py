@@ -319,10 +319,11 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
 def optimizer_params(model: ModelSpec, layout: Layout, stage: int, zero: int) -> int:
     """Parameters whose Adam step one rank runs: with ZeRO its shard of the stage's
     dense parameters over its gradient group (``Layout.grad_group``: ``dp_cp`` under
-    context parallelism, else ``dp_shard``) and of its experts' over ``edp``."""
+    context parallelism, else ``dp_shard``) and of its experts' over their shard group
+    (``edp``, or ``edp_shard`` under hybrid sharding)."""
     pieces = stage_pieces(model, layout, stage)
     expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
     dense = sum(n for _, _, n in pieces) - expert
     if zero >= 1:
-        return -(-dense // layout.optimizer_shard(zero)) + -(-expert // layout.edp)
+        return -(-dense // layout.optimizer_shard(zero)) + -(-expert // layout.expert_shard)
     return dense + expert

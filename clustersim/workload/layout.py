@@ -22,6 +22,16 @@ indices (the ``dp_shard`` group, nearest in rank order, so on the scale-up fabri
 first); the ``dp / dp_shard`` groups of equal shard index (``dp_replicate``) hold
 the same shards and all-reduce them (hybrid sharding, HSDP).
 
+Hybrid sharding of an MoE model, as torchtitan runs FSDP2 with expert parallelism:
+a replica is the ``tp*cp*dp_shard`` consecutive ranks of one shard index block,
+and its EP groups must lie inside it (``ep*etp`` divides ``tp*cp*dp_shard``). The
+routed experts are then sharded over the ``edp_shard`` group: the ranks of one
+replica that hold the same experts, ``tp*cp*dp_shard / (etp*ep)`` of them
+``etp*ep`` apart (torchtitan's ``dp_shard*cp/ep`` with ``etp = tp``). The ranks
+that hold the same expert shard in the other replicas are the ``dp_replicate``
+group of the dense parameters (same place in each replica), so both kinds of
+gradient shard are all-reduced over it. Without replicas ``edp_shard`` is ``edp``.
+
 Context parallelism splits each sequence over ``cp`` ranks that hold the same
 weights, so their gradients are reduced together with DP's: with ``cp > 1`` the
 dense gradients are reduced, and ZeRO-1's optimizer state sharded, over the
@@ -50,12 +60,13 @@ GROUP_NAMES: tuple[str, ...] = (
     "dp_replicate",
     "etp",
     "edp",
+    "edp_shard",
     "ep_node",
     "ep_cross",
     "dp_cp",
 )
 
-EXPERT_GROUPS = ("ep", "etp", "edp", "ep_node", "ep_cross")
+EXPERT_GROUPS = ("ep", "etp", "edp", "edp_shard", "ep_node", "ep_cross")
 """The groups in the MoE numbering of a stage's ranks (etp fastest, then ep, then edp)."""
 
 
@@ -147,11 +158,25 @@ class Layout:
             raise ValueError(f"dp_shard must divide dp in {self}")
         if self.ranks_per_stage % (self.ep * self.etp):
             raise ValueError(f"etp*ep must divide tp*cp*dp in {self}")
+        if (self.tp * self.cp * self.shard) % (self.ep * self.etp):
+            raise ValueError(f"etp*ep must divide tp*cp*dp_shard in {self}")
 
     @property
     def edp(self) -> int:
         """Expert data parallelism: the stage's ranks over etp*ep."""
         return self.ranks_per_stage // (self.ep * self.etp)
+
+    @property
+    def expert_shard(self) -> int:
+        """Size of the ``edp_shard`` group: the ranks of one replica holding the same
+        experts, ``edp / replicas`` (``edp`` without hybrid sharding)."""
+        return self.edp // self.replicas
+
+    @property
+    def expert_shard_group(self) -> str:
+        """The group the routed experts' state is sharded over: ``edp``, or
+        ``edp_shard`` under hybrid sharding (see the module doc)."""
+        return "edp_shard" if self.replicas > 1 else "edp"
 
     @property
     def chips(self) -> int:
@@ -203,6 +228,7 @@ class Layout:
             "dp_replicate": (tpcp * self.shard, self.replicas),
             "etp": (1, self.etp),
             "edp": (self.etp * self.ep, self.edp),
+            "edp_shard": (self.etp * self.ep, self.expert_shard),
             "ep_node": (self.etp, self.ep_local),
             "ep_cross": (self.etp * self.ep_local, self.ep_nodes),
             "dp_cp": (tp, self.cp * self.dp),
@@ -329,6 +355,20 @@ def make_layout(
             f"the shard group is a part of data parallelism, so dp_shard must divide dp = {dp}; "
             f"valid: {_divisors(dp)}",
         )
+    shard = par.dp_shard or dp
+    if (tp * cp * shard) % (etp * ep):
+        fits = [
+            d
+            for d in range(1, min(dp, 4096) + 1)
+            if dp % d == 0 and (tp * cp * d) % (etp * ep) == 0
+        ]
+        raise ScenarioError(
+            "parallelism.dp_shard",
+            par.dp_shard,
+            f"with hybrid sharding each replica's EP groups lie inside it, so etp*ep = "
+            f"{etp}*{ep} must divide tp*cp*dp_shard = {tp}*{cp}*{shard}; valid dp_shard: "
+            + ", ".join(map(str, fits[:12])),
+        )
     return Layout(
         tp=tp,
         pp=pp,
@@ -454,13 +494,6 @@ def _validate_moe(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> None
             "parallelism.tp",
             layout.tp,
             f"{model.name}'s shared-expert width is not divisible by tp",
-        )
-    if par.zero >= 2 and layout.shard < layout.dp:
-        raise ScenarioError(
-            "parallelism.dp_shard",
-            layout.shard,
-            "hybrid sharding (dp_shard < dp) is not modelled for MoE models yet: their "
-            "experts are sharded over the whole expert-data-parallel group; omit dp_shard",
         )
     if par.zero == 3 and par.overlap_moe_a2a and layout.ep > 1:
         raise ScenarioError(

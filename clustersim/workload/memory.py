@@ -242,7 +242,7 @@ def memory_per_rank(
     """
     state = sharded_state(model, par, layout, stage)
     optimizer = state.optimizer
-    if model.moe is not None:  # the experts' Adam state is sharded over edp, not dp
+    if model.moe is not None:  # the experts' Adam state: over their shard group, not dp
         optimizer = float(
             OPTIMIZER_BYTES_PER_PARAM * optimizer_params(model, layout, stage, par.zero)
         )

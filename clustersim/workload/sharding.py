@@ -25,13 +25,17 @@ reduce-scatter: the rank waits for that reduce-scatter when it starts the next
 one, so the two never overlap on the same bytes.
 
 MoE models: the routed experts' parameters, gradients and Adam state are sharded over
-the expert-data-parallel group (``edp``: the ranks holding the same experts) instead
-of ``dp_shard``, and each unit's experts are gathered and reduce-scattered over it,
-beside its dense part over ``dp_shard``; hybrid sharding is not modelled for them.
+the expert shard group (``Layout.expert_shard_group``: ``edp``, the ranks holding the
+same experts, or with replicas ``edp_shard``, those of one replica) instead of
+``dp_shard``, and each unit's experts are gathered and reduce-scattered over it,
+beside its dense part over ``dp_shard``. With replicas the expert gradient shards
+are all-reduced over ``dp_replicate`` too, after their own final reduce-scatter, as
+torchtitan's HSDP does over its replicate dimension.
 
 Memory per rank (P parameters on the rank after TP and PP, S = dp_shard, U the
 largest unit, B the gradient bucket in bytes; bf16 weights and gradients, 12 B of Adam
-state per parameter; for MoE models read P/S as P_dense/S + P_experts/edp):
+state per parameter; for MoE models read P/S as P_dense/S + P_experts/E with E the
+expert shard group's size, ``edp / (dp / dp_shard)``):
 
 - zero 0: weights 2P, gradients 2P, optimizer 12P;
 - zero 1: optimizer 12P/S;
@@ -93,7 +97,7 @@ def unit_parts(
 ) -> dict[str, tuple[int, int]]:
     """(dense, routed-expert) parameters one rank of ``stage`` holds per FSDP unit, in
     forward order: the dense part is sharded over ``dp_shard``, the experts' over
-    ``edp`` (MoE models; 0 for dense ones).
+    the expert shard group (MoE models; 0 for dense ones).
 
     ``unit: layer``: the embedding (first stage), each layer (``L<index>``), the head
     (last stage). ``unit: stage``: one unit per local model chunk (``C<chunk>``),
@@ -156,9 +160,9 @@ def sharded_state(
     expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
     # The dense state is sharded over the group that reduces its gradients (DP x CP
     # under context parallelism, as Megatron-Core), the routed experts' over their
-    # expert-data-parallel group.
+    # expert shard group (edp, or one replica's part of it under hybrid sharding).
     shard = layout.optimizer_shard(par.zero)
-    sharded = _ceil_div(params - expert, shard) + _ceil_div(expert, layout.edp)
+    sharded = _ceil_div(params - expert, shard) + _ceil_div(expert, layout.expert_shard)
     full_w, full_g = float(BYTES * params), float(BYTES * params)
     zero = par.zero
     if zero == 0:
@@ -294,27 +298,33 @@ def shard_program(
         _fsdp(prog, model=model, par=par, layout=layout, before=before, after=after)
     out: list[Instr] = []
     replicas = layout.replicas > 1
-    previous: float | None = None  # the last final reduce-scatter's shard, not yet reduced
+    # Each shard group's last final reduce-scatter's shard, not yet reduced: the dense
+    # one's over dp_shard, the experts' over their group (both over dp_replicate).
+    sizes = {"dp_shard": layout.shard, "edp_shard": layout.expert_shard}
+    previous: dict[str, float] = {}
     for i, ins in enumerate(instrs):
         out += before.get(i, ())
         for extra in (ins, *after.get(i, ())):
             out.append(extra)
             is_final_rs = (
                 extra.kind == Kind.ASYNC_COLLECTIVE
-                and extra.group == "dp_shard"
+                and extra.group in sizes
                 and extra.collective == "reduce_scatter"
                 and extra.microbatch == last_mb
             )
             if replicas and is_final_rs:
-                if previous is not None:
-                    out.append(_wait("dp_shard", "reduce_scatter", 1))
+                group = extra.group
+                if group in previous:
+                    out.append(_wait(group, "reduce_scatter", 1))
                     out.append(
-                        _async("dp_replicate", "all_reduce", Phase.GRAD_SYNC, previous, last_mb)
+                        _async(
+                            "dp_replicate", "all_reduce", Phase.GRAD_SYNC, previous[group], last_mb
+                        )
                     )
-                previous = _ceil_div(int(extra.nbytes), layout.shard)
-    if replicas and previous is not None:
-        out.append(_wait("dp_shard", "reduce_scatter", 0))
-        out.append(_async("dp_replicate", "all_reduce", Phase.GRAD_SYNC, previous, last_mb))
+                previous[group] = _ceil_div(int(extra.nbytes), sizes[group])
+    for group, shard_bytes in previous.items():
+        out.append(_wait(group, "reduce_scatter", 0))
+        out.append(_async("dp_replicate", "all_reduce", Phase.GRAD_SYNC, shard_bytes, last_mb))
     out.append(final_wait)
     prog.instrs[:] = out
 
@@ -346,15 +356,20 @@ def _fsdp(
         gathered = list(first.values())
     issued = 0
     # Each group's gathers in issue order: a unit's dense part over dp_shard, its
-    # routed experts' over edp. A wait lets the later gathers of its group run on.
-    streams: dict[str, list[int]] = {"dp_shard": [], "edp": []}
-    if layout.edp == 1:  # every rank holds its experts whole: nothing to gather
+    # routed experts' over their shard group. A wait lets the later gathers of its
+    # group run on.
+    groups = ("dp_shard", layout.expert_shard_group)
+    streams: dict[str, list[int]] = {group: [] for group in groups}
+    if layout.edp == 1:  # every rank holds its experts whole: nothing to gather or reduce
         units = {k: (d, 0) for k, (d, _) in units.items()}
+    # A replica holding its experts whole gathers none, but still reduce-scatters over
+    # its one-member group, which starts the replicas' all-reduce.
+    skip_expert_gather = layout.expert_shard == 1
 
     def gather(j: int, at: list[Instr]) -> None:
         use = gathered[j]
-        for group, params in zip(("dp_shard", "edp"), units[use.unit], strict=True):
-            if not params:
+        for group, params in zip(groups, units[use.unit], strict=True):
+            if not params or (skip_expert_gather and group != "dp_shard"):
                 continue
             nbytes = BYTES * params
             ins = _async(group, "all_gather", Phase.PARAM_SYNC, nbytes, use.microbatch)
@@ -375,7 +390,7 @@ def _fsdp(
             issued += 1
     for use in uses:
         if use.backward:
-            for group, params in zip(("dp_shard", "edp"), units[use.unit], strict=True):
+            for group, params in zip(groups, units[use.unit], strict=True):
                 if not params:
                     continue
                 nbytes = BYTES * params

@@ -355,13 +355,14 @@ def _grad_syncs(
     dp_group: str,
 ) -> list[_GradSync]:
     """The gradient streams of a stage: over ``dp_group``, and the routed experts'
-    over ``edp`` (MoE models; with ZeRO 2 and 3 the experts' shard group)."""
+    over their shard group (MoE models: ``edp``, or one replica's ``edp_shard`` under
+    hybrid sharding). A stream runs when its gradients have more than one holder."""
     out = []
     moe = model.moe is not None
     dense_size = layout.dp * (layout.cp if dp_group == "dp_cp" else 1)
     streams = [(dp_group, dense_size, False if moe else None)]
     if moe:
-        streams.append(("edp", layout.edp, True))
+        streams.append((layout.expert_shard_group, layout.edp, True))
     for group, size, experts in streams:
         if size <= 1:
             continue

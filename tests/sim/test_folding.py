@@ -12,6 +12,10 @@ from clustersim.workload import Layout
 
 LAYOUT = Layout(tp=4, pp=2, dp=3, cp=2, ep=1, ranks=48, ranks_per_chip=4)
 HSDP = Layout(tp=2, pp=2, dp=6, cp=2, ep=1, ranks=48, ranks_per_chip=4, dp_shard=3)
+# MoE under hybrid sharding: a replica's 12 ranks hold whole EP groups (ep 2 x etp 2, or
+# ep 4 x etp 1), and its ranks with the same experts form edp_shard.
+HSDP_MOE = Layout(tp=2, pp=2, dp=6, cp=2, ep=2, ranks=48, ranks_per_chip=4, dp_shard=3)
+HSDP_MOE_ETP1 = Layout(tp=2, pp=2, dp=6, cp=2, ep=4, etp=1, ranks=48, ranks_per_chip=4, dp_shard=3)
 
 
 @pytest.mark.parametrize(
@@ -19,6 +23,11 @@ HSDP = Layout(tp=2, pp=2, dp=6, cp=2, ep=1, ranks=48, ranks_per_chip=4, dp_shard
     [
         *((LAYOUT, name) for name in ("tp", "cp", "dp", "dp_cp")),
         *((HSDP, name) for name in ("tp", "cp", "dp", "dp_shard", "dp_replicate")),
+        *(
+            (lay, name)
+            for lay in (HSDP_MOE, HSDP_MOE_ETP1)
+            for name in ("ep", "etp", "edp", "edp_shard", "dp_replicate")
+        ),
     ],
 )
 def test_replica_groups_match_layout_groups(layout: Layout, name: str) -> None:
@@ -35,6 +44,17 @@ def test_hsdp_groups() -> None:
     assert HSDP.group("dp_replicate", 0) == (0, 12)
     assert HSDP.group("dp_replicate", 13) == (1, 13)
     assert HSDP.group("dp", 0) == tuple(range(0, 24, 4))
+
+
+def test_hsdp_expert_groups() -> None:
+    """The experts' shard group is the edp ranks of one replica (12 ranks); the replicas
+    of an expert shard are the dense part's dp_replicate group."""
+    assert (HSDP_MOE.expert_shard, HSDP_MOE.replicas) == (3, 2)
+    assert HSDP_MOE.group("edp", 0) == (0, 4, 8, 12, 16, 20)
+    assert HSDP_MOE.group("edp_shard", 0) == (0, 4, 8)
+    assert HSDP_MOE.group("edp_shard", 13) == (13, 17, 21)
+    assert HSDP_MOE_ETP1.group("edp_shard", 5) == (1, 5, 9)
+    assert HSDP_MOE.group("dp_replicate", 5) == (5, 17)
 
 
 def test_replica_pairs_are_stage_neighbours() -> None:

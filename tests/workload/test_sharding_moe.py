@@ -92,14 +92,6 @@ def test_moe_sharded_traffic_closed_form(microbatches: int) -> None:
     }
 
 
-def test_moe_hybrid_sharding_is_refused() -> None:
-    model = moe_model()
-    par = ParallelismCfg(ep=4, zero=3, dp_shard=4)
-    with pytest.raises(ScenarioError) as err:
-        validate(model, par, TrainingCfg(seq_len=256, global_batch_size=8), make_layout(par, 8, 4))
-    assert err.value.path == "parallelism.dp_shard"
-
-
 MIXTRAL = """
 name: mixtral-fsdp
 seed: 1
