@@ -40,6 +40,7 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.costs import NO_COSTS, Protocol, Runtime
+from clustersim.network.domainpaths import distinct_pairs
 from clustersim.network.entity import NO_CHIPS
 from clustersim.network.flows import FlowGroup, FlowNetwork, link_counts
 from clustersim.network.groups import GroupInfo, group_info
@@ -79,6 +80,8 @@ _SEND_PAIR: _IntArray = np.asarray([[0, 1]], dtype=np.int64)
 _PAIR_INFO = GroupInfo.flat(2)
 _SEND_STEP = Step(((0, 1),), 0.0)
 NO_PROTOCOL = Protocol()
+_DISTINCT_FROM = 4096
+"""Flows inside domains above which repeated pairs are merged before routing."""
 
 
 class Network:
@@ -136,6 +139,8 @@ class Network:
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
+        self._digests: dict[int, tuple[_IntArray, bytes]] = {}
+        """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
         self._plans_version = topology.version
         self._pos: _IntArray = np.zeros(0, dtype=np.int64)
         """-1 per link, but during :meth:`_on_links`."""
@@ -346,7 +351,13 @@ class Network:
         first replica's domains' links to their leaves (a chip's own link carries
         what its images' do).
         """
-        key = (id(replicas), hashlib.blake2b(pairs.tobytes(), digest_size=16).digest())
+        known = self._digests.get(id(pairs))
+        if known is None or known[0] is not pairs:
+            if len(self._digests) >= self.max_cached_plans:
+                self._digests.clear()
+            known = (pairs, hashlib.blake2b(pairs.tobytes(), digest_size=16).digest())
+            self._digests[id(pairs)] = known  # holds the array: its id is not reused
+        key = (id(replicas), known[1])
         found = self._folded.get(key)
         if found is not None and found[0] is replicas:
             return found[1]
@@ -446,17 +457,26 @@ class Network:
             mine = ~host[flat]
             return flat[mine], None if weights is None else weights[mine], longest, True
         inside = ~cross & near[src_dom]
-        flat, _, latency = topo.weighted_routes(src[inside], dst[inside])
+        weights = None
+        if topo.local_paths is not None and np.count_nonzero(inside) > _DISTINCT_FROM:
+            # Ranks that share chips repeat pairs: each distinct path is routed once,
+            # weighted by its flows (counts of whole flows: the same sums).
+            pairs = distinct_pairs(src[inside], dst[inside], topo.chips_per_domain, topo.n_domains)
+            flat, weights, latency = topo.domain_routes(*pairs)
+        else:
+            flat, _, latency = topo.weighted_routes(src[inside], dst[inside])
         longest = float(latency.max()) if latency.size else 0.0
         if not cross.any():
-            return flat, None, longest, False
+            return flat, weights, longest, False
         up, down = topo.scaleout.host_links(src[cross], dst[cross])
         lat = topo.latency_s
         longest = max(longest, float((lat[up] + lat[down]).max()))
         # Only the links of chips in the representative's domains can be its links.
         up = up[near[src_dom[cross]]]
         down = down[near[dst_dom[cross]]]
-        return np.concatenate([flat, up, down]), None, longest, False
+        if weights is not None:
+            weights = np.concatenate([weights, np.ones(up.size + down.size)])
+        return np.concatenate([flat, up, down]), weights, longest, False
 
     def _steps_of(
         self, op: str, ranks: tuple[int, ...], nbytes: float

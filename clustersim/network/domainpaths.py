@@ -8,7 +8,8 @@ with a few numpy gathers, where asking the path function costs a Python call per
 pair (a folded step on 131,072 chips routes 10^6 pairs inside domains).
 :meth:`LocalPaths.links` gives their links the same way: each path as local hops
 (indices into the domain's list of chip-to-chip links), and each domain's link
-ids for those hops, looked up once per domain.
+ids for those hops, looked up once per domain. :func:`distinct_pairs` merges pairs
+that repeat (ranks that share chips), so each distinct path is looked up once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["LocalPaths"]
+__all__ = ["LocalPaths", "distinct_pairs"]
 
 Int64s = NDArray[np.int64]
 
@@ -112,3 +113,28 @@ class LocalPaths:
         shift = np.repeat(starts - first, lengths)
         hop = which[shift + np.arange(shift.size, dtype=np.int64)]
         return table[np.repeat(domain, lengths), hop], lengths
+
+
+def distinct_pairs(
+    src: Int64s, dst: Int64s, chips: int, n_domains: int
+) -> tuple[Int64s, Int64s, Int64s]:
+    """The distinct pairs ``(src[i], dst[i])`` of chips inside domains of ``chips`` chips
+    (``0..chips-1``, ``chips..2*chips-1``, ...; ``n_domains`` of them), and how often each
+    occurs, in the order of their domains and local chips. With few pairs of local chips
+    per entry, a count per pair replaces the sort."""
+    domain = src // chips
+    present = np.zeros(n_domains, dtype=bool)
+    present[domain] = True
+    ids = np.flatnonzero(present)
+    at = np.cumsum(present) - 1
+    pair = chips * chips
+    key = (at[domain] * chips + (src - domain * chips)) * chips + (dst - domain * chips)
+    if ids.size * pair <= 4 * key.size:
+        per_key = np.bincount(key, minlength=ids.size * pair)
+        keys = np.flatnonzero(per_key)
+        times = per_key[keys]
+    else:
+        keys, times = np.unique(key, return_counts=True)
+    base = ids[keys // pair] * chips
+    local = keys % pair
+    return base + local // chips, base + local % chips, times.astype(np.int64)

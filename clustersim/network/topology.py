@@ -351,7 +351,7 @@ class Topology(LinkTable):
             flat_parts, lat_parts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
         elif self.local_paths is not None and not self.links_down:
             inside = ~cross
-            flat, latency = self._bulk_domain_routes(sources[inside], targets[inside])
+            flat, latency, _ = self._bulk_domain_routes(sources[inside], targets[inside])
             flat_parts, lat_parts = [flat], [latency]
         else:
             inside = ~cross
@@ -422,10 +422,26 @@ class Topology(LinkTable):
                     cache[pair] = tuple(found.tolist())
         return [cache.get(pair) or self.route(*pair) for pair in pairs]
 
-    def _bulk_domain_routes(self, src: Int64s, dst: Int64s) -> tuple[Int64s, NDArray[np.float64]]:
-        """The links of the routes of pairs inside domains, and each route's latency, from
-        :attr:`local_paths` with every link up: what :meth:`route` gives each pair (a
-        chip to itself crosses its local link), without a Python call per pair."""
+    def domain_routes(
+        self, src: Int64s, dst: Int64s, times: Int64s
+    ) -> tuple[Int64s, NDArray[np.float64], NDArray[np.float64]]:
+        """:meth:`weighted_routes` of pairs inside domains of :attr:`local_paths`' torus,
+        every link up, pair ``i`` standing for ``times[i]`` flows: the links, each entry's
+        weight (its pair's ``times``) and each route's latency."""
+        links, latency, hops = self._bulk_domain_routes(src, dst)
+        moving = hops > 0
+        weights = np.repeat(times[moving], hops[moving])
+        if not moving.all():
+            weights = np.concatenate([weights, times[~moving]])
+        return links, weights.astype(np.float64), latency
+
+    def _bulk_domain_routes(
+        self, src: Int64s, dst: Int64s
+    ) -> tuple[Int64s, NDArray[np.float64], Int64s]:
+        """The links of the routes of pairs inside domains, each route's latency and its
+        number of links (0: a chip to itself, whose local link is listed after every other
+        path's), from :attr:`local_paths` with every link up: what :meth:`route` gives each
+        pair, without a Python call per pair."""
         assert self.local_paths is not None
         links, hops = self.local_paths.links(src, dst, self.links_between, self.n_domains)
         moving = hops > 0
@@ -435,9 +451,10 @@ class Topology(LinkTable):
             np.cumsum(hops[moving][:-1], out=starts[1:])
             latency = np.add.reduceat(self.latency_s[links], starts)
         if moving.all():
-            return links, latency
+            return links, latency, hops
         local = self._local[src[~moving]]
-        return np.concatenate([links, local]), np.concatenate([latency, self.latency_s[local]])
+        links = np.concatenate([links, local])
+        return links, np.concatenate([latency, self.latency_s[local]]), hops
 
     def _latencies(self, routes: list[tuple[int, ...]]) -> NDArray[np.float64]:
         if not routes:

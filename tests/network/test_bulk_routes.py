@@ -7,6 +7,8 @@ import pytest
 import simpy
 
 from clustersim import catalog
+from clustersim.network.domainpaths import distinct_pairs
+from clustersim.network.entity import link_counts
 from clustersim.network.flows import FlowNetwork
 from clustersim.network.registry import build_topology
 
@@ -24,6 +26,26 @@ def test_domain_table_routes_are_the_path_functions(instance: str, count: int) -
     flat, _, latency = topo.weighted_routes(src, dst)
     assert sorted(flat.tolist()) == sorted(x for r in routes for x in r)
     assert sorted(latency.tolist()) == sorted(topo._latencies(routes).tolist())
+
+
+@pytest.mark.parametrize(("domains", "n"), [(1, 700), (3, 150)])  # a count per pair; a sort
+def test_distinct_pairs_weighted_count_what_every_pair_routed_counts(domains: int, n: int) -> None:
+    inst = catalog.instance("trn2.48xlarge")
+    topo = build_topology(inst, catalog.chip(inst.chip), 3)
+    rng = np.random.default_rng(2)
+    cpd = topo.chips_per_domain
+    src = rng.integers(0, domains * cpd, n)
+    dst = src - src % cpd + rng.integers(0, cpd, n)
+    s, d, times = distinct_pairs(src, dst, cpd, topo.n_domains)
+    assert int(times.sum()) == src.size and np.unique(s * topo.n_chips + d).size == s.size
+    found = zip(s.tolist(), d.tolist(), times.tolist(), strict=True)
+    merged = [(a, b) for a, b, k in found for _ in range(k)]
+    assert sorted(merged) == sorted(zip(src.tolist(), dst.tolist(), strict=True))
+    flat, weights, latency = topo.domain_routes(s, d, times)
+    links, counts = link_counts(flat, weights)
+    all_links, all_counts = link_counts(topo.weighted_routes(src, dst)[0], None)
+    assert links.tolist() == all_links.tolist() and counts.tolist() == all_counts.tolist()
+    assert latency.max() == topo.weighted_routes(src, dst)[2].max()
 
 
 def test_routes_with_a_link_down_avoid_it() -> None:
