@@ -344,8 +344,9 @@ def _sharding_line(res: Resolved, pl: Plan) -> str:
     head = f"zero {par.zero}"
     if par.zero and lay.grad_group(par.zero) == "dp_cp":
         head += f" over dp_cp {lay.grad_size(par.zero)} (dp {lay.dp} x cp {lay.cp})"
-    elif par.zero and lay.dp > 1:
-        head += f" over dp_shard {lay.shard} ({lay.replicas} replica{'s' * (lay.replicas > 1)})"
+    elif par.zero and lay.shard_size > 1:
+        size = f"{lay.shard_size} (dp {lay.shard} x cp {lay.cp})" if lay.cp > 1 else lay.shard
+        head += f" over dp_shard {size} ({lay.replicas} replica{'s' * (lay.replicas > 1)})"
     if par.zero and res.model.moe is not None:
         head += f", experts over {lay.expert_shard_group} {lay.expert_shard} (ep {lay.ep})"
     if par.zero == 3:

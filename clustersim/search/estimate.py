@@ -283,13 +283,13 @@ class Estimator:
         """
         once.append(0.0)
         in_flight.append((0.0, 0.0))
-        if par.zero < 2 or layout.dp == 1:
+        if par.zero < 2 or layout.dp * layout.cp == 1:
             return 0.0, 0.0
         f_comp, f_comm, b_comp, b_comm = mb
         # Sharing a link slows only the bytes on it, not the runtime's fixed costs.
         f_wire = f_comm * _wire_share(blk.layer_fwd_comms, blk.layer_fwd[1])
         b_wire = b_comm * _wire_share(blk.layer_bwd_comms, blk.layer_bwd[1])
-        shard = (layout.tp * layout.cp, layout.shard)
+        shard = layout.span("dp_shard")
         if par.zero == 2:
             pieces = stage_pieces(self.model, layout, stage)
             expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
@@ -328,7 +328,7 @@ class Estimator:
         # A collective of f flows sharing a link with k of the shard group's flows
         # runs at f/(f+k) of the rate, k/f times longer. A bidirectional ring of
         # three or more puts two flows on a chip's link to its switch.
-        ring = 2.0 if layout.shard >= 3 and self.net.fabric_topology not in TORUS else 1.0
+        ring = 2.0 if layout.shard_size >= 3 and self.net.fabric_topology not in TORUS else 1.0
         levels, sharing = self.net.levels(*shard)
         slow = ring * sharing * max((lv.hop for lv in levels), default=1)
         slow /= self._own_flows(layout, {lv.tier for lv in levels})
@@ -459,7 +459,7 @@ class Estimator:
                 hidden = min(gather - first, n_mb * fwd[stage])
                 lost += _sm_lost_s(sm, hidden, n_mb * f_comp, n_mb * f_comm)
                 gather = gather - hidden
-            if par.zero >= 2 and layout.dp > 1:
+            if par.zero >= 2 and layout.dp * layout.cp > 1:
                 # The dense stream over dp_shard; an MoE model's experts over their
                 # shard group (edp, or edp_shard under hybrid sharding).
                 times = _blocks_times(blk)

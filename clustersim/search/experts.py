@@ -65,9 +65,7 @@ def group_of(name: str, lay: Layout) -> tuple[int, int]:
 
 def _grad_group(layout: Layout, zero: int) -> Group:
     """(stride, size) of the dense gradients' group (``Layout.grad_group``)."""
-    if layout.grad_group(zero) == "dp_cp":
-        return (layout.tp, layout.cp * layout.dp)
-    return (layout.tp * layout.cp, layout.dp)
+    return layout.span(layout.grad_group(zero))
 
 
 def grad_streams_s(

@@ -117,7 +117,7 @@ def stage_uses(
     Several model chunks are listed one after the other, as one microbatch runs them.
     """
     cfg = par.fsdp
-    shard = (layout.tp * layout.cp, layout.shard)
+    shard = layout.span("dp_shard")
     edp = expert_shard_group(layout)
     fwd: list[FsdpUse] = []
     bwd: list[FsdpUse] = []
@@ -212,7 +212,7 @@ def unit_streams(
     ready = ready_fractions(secs)
     dense = [float(BYTES * d) for _, (d, _) in parts]
     expert = [(float(BYTES * e), r) for (_, (_, e)), r in zip(parts, ready, strict=True) if e]
-    out = [GradStream((layout.tp * layout.cp, layout.shard), dense, ready)]
+    out = [GradStream(layout.span("dp_shard"), dense, ready)]
     if expert:
         out.append(
             GradStream(expert_shard_group(layout), [b for b, _ in expert], [r for _, r in expert])
@@ -242,7 +242,7 @@ def bucket_streams(
         done[(layer, name)] = clock
     total = clock or 1.0
     moe = model.moe is not None
-    groups = [((layout.tp * layout.cp, layout.shard), False if moe else None)]
+    groups = [(layout.span("dp_shard"), False if moe else None)]
     if moe:
         groups.append((expert_shard_group(layout), True))
     out = []
@@ -338,6 +338,6 @@ def steady_scatter_s(
     layout: Layout, pieces_bytes: Sequence[float], per_mb_s: float, coll_s: CollS
 ) -> float:
     """ZeRO-2's extra seconds per microbatch when its bucket reduce-scatters outlast it."""
-    shard = (layout.tp * layout.cp, layout.shard)
+    shard = layout.span("dp_shard")
     total = sum(coll_s(*shard, "reduce_scatter", b) for b in pieces_bytes)
     return max(total - per_mb_s, 0.0)

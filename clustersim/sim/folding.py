@@ -57,12 +57,11 @@ def replica_groups(layout: Layout, name: str, stage: int) -> IntArray:
     if name in ("dp", "dp_cp"):  # dp_cp: the dp and cp indices, dp_i * cp + cp_i
         rows = layout.dp * (layout.cp if name == "dp_cp" else 1)
         return grid.reshape(rows, -1).T.copy()
-    if name == "dp_shard":  # dp index = replica * shard + shard index
-        rest = layout.cp * layout.tp
+    if name == "dp_shard":  # dp index = replica * shard + shard index; with every CP index
         return (
-            grid.reshape(layout.replicas, layout.shard, rest)
-            .transpose(0, 2, 1)
-            .reshape(-1, layout.shard)
+            grid.reshape(layout.replicas, layout.shard, layout.cp, layout.tp)
+            .transpose(0, 3, 1, 2)
+            .reshape(-1, layout.shard_size)
         )
     if name == "dp_replicate":
         return grid.reshape(layout.replicas, -1).T.copy()

@@ -17,10 +17,13 @@ default) an EP group is ``ep`` consecutive (cp, dp) indices. An EP group is
 of one node (``ep_node``) and the members at the same place in every node
 (``ep_cross``).
 
-Sharded data parallelism (``zero`` 1-3) shards over ``dp_shard`` consecutive DP
-indices (the ``dp_shard`` group, nearest in rank order, so on the scale-up fabric
-first); the ``dp / dp_shard`` groups of equal shard index (``dp_replicate``) hold
-the same shards and all-reduce them (hybrid sharding, HSDP).
+Sharded data parallelism (ZeRO-2 and 3) shards over ``dp_shard`` consecutive DP
+indices and, under context parallelism, every CP index with them: the ``dp_shard``
+group is the ``cp * dp_shard`` ranks ``tp`` apart that share a TP index, a stage and
+a replica (torchtitan's ``dp_shard_cp`` mesh; the CP ranks hold the same weights, so
+their gradients are reduced together), nearest in rank order, so on the scale-up
+fabric first. The ``dp / dp_shard`` groups of equal place in them (``dp_replicate``)
+hold the same shards and all-reduce them (hybrid sharding, HSDP).
 
 Hybrid sharding of an MoE model, as torchtitan runs FSDP2 with expert parallelism:
 a replica is the ``tp*cp*dp_shard`` consecutive ranks of one shard index block,
@@ -36,8 +39,8 @@ Context parallelism splits each sequence over ``cp`` ranks that hold the same
 weights, so their gradients are reduced together with DP's: with ``cp > 1`` the
 dense gradients are reduced, and ZeRO-1's optimizer state sharded, over the
 ``dp_cp`` group (the ``dp * cp`` ranks ``tp`` apart that share a TP index and a
-stage), as Megatron-Core does (its data-parallel group "with CP"). ZeRO-2 and 3
-keep ``dp_shard``.
+stage), as Megatron-Core does (its data-parallel group "with CP"); ZeRO-2 and 3's
+``dp_shard`` group takes the CP ranks in too (above).
 """
 
 from __future__ import annotations
@@ -88,8 +91,17 @@ class Layout:
 
     @property
     def shard(self) -> int:
-        """Size of the ``dp_shard`` group (``parallelism.dp_shard``, default ``dp``)."""
+        """DP ranks of one shard group (``parallelism.dp_shard``, default ``dp``)."""
         return self.dp_shard or self.dp
+
+    @property
+    def shard_size(self) -> int:
+        """Ranks of the ``dp_shard`` group: ``dp_shard x cp`` (see the module doc)."""
+        return self.shard * self.cp
+
+    def span(self, name: str) -> tuple[int, int]:
+        """(rank stride between neighbours, size) of the groups along ``name``."""
+        return self._stride_size(name)
 
     def grad_group(self, zero: int) -> str:
         """The group that reduces the dense gradients (and shards ZeRO-1's state)."""
@@ -224,7 +236,7 @@ class Layout:
             "dp": (tpcp, self.dp),
             "pp": (tpcp * self.dp, self.pp),
             "ep": (self.etp, self.ep),
-            "dp_shard": (tpcp, self.shard),
+            "dp_shard": (tp, self.shard_size),
             "dp_replicate": (tpcp * self.shard, self.replicas),
             "etp": (1, self.etp),
             "edp": (self.etp * self.ep, self.edp),
@@ -258,8 +270,8 @@ class Layout:
         stride, size = self._stride_size(name)
         if name in EXPERT_GROUPS:
             return rank % self.ranks_per_stage // stride % size
-        if name == "dp_shard":
-            return rank // stride % self.dp % self.shard
+        if name == "dp_shard":  # cp_i + cp * (dp_i % dp_shard)
+            return rank // stride % (self.cp * self.dp) % self.shard_size
         if name == "dp_replicate":
             return rank // stride % self.replicas
         return rank // stride % size

@@ -1,8 +1,10 @@
 """Sharded data parallelism: ZeRO-2, ZeRO-3 (PyTorch FSDP2 semantics) and hybrid sharding.
 
-The state ``zero`` shards is split over the ``dp_shard`` group (``parallelism.dp_shard``
-consecutive DP ranks, all of ``dp`` by default); the ``dp / dp_shard`` replicas of
-each shard (the ``dp_replicate`` group) all-reduce their gradient shards (HSDP):
+The state ZeRO-2 and 3 shard is split over the ``dp_shard`` group
+(``parallelism.dp_shard`` consecutive DP ranks, all of ``dp`` by default, with
+every CP rank of theirs: ``Layout.shard_size`` ranks; ZeRO-1 shards over ``dp``,
+or ``dp_cp`` under CP); the ``dp / dp_shard`` replicas of each shard (the
+``dp_replicate`` group) all-reduce their gradient shards (HSDP):
 
 - ``zero: 1`` shards the Adam state (Megatron's distributed optimizer);
 - ``zero: 2`` also the gradients: every microbatch's backward reduce-scatters its
@@ -32,7 +34,7 @@ beside its dense part over ``dp_shard``. With replicas the expert gradient shard
 are all-reduced over ``dp_replicate`` too, after their own final reduce-scatter, as
 torchtitan's HSDP does over its replicate dimension.
 
-Memory per rank (P parameters on the rank after TP and PP, S = dp_shard, U the
+Memory per rank (P parameters on the rank after TP and PP, S = dp_shard x cp, U the
 largest unit, B the gradient bucket in bytes; bf16 weights and gradients, 12 B of Adam
 state per parameter; for MoE models read P/S as P_dense/S + P_experts/E with E the
 expert shard group's size, ``edp / (dp / dp_shard)``):
@@ -300,7 +302,7 @@ def shard_program(
     replicas = layout.replicas > 1
     # Each shard group's last final reduce-scatter's shard, not yet reduced: the dense
     # one's over dp_shard, the experts' over their group (both over dp_replicate).
-    sizes = {"dp_shard": layout.shard, "edp_shard": layout.expert_shard}
+    sizes = {"dp_shard": layout.shard_size, "edp_shard": layout.expert_shard}
     previous: dict[str, float] = {}
     for i, ins in enumerate(instrs):
         out += before.get(i, ())

@@ -359,7 +359,7 @@ def _grad_syncs(
     hybrid sharding). A stream runs when its gradients have more than one holder."""
     out = []
     moe = model.moe is not None
-    dense_size = layout.dp * (layout.cp if dp_group == "dp_cp" else 1)
+    dense_size = layout.dp * (layout.cp if dp_group in ("dp_cp", "dp_shard") else 1)
     streams = [(dp_group, dense_size, False if moe else None)]
     if moe:
         streams.append((layout.expert_shard_group, layout.edp, True))

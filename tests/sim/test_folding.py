@@ -39,8 +39,10 @@ def test_replica_groups_match_layout_groups(layout: Layout, name: str) -> None:
 
 
 def test_hsdp_groups() -> None:
-    """A shard group is dp_shard consecutive DP indices; replicas share a shard index."""
-    assert HSDP.group("dp_shard", 0) == (0, 4, 8)
+    """A shard group is dp_shard consecutive DP indices with every CP index of theirs (the
+    CP ranks hold the same weights); replicas share a place in it."""
+    assert HSDP.group("dp_shard", 0) == (0, 2, 4, 6, 8, 10)
+    assert HSDP.group("dp_shard", 13) == (13, 15, 17, 19, 21, 23)
     assert HSDP.group("dp_replicate", 0) == (0, 12)
     assert HSDP.group("dp_replicate", 13) == (1, 13)
     assert HSDP.group("dp", 0) == tuple(range(0, 24, 4))

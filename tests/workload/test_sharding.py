@@ -147,3 +147,27 @@ def test_bad_sharding_input() -> None:
     with pytest.raises(ScenarioError) as err:
         build_programs(tiny(), *setup(8, 1, zero=1, dp_shard=4))
     assert err.value.path == "parallelism.dp_shard"
+
+
+@pytest.mark.parametrize("dp_shard", [None, 4])
+def test_context_parallel_ranks_join_the_shard_group(dp_shard: int | None) -> None:
+    """Under CP, ZeRO-2 and 3 shard over dp_shard x cp ranks (the CP ranks hold the same
+    weights, so their gradients are reduced with DP's): 16 ranks, dp 8, cp 2."""
+    model = llama3_8b()
+    s = 2 * (dp_shard or 8)
+    shard = _ceil(P8B, s)
+    for zero in (2, 3):
+        extra = {"dp_shard": dp_shard} if dp_shard else {}
+        par, train, lay = setup(16, 1, cp=2, zero=zero, seq_len=512, global_batch_size=8, **extra)  # type: ignore[arg-type]
+        assert lay.group("dp_shard", 0) == tuple(range(0, s))
+        m = memory_per_rank(model, par, train, lay, 0)
+        assert m.optimizer == 12 * shard
+        (prog,) = build_programs(model, par, train, lay)
+        out: dict[tuple[str, str], float] = defaultdict(float)
+        for ins in prog.instrs:
+            if ins.kind in (Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE) and ins.group.startswith("dp"):
+                out[(ins.group, ins.collective)] += ins.nbytes
+        assert out[("dp_shard", "reduce_scatter")] == 2 * P8B
+        assert out[("dp_shard", "all_gather")] == (2 if zero == 3 else 1) * 2 * P8B
+        if dp_shard:
+            assert out[("dp_replicate", "all_reduce")] == pytest.approx(2 * P8B / s, rel=1e-6)
