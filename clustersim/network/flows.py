@@ -95,7 +95,8 @@ class FlowNetwork(HbmFlows):
     """The group cache is cleared when its keys hold more pairs than this (memory bound)."""
 
     max_memo_links: int = 1 << 22
-    """The solve memo is cleared when its solutions hold more links than this."""
+    """The solve memo forgets its least recently used solutions while they hold more links
+    than this (a folded step at 10^6 chips loads 10^4-10^5 links per solution)."""
 
     def __init__(
         self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64
@@ -155,6 +156,7 @@ class FlowNetwork(HbmFlows):
         self._live.resize(self.topology.n_links + n_chips)
         self._groups.clear()
         self._memo.clear()
+        self._memo_links = 0
         self._capacity = None
 
     def compute_group(self, chip: int, demand_Bps: float) -> FlowGroup:
@@ -461,14 +463,14 @@ class FlowNetwork(HbmFlows):
     def _solve_component(self, comp: Component, now: float) -> None:
         ents = comp.entities
         key = tuple(e.group for e in ents)
-        solved = self._memo.get(key)
+        memo = self._memo
+        solved = memo.pop(key, None)  # put back last: the dict runs from least recently used
         if solved is None:
             solved = self._solve_groups(key)
-            if self._memo_links > self.max_memo_links:
-                self._memo.clear()
-                self._memo_links = 0
-            self._memo[key] = solved
             self._memo_links += solved[1].links.size
+            while self._memo_links > self.max_memo_links and memo:
+                self._memo_links -= memo.pop(next(iter(memo)))[1].links.size
+        memo[key] = solved
         rates, pattern = solved
         self.stats.hold(comp.ident, now, pattern)
         heap = self._heap

@@ -50,6 +50,30 @@ def test_transfers_of_one_group_share_like_distinct_ones() -> None:
     assert times == pytest.approx([4e6 / CAP] * 4, rel=1e-12)
 
 
+def test_the_solve_memo_forgets_the_least_recently_used_solution() -> None:
+    """Solutions of 1, 1 and 2 links over a budget of 3: each new one pushes out the one
+    used longest ago (b, then c), never a, solved first but used in between; the budget
+    counts what is kept."""
+    topo = line(4)
+    env = simpy.Environment()
+    net = FlowNetwork(env, topo)
+    net.max_memo_links = 3
+    a, b, c = net.group(((0, 1),)), net.group(((1, 2),)), net.group(((1, 3),))
+    solved = []
+    orig = net._solve_groups
+
+    def counted(groups: tuple[FlowGroup, ...]) -> tuple[object, LoadPattern]:
+        solved.append(groups)
+        return orig(groups)
+
+    net._solve_groups = counted  # type: ignore[method-assign]
+    for group in (a, b, a, c, a, b):
+        env.run(until=net.transfer_group(group, 1e6, 0.0))
+    assert solved == [(a,), (b,), (c,), (b,)]
+    assert net._memo_links == sum(p.links.size for _, p in net._memo.values()) <= 3
+    assert list(net._memo) == [(a,), (b,)]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_repeated_groups_solve_as_the_whole_system(seed: int) -> None:
     """Entities that repeat a group (with or without a rate ceiling) get the rates of
