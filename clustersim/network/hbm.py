@@ -35,6 +35,9 @@ __all__ = ["SLACK_RTOL", "SharedHbm"]
 SLACK_RTOL = 1e-9
 """A chip is hot once its users' bound is within this fraction of its capacity."""
 
+_FEW_CHIPS = 8
+"""Chips in ``only`` up to which :meth:`SharedHbm.add` counts each by comparison."""
+
 
 class SharedHbm:
     """The HBM capacities after the topology's ``base`` links, one per chip.
@@ -145,8 +148,20 @@ class SharedHbm:
         only: NDArray[np.int64] | None = None,
     ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """``links`` (sorted) and ``counts`` with the HBM reads at ``src`` and the writes at
-        ``dst`` chips, on the chips in ``only`` (default every chip). Flows within
-        one chip cross no link and are left out."""
+        ``dst`` chips, on the chips in ``only`` (distinct, increasing; default every chip).
+        Flows within one chip cross no link and are left out."""
+        if only is not None and only.size <= _FEW_CHIPS:
+            # A few chips (a folded step's first chips): counts by comparison, not a gather.
+            n_at = []
+            for chip in only.tolist():
+                out, into = src == chip, dst == chip
+                both = np.count_nonzero(out & into)
+                n_at.append(np.count_nonzero(out) + np.count_nonzero(into) - 2 * both)
+            per = np.asarray(n_at, dtype=np.float64)
+            return (
+                np.concatenate([links, self.base + only[per > 0].astype(np.int64)]),
+                np.concatenate([counts, per[per > 0]]),
+            )
         apart = src != dst
         ends = np.concatenate([src[apart], dst[apart]])
         if only is not None:

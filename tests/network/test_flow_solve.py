@@ -10,6 +10,7 @@ from simpy_helpers import finish_times
 
 from clustersim.network.entity import FlowGroup
 from clustersim.network.flows import FlowNetwork
+from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LoadPattern
 from clustersim.network.maxmin import maxmin_rates_reference
 from clustersim.network.solve import Scratch, union
@@ -149,3 +150,16 @@ def test_series_keep_every_links_integral_as_bins_double(n_links: int) -> None:
     edges, series = stats.series(np.arange(n_links))
     assert series.shape[1] <= 4
     np.testing.assert_allclose(series @ np.diff(edges), stats.busy_s, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("only", [[3], [0, 5], list(range(9))])  # counted one by one; gathered
+def test_hbm_counts_on_a_few_chips_are_those_on_every_chip(only: list[int]) -> None:
+    hbm = SharedHbm(100, 1e12, 10)
+    rng = np.random.default_rng(len(only))
+    src, dst = rng.integers(0, 10, 500), rng.integers(0, 10, 500)
+    links, counts = np.asarray([4, 7], dtype=np.int64), np.asarray([2.0, 1.0])
+    got = hbm.add(links, counts, src, dst, np.asarray(only, dtype=np.int64))
+    every_links, every_counts = hbm.add(links, counts, src, dst)
+    mine = np.isin(every_links, [4, 7, *(100 + c for c in only)])
+    np.testing.assert_array_equal(got[0], every_links[mine])
+    np.testing.assert_array_equal(got[1], every_counts[mine])
