@@ -14,7 +14,14 @@ E / ep on this rank; f the expert width, f_l = f / etp on this rank):
    expert, ``moe.sort`` (Megatron-Core's ``sort_chunks_by_idxs``), and restores the
    order before the combine, ``moe.unsort``: a read and a write of each row, in
    the backward too (not under the hierarchical dispatcher, whose one permutation
-   stands for DeepEP's);
+   stands for DeepEP's). The hierarchical dispatcher (``moe.dispatcher``) sends
+   each token across nodes once per destination node (``ep_cross``) and forwards
+   every expert copy inside the node (``ep_node``); DeepEP forwards over NVLink what
+   arrives over InfiniBand as it arrives, so the two overlap fully (arXiv 2412.19437
+   section 3.2.2): the NVLink all-to-all starts with the InfiniBand one, without
+   waiting, and is waited for after it, so the exchange takes the longer of the two
+   with their flows sharing links and HBM (the first chunk's forwarding, the
+   pipeline's fill, is not charged);
 4. the experts as grouped GEMMs: E_l matmuls (t, h, 2 f_l) (gate and up, SwiGLU),
    the activation, E_l matmuls (t, f_l, h), where t is the tokens per local
    expert, padded up to the kernel's row tile (``ROW_TILE``): few tokens per
@@ -79,7 +86,7 @@ from clustersim.workload.ops import (
     _twice,
     activation_work,
 )
-from clustersim.workload.program import Phase
+from clustersim.workload.program import Kind, Phase
 
 __all__ = [
     "ROW_TILE",
@@ -249,16 +256,17 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     a2a = float(route.a2a_tokens * h * ACT_BYTES)
     node_a2a = float(route.node_tokens * h * ACT_BYTES)
 
-    def exchange(phase: str, suffix: str, *, back: bool) -> list[Tpl]:
-        """The dispatch (or, ``back``, the combine) all-to-all: over ``ep``, or under
-        the hierarchical dispatcher across nodes then inside them (reversed back)."""
+    def exchange(phase: str, suffix: str) -> list[Tpl]:
+        """The dispatch (or the combine) all-to-all: over ``ep``, or under the
+        hierarchical dispatcher across nodes and inside them at once (module doc)."""
         if not node_a2a:
             return [_coll("ep", "all_to_all", phase, a2a, suffix)]
-        steps = [
+        inside = _coll("ep_node", "all_to_all", phase, a2a, suffix)
+        return [
+            (Kind.ASYNC_COLLECTIVE, *inside[1:]),
             _coll("ep_cross", "all_to_all", phase, node_a2a, suffix),
-            _coll("ep_node", "all_to_all", phase, a2a, suffix),
+            (Kind.WAIT_ASYNC, f"{inside[1]}.wait", phase, None, "all_to_all", "ep_node", 0.0),
         ]
-        return steps[::-1] if back else steps
 
     etp = dm.etp
     gathered = float(route.received * etp * h * ACT_BYTES)
@@ -291,7 +299,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
             _compute("moe.permute", phase, permute),
         ]
         if ep_on:
-            out += exchange(phase, ".dispatch", back=False)
+            out += exchange(phase, ".dispatch")
         if etp_on:
             out.append(_coll("etp", "all_gather", phase, gathered))
         if sort is not None:
@@ -308,7 +316,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         if etp_on:
             out.append(_coll("etp", "reduce_scatter", phase, gathered))
         if ep_on:
-            out += exchange(phase, ".combine", back=True)
+            out += exchange(phase, ".combine")
         out.append(_compute("moe.unpermute", phase, unpermute))
         if shared is not None:
             s_up, s_act, s_down = shared
@@ -351,7 +359,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         bwd += tp.enter_bwd()
     bwd.append(_compute("moe.unpermute", B, _twice(unpermute)))
     if ep_on:  # the combine's gradient goes the dispatch's way
-        bwd += exchange(B, ".combine", back=False)
+        bwd += exchange(B, ".combine")
     if etp_on:
         bwd.append(_coll("etp", "all_gather", B, gathered))
     if sort is not None:
@@ -374,7 +382,7 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     if etp_on:
         bwd.append(_coll("etp", "reduce_scatter", B, gathered))
     if ep_on:
-        bwd += exchange(B, ".dispatch", back=True)
+        bwd += exchange(B, ".dispatch")
     bwd += [
         _compute("moe.permute", B, _twice(permute)),
         _compute("moe.router.scores", B, _twice(score_work)),

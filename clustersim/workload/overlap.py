@@ -9,13 +9,14 @@ backward, of different microbatches: neither can depend on the other), and
 ``interleave`` merges their instruction lists.
 
 ``interleave`` cuts each list at its expert all-to-alls (``ep``, or under the
-hierarchical dispatcher ``ep_cross`` and ``ep_node``, each a cut) into segments
-and alternates the two: a segment of one, its all-to-all started without
-waiting, a segment of the other, its all-to-all started, then a wait for the
-first all-to-all (all but the one started last) before the first list's next
-segment, and so on. So at most one all-to-all of each list is in flight, each
-hides behind the other list's segment, and a list that runs out of segments
-leaves the other to run with its all-to-alls waited for at once (blocking).
+hierarchical dispatcher ``ep_cross`` with the ``ep_node`` one started beside it
+and waited for after it: one cut) into segments and alternates the two: a
+segment of one, its all-to-all started without waiting, a segment of the other,
+its all-to-all started, then a wait for the first all-to-all (all but the one
+started last) before the first list's next segment, and so on. So at most one
+cut of each list is in flight, each hides behind the other list's segment, and a
+list that runs out of segments leaves the other to run with its all-to-alls
+waited for at once (blocking).
 Everything else (TP collectives, sends and receives, gradient buckets) keeps
 its place inside its segment. The all-to-all's flows share links and HBM with
 the compute they overlap, as any asynchronous collective does.
@@ -66,18 +67,34 @@ def pair_units(order: Sequence[Step]) -> list[tuple[int, ...]]:
     return units
 
 
-def _segments(instrs: list[Instr]) -> tuple[list[list[Instr]], list[Instr]]:
-    """Cut at the blocking expert all-to-alls: the segments, and the all-to-alls between."""
+def _is_a2a(ins: Instr, kind: Kind) -> bool:
+    return ins.kind == kind and ins.collective == "all_to_all" and ins.group in _A2A_GROUPS
+
+
+Cut = tuple[Instr, ...]
+"""A blocking expert all-to-all with the ones started just before it to run beside it
+(the hierarchical dispatcher's NVLink part), whose waits after it the cut takes over."""
+
+Flight = tuple[int, int, int]
+"""An all-to-all in flight: (stream, cut, member of the cut)."""
+
+
+def _segments(instrs: list[Instr]) -> tuple[list[list[Instr]], list[Cut]]:
+    """Cut at the blocking expert all-to-alls: the segments, and the cuts between."""
     segs: list[list[Instr]] = [[]]
-    cuts: list[Instr] = []
+    cuts: list[Cut] = []
+    beside: set[str] = set()  # groups of the last cut whose wait it took over
     for ins in instrs:
-        if (
-            ins.kind == Kind.COLLECTIVE
-            and ins.collective == "all_to_all"
-            and ins.group in _A2A_GROUPS
-        ):
-            cuts.append(ins)
+        if _is_a2a(ins, Kind.COLLECTIVE):
+            seg = segs[-1]
+            lead: list[Instr] = []
+            while seg and _is_a2a(seg[-1], Kind.ASYNC_COLLECTIVE):
+                lead.insert(0, seg.pop())
+            cuts.append((*lead, ins))
+            beside = {a.group for a in lead}
             segs.append([])
+        elif ins.kind == Kind.WAIT_ASYNC and ins.collective == "all_to_all" and ins.group in beside:
+            beside.discard(ins.group)  # the cut's own wait, placed by interleave
         else:
             segs[-1].append(ins)
     return segs, cuts
@@ -89,8 +106,7 @@ def interleave(first: list[Instr], second: list[Instr]) -> list[Instr]:
     if not streams[0][1] and not streams[1][1]:
         return first + second  # nothing to overlap
     out: list[Instr] = []
-    # The all-to-alls in flight, oldest first: (stream, its index in the stream).
-    flight: list[tuple[int, int]] = []
+    flight: list[Flight] = []  # the all-to-alls in flight, oldest first
     nxt = [0, 0]  # next segment of each stream
     turn = 0
     while nxt[0] < len(streams[0][0]) or nxt[1] < len(streams[1][0]):
@@ -98,43 +114,53 @@ def interleave(first: list[Instr], second: list[Instr]) -> list[Instr]:
             turn = 1 - turn
         segs, cuts = streams[turn]
         j = nxt[turn]
-        if j > 0 and (turn, j - 1) in flight:  # this stream's last all-to-all must be done
-            out.append(_wait(cuts[j - 1], flight, streams))
-            group = cuts[j - 1].group
-            last = flight.index((turn, j - 1))
-            flight = [
-                f for i, f in enumerate(flight) if i > last or streams[f[0]][1][f[1]].group != group
-            ]
+        if j > 0:  # this stream's last all-to-alls must be done
+            for m, a2a in enumerate(cuts[j - 1]):
+                key = (turn, j - 1, m)
+                if key not in flight:
+                    continue
+                out.append(_wait(a2a, key, flight, streams))
+                last = flight.index(key)
+                flight = [
+                    f
+                    for i, f in enumerate(flight)
+                    if i > last or _member(streams, f).group != a2a.group
+                ]
         out.extend(segs[j])
         if j < len(cuts):
-            a2a = cuts[j]
-            out.append(
-                Instr(
-                    Kind.ASYNC_COLLECTIVE,
-                    a2a.name,
-                    a2a.phase,
-                    a2a.layer,
-                    a2a.microbatch,
-                    collective=a2a.collective,
-                    group=a2a.group,
-                    nbytes=a2a.nbytes,
+            for m, a2a in enumerate(cuts[j]):
+                out.append(
+                    Instr(
+                        Kind.ASYNC_COLLECTIVE,
+                        a2a.name,
+                        a2a.phase,
+                        a2a.layer,
+                        a2a.microbatch,
+                        collective=a2a.collective,
+                        group=a2a.group,
+                        nbytes=a2a.nbytes,
+                    )
                 )
-            )
-            flight.append((turn, j))
+                flight.append((turn, j, m))
         nxt[turn] = j + 1
         turn = 1 - turn
     return out
 
 
+def _member(streams: list[tuple[list[list[Instr]], list[Cut]]], f: Flight) -> Instr:
+    return streams[f[0]][1][f[1]][f[2]]
+
+
 def _wait(
     a2a: Instr,
-    flight: list[tuple[int, int]],
-    streams: list[tuple[list[list[Instr]], list[Instr]]],
+    key: Flight,
+    flight: list[Flight],
+    streams: list[tuple[list[list[Instr]], list[Cut]]],
 ) -> Instr:
     """Wait for ``a2a``: for every all-to-all of its group started up to it (the
     engine's window is per group and collective: it leaves the ones started later)."""
-    pos = next(i for i, (s, j) in enumerate(flight) if streams[s][1][j] is a2a)
-    leave = sum(1 for s, j in flight[pos + 1 :] if streams[s][1][j].group == a2a.group)
+    pos = flight.index(key)
+    leave = sum(1 for f in flight[pos + 1 :] if _member(streams, f).group == a2a.group)
     return Instr(
         Kind.WAIT_ASYNC,
         f"{a2a.name}.wait",

@@ -59,7 +59,8 @@ def _exchanges(sets: list[str]) -> list[Any]:
     sc = res.scenario
     layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
     prog = build_programs(res.model, sc.parallelism, sc.training, layout, moe=sc.moe)[0]
-    return [i for i in prog.instrs if i.kind == Kind.COLLECTIVE and i.collective == "all_to_all"]
+    started = (Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE)
+    return [i for i in prog.instrs if i.kind in started and i.collective == "all_to_all"]
 
 
 def test_hierarchical_bytes_closed_form_and_conservation() -> None:
@@ -148,3 +149,31 @@ def test_flat_dispatcher_sorts_by_local_expert_and_back() -> None:
     wide = "model.moe.experts=32"  # ep 16 over two nodes, two local experts
     assert ops(wide)[0]["fwd:moe.sort"]
     assert not ops(wide, "moe.dispatcher=hierarchical")[0]["fwd:moe.sort"]
+
+
+def test_hierarchical_runs_its_nvlink_part_beside_the_inter_node_one() -> None:
+    """DeepEP forwards inside the node what arrives across nodes as it arrives
+    (arXiv 2412.19437 section 3.2.2): each exchange starts its ``ep_node``
+    all-to-all without waiting, runs the ``ep_cross`` one, then waits for the first,
+    so the two run at once and the exchange takes the longer, not the sum."""
+    res = load_scenario(SCENARIO, ["moe.dispatcher=hierarchical"])
+    sc = res.scenario
+    layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
+    prog = build_programs(res.model, sc.parallelism, sc.training, layout, moe=sc.moe)[0]
+    ins = prog.instrs
+    starts = [j for j, i in enumerate(ins) if i.group == "ep_node" and i.nbytes]
+    assert starts and sum(i.group == "ep_node" for i in ins) == 2 * len(starts)
+    for j in starts:
+        assert ins[j].kind == Kind.ASYNC_COLLECTIVE
+        assert (ins[j + 1].kind, ins[j + 1].group) == (Kind.COLLECTIVE, "ep_cross")
+        assert (ins[j + 2].kind, ins[j + 2].group, ins[j + 2].tag) == (
+            Kind.WAIT_ASYNC,
+            "ep_node",
+            0,
+        )
+    frame = simulate(res, fidelity="detailed").trace_frame()
+    rank0 = frame[frame["rank"] == 0]
+    inter = rank0[rank0["resource"] == "ep_cross:all_to_all"]
+    intra = rank0[rank0["resource"] == "ep_node:all_to_all"]
+    assert len(inter) == len(intra) == len(starts)
+    assert list(intra["start_s"]) == pytest.approx(list(inter["start_s"]))

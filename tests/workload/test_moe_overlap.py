@@ -49,6 +49,41 @@ def test_interleave_alternates_segments_with_one_all_to_all_of_each_in_flight() 
     assert started == ["A1", "B1", "A2"]
 
 
+def _beside(name: str) -> list[Instr]:
+    """The hierarchical dispatcher's exchange: NVLink started, InfiniBand, NVLink waited."""
+    return [
+        Instr(
+            Kind.ASYNC_COLLECTIVE,
+            f"n{name}",
+            Phase.FORWARD,
+            collective="all_to_all",
+            group="ep_node",
+        ),
+        _a2a(group="ep_cross", name=f"x{name}"),
+        Instr(
+            Kind.WAIT_ASYNC,
+            f"n{name}.wait",
+            Phase.FORWARD,
+            collective="all_to_all",
+            group="ep_node",
+        ),
+    ]
+
+
+def test_interleave_takes_a_hierarchical_exchange_as_one_cut() -> None:
+    first = [_op("a0"), *_beside("A1"), _op("a1")]
+    second = [_op("b0"), *_beside("B1"), _op("b1")]
+    out = interleave(first, second)
+    text = [(i.name, i.tag) if i.kind == Kind.WAIT_ASYNC else i.name for i in out]
+    # both parts of each exchange start together and hide behind the other's segment;
+    # each wait leaves the other list's exchange of its group in flight
+    assert text == [
+        "a0", "nA1", "xA1", "b0", "nB1", "xB1",
+        ("nA1.wait", 1), ("xA1.wait", 1), "a1",
+        ("nB1.wait", 0), ("xB1.wait", 0), "b1",
+    ]  # fmt: skip
+
+
 def test_interleave_leaves_lists_without_expert_all_to_alls_alone() -> None:
     first = [_op("a0"), _a2a(group="tp")]
     second = [_op("b0")]
