@@ -458,10 +458,16 @@ class Network:
             return flat[mine], None if weights is None else weights[mine], longest, True
         inside = ~cross & near[src_dom]
         weights = None
-        if topo.local_paths is not None and np.count_nonzero(inside) > _DISTINCT_FROM:
+        n_inside = int(np.count_nonzero(inside))
+        if topo.local_paths is not None and n_inside > _DISTINCT_FROM:
             # Ranks that share chips repeat pairs: each distinct path is routed once,
             # weighted by its flows (counts of whole flows: the same sums).
-            pairs = distinct_pairs(src[inside], dst[inside], topo.chips_per_domain, topo.n_domains)
+            if n_inside < src.size:
+                src_in, dst_in, dom_in = src[inside], dst[inside], src_dom[inside]
+            else:  # every flow (a step inside the representative's domains)
+                src_in, dst_in, dom_in = src, dst, src_dom
+            cpd = topo.chips_per_domain
+            pairs = distinct_pairs(src_in, dst_in, dom_in, cpd, topo.n_domains)
             flat, weights, latency = topo.domain_routes(*pairs)
         else:
             flat, _, latency = topo.weighted_routes(src[inside], dst[inside])

@@ -116,19 +116,27 @@ class LocalPaths:
 
 
 def distinct_pairs(
-    src: Int64s, dst: Int64s, chips: int, n_domains: int
+    src: Int64s, dst: Int64s, domain: Int64s, chips: int, n_domains: int
 ) -> tuple[Int64s, Int64s, Int64s]:
     """The distinct pairs ``(src[i], dst[i])`` of chips inside domains of ``chips`` chips
-    (``0..chips-1``, ``chips..2*chips-1``, ...; ``n_domains`` of them), and how often each
-    occurs, in the order of their domains and local chips. With few pairs of local chips
-    per entry, a count per pair replaces the sort."""
-    domain = src // chips
+    (``0..chips-1``, ``chips..2*chips-1``, ...; ``n_domains`` of them), the domain of each
+    pair being ``domain[i]``, and how often each occurs, in the order of their domains and
+    local chips. With few pairs of local chips per entry, a count per pair replaces the
+    sort."""
     present = np.zeros(n_domains, dtype=bool)
     present[domain] = True
     ids = np.flatnonzero(present)
     at = np.cumsum(present) - 1
     pair = chips * chips
-    key = (at[domain] * chips + (src - domain * chips)) * chips + (dst - domain * chips)
+    # (at * chips + src - base) * chips + dst - base, with base = domain * chips, in place.
+    base = domain * chips
+    key = at[domain]
+    key *= chips
+    key -= base
+    key += src
+    key *= chips
+    key += dst
+    key -= base
     if ids.size * pair <= 4 * key.size:
         per_key = np.bincount(key, minlength=ids.size * pair)
         keys = np.flatnonzero(per_key)

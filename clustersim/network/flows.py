@@ -94,9 +94,10 @@ class FlowNetwork(HbmFlows):
     max_cached_pairs: int = 1 << 20
     """The group cache is cleared when its keys hold more pairs than this (memory bound)."""
 
-    max_memo_links: int = 1 << 22
+    max_memo_links: int = 1 << 23
     """The solve memo forgets its least recently used solutions while they hold more links
-    than this (a folded step at 10^6 chips loads 10^4-10^5 links per solution)."""
+    than this (a folded step at 10^6 chips loads 10^4-10^5 links per solution; 24 bytes
+    a link)."""
 
     def __init__(
         self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64

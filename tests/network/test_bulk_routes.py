@@ -36,7 +36,7 @@ def test_distinct_pairs_weighted_count_what_every_pair_routed_counts(domains: in
     cpd = topo.chips_per_domain
     src = rng.integers(0, domains * cpd, n)
     dst = src - src % cpd + rng.integers(0, cpd, n)
-    s, d, times = distinct_pairs(src, dst, cpd, topo.n_domains)
+    s, d, times = distinct_pairs(src, dst, topo.chip_domain[src], cpd, topo.n_domains)
     assert int(times.sum()) == src.size and np.unique(s * topo.n_chips + d).size == s.size
     found = zip(s.tolist(), d.tolist(), times.tolist(), strict=True)
     merged = [(a, b) for a, b, k in found for _ in range(k)]
