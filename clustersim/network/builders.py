@@ -59,6 +59,7 @@ __all__ = [
     "build_torus2d",
     "build_torus3d",
     "snake_coords",
+    "torus_domain_coords",
     "torus_path",
 ]
 
@@ -77,6 +78,30 @@ def snake_coords(dims: tuple[int, int]) -> list[tuple[int, int]]:
     """
     nx_, ny = dims
     return [(k if y % 2 == 0 else nx_ - 1 - k, y) for y in range(ny) for k in range(nx_)]
+
+
+def torus_domain_coords(
+    instance: InstanceSpec,
+) -> tuple[list[tuple[int, ...]], tuple[int, ...]] | None:
+    """Where the torus builders place a scale-up domain's chips: each local chip's
+    coordinates and the torus's axis sizes, or None when the domain is no torus.
+
+    ``torus2d``: the instance's plane along :func:`snake_coords`; ``torus3d``: the
+    UltraServer's instances stacked along z, each plane along the snake.
+    """
+    us = instance.ultraserver
+    if us is not None:
+        if us.topology != "torus3d":
+            return None
+        nx_, ny = _plane(instance, "torus3d")
+        coords: list[tuple[int, ...]] = [
+            (x, y, z) for z in range(us.instances) for x, y in snake_coords((nx_, ny))
+        ]
+        return coords, (nx_, ny, us.instances)
+    if instance.fabric.topology != "torus2d":
+        return None
+    dims = _plane(instance, "torus2d")
+    return list(snake_coords(dims)), dims
 
 
 def torus_path(
@@ -256,9 +281,9 @@ def build_torus2d(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topolog
 def build_torus3d(instance: InstanceSpec, chip: ChipSpec, count: int) -> Topology:
     """Trn2 UltraServer: ``ultraserver.instances`` 2D tori stacked into a 3D torus by Z rings."""
     fabric, us = instance.fabric, _ultraserver(instance, "torus3d")
-    plane = _plane(instance, "torus3d")
-    dims = (plane[0], plane[1], us.instances)
-    coords = [(x, y, z) for z in range(us.instances) for x, y in snake_coords(plane)]
+    placed = torus_domain_coords(instance)
+    assert placed is not None  # an UltraServer of torus3d, checked above
+    coords, dims = placed
     topo = _topology(instance, chip, count, us.instances)
     eff = chip.calibration.link_efficiency
     xy, z = fabric.link_bw_Bps * eff, us.link_bw_Bps * eff

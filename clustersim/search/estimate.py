@@ -17,7 +17,9 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   bidirectional ring of three or more) divided among the flows that share it
   (every rank of a chip runs the same collective at once). Latency is
   ``(d_k-1) a_k`` for rings, ``log2 p · a`` for halving-doubling and ``a`` for
-  a mesh, by the runtime's size rule. The runtime's fixed costs are added as the
+  a mesh, by the runtime's size rule. A group that is no grid on a torus runs
+  one flat ring, priced on its busiest link (``search/flatring.py``). The
+  runtime's fixed costs are added as the
   simulator adds them (``network/costs.py``): on Trainium a launch, a handshake per
   halving-doubling or mesh round (once per ring level), a posting cost per round
   over EFA, and halving-doubling messages no faster than their DMA queues; on
@@ -29,8 +31,9 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   (interleaved 1F1B when v > 1) the step is
   ``sum_s (F_s + B_s) / v + (m - 1/v) max_s (F_s + B_s)`` plus the point-to-point
   hops: its bubble is ``(pp - 1)/(v m + pp - 1)`` of the step when stages are
-  equal. Then each stage's DP gradient reduction, less what hides behind the
-  last microbatch's backward, the Adam step, and the ZeRO-1 all-gather (with
+  equal. Then what of each stage's DP gradient reduction is still queued when
+  the last microbatch's backward ends (each bucket starts when its last gradient
+  is ready, ``search/buckets.py``), the Adam step, and the ZeRO-1 all-gather (with
   ``overlap_param_gather``, its first bucket and what the forwards cannot hide).
 - **SMs** (GPUs: ``collective_sm_fraction``). While the gradient reduction, ZeRO-1's
   overlapped gather or ZeRO-2/3's collectives are in flight under compute, that
@@ -43,13 +46,15 @@ max-min sharing, are left to the simulation of the best candidates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.search.buckets import Ready, grad_tail_s, ready_offsets
 from clustersim.search.experts import grad_streams_s, group_of, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.sharded import (
@@ -134,6 +139,8 @@ class _Blocks:
     # a dense layer the FP8 recipe keeps in BF16 (training.fp8.bf16_layers)
     bf16_fwd: tuple[float, float] = (0.0, 0.0)
     bf16_bwd: tuple[float, float] = (0.0, 0.0)
+    # when each block's gradient pieces are ready in its backward (``search.buckets``)
+    ready: Mapping[str, Ready] = field(default_factory=dict)
 
 
 class Estimator:
@@ -171,13 +178,21 @@ class Estimator:
         if key not in self._levels:
             self._levels[key] = self.net.levels(stride, size)
         levels, sharing = self._levels[key]
-        return collective_s(op, nbytes, levels, sharing, self.net.runtime) if levels else 0.0
+        if not levels or nbytes <= 0:
+            return 0.0
+        ring = self.net.flat_ring(stride, size, op, nbytes)
+        if ring is not None:
+            return self.net.flat_ring_s(ring, op, nbytes)[0]
+        return collective_s(op, nbytes, levels, sharing, self.net.runtime)
 
     def wire_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
         """The part of :meth:`coll_s` the bytes spend on the links, which is what another
         collective on those links slows (the runtime's fixed costs hold no link)."""
         self.coll_s(stride, size, op, nbytes)
         levels, sharing = self._levels[(stride, size)]
+        ring = self.net.flat_ring(stride, size, op, nbytes) if levels and nbytes > 0 else None
+        if ring is not None:
+            return self.net.flat_ring_s(ring, op, nbytes)[1]
         return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime)
 
     def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
@@ -234,6 +249,16 @@ class Estimator:
                 layer_bwd_comms=self._comm_times((*layer.recompute, *layer.bwd), layout),
                 bf16_fwd=self._tpls_s(bf16.fwd, layout),
                 bf16_bwd=(bf16_bwd[0] + bf16_rec[0], bf16_bwd[1] + bf16_rec[1]),
+                ready={
+                    name: ready_offsets(block, lambda t: self._tpls_s(t, layout))
+                    for name, block in (
+                        ("dense", layer),
+                        ("moe", expert),
+                        ("bf16", bf16),
+                        ("embed", embed),
+                        ("head", head),
+                    )
+                },
             )
         return found
 
@@ -359,10 +384,13 @@ class Estimator:
             b_x += n * ring * _overlap(blk.layer_bwd_comms, again + scatter)
             return f_x, b_x
         # Whole-chunk units: their gathers stream under the microbatch, as ZeRO-2's
-        # buckets do under the backward.
+        # buckets do under the backward, but for what the compute waits for (the
+        # step's first gather, the last reduce-scatter, the steady waits): no layer
+        # runs then, so no TP or CP collective meets it.
         total = f_comp + f_comm + b_comp + b_comm
         if total > 0:
-            busy_frac = min(busy / total, 1.0)
+            waited = f_x + b_x + once[-1] / microbatches(par, self.train, layout)
+            busy_frac = min(max(busy - waited, 0.0) / total, 1.0)
             f_x = f_x + min(slow * busy_frac * f_wire, busy)
             b_x = b_x + min(slow * busy_frac * b_wire, busy)
         return f_x, b_x
@@ -444,8 +472,22 @@ class Estimator:
         offset = 0.0
         bucket = par.grad_bucket_bytes
         for stage in range(pp):
-            dp_s, gather, buckets, streams = grad_streams_s(model, layout, stage, par, self.coll_s)
-            exposed = max(dp_s - bwd[stage], dp_s / buckets) if dp_s > 0 else 0.0
+            dp_s, gather, _, streams = grad_streams_s(model, layout, stage, par, self.coll_s)
+            exposed = 0.0
+            if dp_s > 0 and par.zero < 2:
+                # The buckets still queued when the last backward ends (``search.buckets``).
+                moe = model.moe is not None
+                exposed = grad_tail_s(
+                    model,
+                    self.train,
+                    layout,
+                    stage,
+                    blocks=blk.ready,
+                    streams=[(g, (k > 0) if moe else None) for k, (g, _) in enumerate(streams)],
+                    bucket_bytes=bucket,
+                    op="reduce_scatter" if par.zero == 1 else "all_reduce",
+                    coll_s=self.coll_s,
+                )
             f_comp, f_comm, b_comp, b_comm = passes[stage]
             # The reduction in flight under the last backward takes SMs (ZeRO-2 and 3:
             # counted per microbatch above).

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec
+from clustersim.network.builders import torus_domain_coords
 from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
 from clustersim.network.costs import NO_COSTS, Protocol, Runtime
 from clustersim.network.groups import GroupInfo
@@ -21,6 +22,7 @@ from clustersim.network.nccl import NcclRuntime
 from clustersim.network.runtimes import runtime_of
 from clustersim.network.topology import local_path
 from clustersim.search.experts import all_to_all_s
+from clustersim.search.flatring import FlatRing, TorusDomain, flat_ring, flat_ring_s
 
 __all__ = ["TORUS", "Level", "NetModel", "collective_s", "collective_wire_s", "runtime_s", "wire_s"]
 
@@ -66,12 +68,29 @@ class NetModel:
     efa_latency_s: float
     runtime: Runtime = NO_COSTS
     """The communication runtime, whose fixed costs :func:`runtime_s` adds."""
+    torus: TorusDomain | None = None
+    """A torus domain's placement and links, where groups that are no grid run a flat
+    ring (:mod:`~clustersim.search.flatring`)."""
 
     @classmethod
     def of(cls, instance: InstanceSpec, chip: ChipSpec, count: int, lnc: int) -> NetModel:
         eff = chip.calibration.link_efficiency
         fab, us = instance.fabric, instance.ultraserver
         switch_hops = 1 if fab.topology in TORUS else 2  # chip -> switch -> chip
+        placed = torus_domain_coords(instance)
+        torus = None
+        if placed is not None:
+            coords, dims = placed
+            axes = len(dims)
+            z = [us.link_bw_Bps * eff] if us is not None and axes == 3 else []
+            z_s = [us.link_latency_s] if us is not None and axes == 3 else []
+            torus = TorusDomain(
+                tuple(coords),
+                dims,
+                (fab.link_bw_Bps * eff, fab.link_bw_Bps * eff, *z),
+                (fab.link_latency_s, fab.link_latency_s, *z_s),
+                chip.cores // lnc,
+            )
         return cls(
             ranks_per_chip=chip.cores // lnc,
             chips_per_instance=instance.chips,
@@ -90,6 +109,29 @@ class NetModel:
             efa_Bps=instance.efa.bandwidth_Bps / instance.chips * chip.efa_link_efficiency,
             efa_latency_s=instance.efa.latency_s,
             runtime=runtime_of(chip, instance),
+            torus=torus,
+        )
+
+    def flat_ring(self, stride: int, size: int, op: str, nbytes: float) -> FlatRing | None:
+        """The flat ring the runtime runs ``op`` of ``nbytes`` on over a group of ``size``
+        ranks ``stride`` apart, or None when it runs something else."""
+        if self.torus is None or op not in _RING_OPS or isinstance(self.runtime, NcclRuntime):
+            return None
+        ring = flat_ring(self.torus, stride, size)
+        if ring is None or self.runtime.choose(op, ring.p, nbytes, ring.info, "auto")[0] != "ring":
+            return None
+        return ring
+
+    def flat_ring_s(self, ring: FlatRing, op: str, nbytes: float) -> tuple[float, float]:
+        """(all of it, seconds on the links) of ``op`` on the flat ``ring``."""
+        proto = self.runtime.choose(op, ring.p, nbytes, ring.info, "auto")[1]
+        return flat_ring_s(
+            op,
+            nbytes,
+            ring,
+            launch_s=proto.launch_s,
+            step_s=proto.step_s,
+            message_s=proto.message_s,
         )
 
     def levels(self, stride: int, size: int) -> tuple[list[Level], int]:

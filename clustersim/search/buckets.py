@@ -1,0 +1,89 @@
+"""When a stage's gradient buckets are ready, and what of their reduction the step waits for.
+
+The simulator starts a bucket's collective when the backward op that completes the
+last gradient in it has run (``workload.transformer.grad_buckets``; ``Block.grad_ready``
+names the pieces each op completes), in the last microbatch's backward. So the
+step waits for what is still queued when the backward ends: the embedding's
+buckets, say, are all ready at the very end, and none of them hides.
+
+:func:`ready_offsets` times each piece of a block from the start of its backward
+(its recompute first), with the estimate's own op and collective times;
+:func:`grad_tail_s` lays the blocks of a stage's last backward end to end (the LM
+head, the layers in reverse, the embedding), and runs its buckets one after the
+other from their ready times, every stream in one queue (collectives in flight at
+once share the links, so their total time is about their sum). The tail is how far
+the last one ends past the backward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.scenario.models import TrainingCfg
+from clustersim.workload import Layout, grad_buckets
+from clustersim.workload.dims import is_moe_layer, stage_layers
+from clustersim.workload.ops import Block, Tpl
+
+__all__ = ["Ready", "grad_tail_s", "ready_offsets"]
+
+Ready = tuple[float, tuple[tuple[str, float], ...]]
+"""A block's backward seconds (recompute included), and each piece's ready offset."""
+
+TplsS = Callable[[tuple[Tpl, ...]], tuple[float, float]]
+Stream = tuple[tuple[int, int], bool | None]  # (stride, size), which pieces (grad_buckets)
+
+
+def ready_offsets(block: Block, tpls_s: TplsS) -> Ready:
+    """When each of ``block``'s pieces is ready, from the start of its recompute."""
+    t = sum(tpls_s(block.recompute))
+    out: list[tuple[str, float]] = []
+    for j, tpl in enumerate(block.bwd):
+        t += sum(tpls_s((tpl,)))
+        out.extend((piece, t) for piece in block.grad_ready.get(j, ()))
+    return t, tuple(out)
+
+
+def grad_tail_s(
+    model: ModelSpec,
+    train: TrainingCfg,
+    layout: Layout,
+    stage: int,
+    *,
+    blocks: Mapping[str, Ready],
+    streams: list[Stream],
+    bucket_bytes: float,
+    op: str,
+    coll_s: Callable[[int, int, str, float], float],
+) -> float:
+    """Seconds the stage's gradient reduction runs past its last backward.
+
+    ``blocks`` holds the :func:`ready_offsets` of ``dense``, ``moe``, ``bf16``,
+    ``embed`` and ``head``; ``streams`` each gradient stream's group and pieces."""
+    ready: dict[tuple[int, str], float] = {}
+    t = 0.0
+
+    def lay(key: int, name: str) -> None:
+        nonlocal t
+        total, pieces = blocks[name]
+        for piece, offset in pieces:
+            ready[(key, piece)] = t + offset
+        t += total
+
+    if stage == layout.pp - 1:
+        lay(-1, "head")
+    n = train.fp8.bf16_layers if train.precision == "fp8" else 0
+    for k in reversed(stage_layers(model, layout, stage)):
+        bf16 = n > 0 and (k < n or k >= model.layers - n)
+        lay(k, "moe" if is_moe_layer(model, k) else "bf16" if bf16 else "dense")
+    if stage == 0:
+        lay(-1, "embed")
+    queue: list[tuple[float, tuple[int, int], int]] = []
+    for group, experts in streams:
+        keyed, _ = grad_buckets(model, layout, stage, bucket_bytes, experts=experts)
+        for key, sizes in keyed.items():
+            queue.extend((ready.get(key, t), group, size) for size in sizes)
+    free = 0.0
+    for at, group, size in sorted(queue, key=lambda q: q[0]):
+        free = max(free, at) + coll_s(*group, op, float(size))
+    return max(free - t, 0.0)
