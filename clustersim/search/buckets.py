@@ -20,18 +20,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from clustersim.catalog.schema import ModelSpec
-from clustersim.scenario.models import TrainingCfg
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload import Layout, grad_buckets
 from clustersim.workload.dims import is_moe_layer, stage_layers
 from clustersim.workload.ops import Block, Tpl
 
-__all__ = ["Ready", "grad_tail_s", "ready_offsets"]
+__all__ = ["Ready", "block_readies", "grad_tail_s", "ready_offsets"]
 
 Ready = tuple[float, tuple[tuple[str, float], ...]]
 """A block's backward seconds (recompute included), and each piece's ready offset."""
 
 TplsS = Callable[[tuple[Tpl, ...]], tuple[float, float]]
-Stream = tuple[tuple[int, int], bool | None]  # (stride, size), which pieces (grad_buckets)
+Group = tuple[int, int]  # (stride, size)
 
 
 def ready_offsets(block: Block, tpls_s: TplsS) -> Ready:
@@ -44,22 +44,25 @@ def ready_offsets(block: Block, tpls_s: TplsS) -> Ready:
     return t, tuple(out)
 
 
+def block_readies(blocks: Mapping[str, Block], tpls_s: TplsS) -> dict[str, Ready]:
+    """:func:`ready_offsets` of each named block."""
+    return {name: ready_offsets(block, tpls_s) for name, block in blocks.items()}
+
+
 def grad_tail_s(
-    model: ModelSpec,
-    train: TrainingCfg,
-    layout: Layout,
+    run: tuple[ModelSpec, TrainingCfg, ParallelismCfg, Layout],
     stage: int,
-    *,
     blocks: Mapping[str, Ready],
-    streams: list[Stream],
-    bucket_bytes: float,
-    op: str,
+    groups: list[Group],
+    *,
     coll_s: Callable[[int, int, str, float], float],
 ) -> float:
-    """Seconds the stage's gradient reduction runs past its last backward.
+    """Seconds the stage's gradient reduction (ZeRO 0 and 1) runs past its last backward.
 
     ``blocks`` holds the :func:`ready_offsets` of ``dense``, ``moe``, ``bf16``,
-    ``embed`` and ``head``; ``streams`` each gradient stream's group and pieces."""
+    ``embed`` and ``head``; ``groups`` each gradient stream's group, the dense one
+    first (an MoE model's routed experts second)."""
+    model, train, par, layout = run
     ready: dict[tuple[int, str], float] = {}
     t = 0.0
 
@@ -78,9 +81,12 @@ def grad_tail_s(
         lay(k, "moe" if is_moe_layer(model, k) else "bf16" if bf16 else "dense")
     if stage == 0:
         lay(-1, "embed")
-    queue: list[tuple[float, tuple[int, int], int]] = []
-    for group, experts in streams:
-        keyed, _ = grad_buckets(model, layout, stage, bucket_bytes, experts=experts)
+    queue: list[tuple[float, Group, int]] = []
+    moe = model.moe is not None
+    op = "reduce_scatter" if par.zero == 1 else "all_reduce"
+    for k, group in enumerate(groups):
+        experts = (k > 0) if moe else None
+        keyed, _ = grad_buckets(model, layout, stage, par.grad_bucket_bytes, experts=experts)
         for key, sizes in keyed.items():
             queue.extend((ready.get(key, t), group, size) for size in sizes)
     free = 0.0

@@ -54,7 +54,7 @@ from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
-from clustersim.search.buckets import Ready, grad_tail_s, ready_offsets
+from clustersim.search.buckets import Ready, block_readies, grad_tail_s
 from clustersim.search.experts import grad_streams_s, group_of, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.sharded import (
@@ -249,16 +249,10 @@ class Estimator:
                 layer_bwd_comms=self._comm_times((*layer.recompute, *layer.bwd), layout),
                 bf16_fwd=self._tpls_s(bf16.fwd, layout),
                 bf16_bwd=(bf16_bwd[0] + bf16_rec[0], bf16_bwd[1] + bf16_rec[1]),
-                ready={
-                    name: ready_offsets(block, lambda t: self._tpls_s(t, layout))
-                    for name, block in (
-                        ("dense", layer),
-                        ("moe", expert),
-                        ("bf16", bf16),
-                        ("embed", embed),
-                        ("head", head),
-                    )
-                },
+                ready=block_readies(
+                    {"dense": layer, "moe": expert, "bf16": bf16, "embed": embed, "head": head},
+                    lambda t: self._tpls_s(t, layout),
+                ),
             )
         return found
 
@@ -476,16 +470,11 @@ class Estimator:
             exposed = 0.0
             if dp_s > 0 and par.zero < 2:
                 # The buckets still queued when the last backward ends (``search.buckets``).
-                moe = model.moe is not None
                 exposed = grad_tail_s(
-                    model,
-                    self.train,
-                    layout,
+                    (model, self.train, par, layout),
                     stage,
-                    blocks=blk.ready,
-                    streams=[(g, (k > 0) if moe else None) for k, (g, _) in enumerate(streams)],
-                    bucket_bytes=bucket,
-                    op="reduce_scatter" if par.zero == 1 else "all_reduce",
+                    blk.ready,
+                    [group for group, _ in streams],
                     coll_s=self.coll_s,
                 )
             f_comp, f_comm, b_comp, b_comm = passes[stage]
