@@ -444,7 +444,16 @@ class Network:
         cross = src_dom != dst_dom
         if topo.scaleout is None or not topo.scaleout.private:
             keep = cross | near[src_dom]
-            flat, weights, latency = topo.weighted_routes(src[keep], dst[keep])
+            pair_src, pair_dst, times = src[keep], dst[keep], None
+            spread = topo.scaleout.spread if topo.scaleout is not None else 1
+            if pair_src.size > _DISTINCT_FROM and not spread & (spread - 1):
+                # Repeated pairs routed once (ECMP hashes the pair, so its copies take one
+                # path), counted by their flows; whole flows over a power-of-two spread
+                # sum exactly as the copies' shares would.
+                n = topo.n_chips
+                code, times = np.unique(pair_src * n + pair_dst, return_counts=True)
+                pair_src, pair_dst = code // n, code % n
+            flat, weights, latency = topo.weighted_routes(pair_src, pair_dst, times)
             longest = float(latency.max()) if latency.size else 0.0
             if topo.scaleout is None:
                 return flat, weights, longest, True
@@ -468,7 +477,7 @@ class Network:
                 src_in, dst_in, dom_in = src, dst, src_dom
             cpd = topo.chips_per_domain
             pairs = distinct_pairs(src_in, dst_in, dom_in, cpd, topo.n_domains)
-            flat, weights, latency = topo.domain_routes(*pairs)
+            flat, weights, latency = topo.weighted_routes(*pairs)
         else:
             flat, _, latency = topo.weighted_routes(src[inside], dst[inside])
         longest = float(latency.max()) if latency.size else 0.0

@@ -314,18 +314,19 @@ class Topology(LinkTable):
         return flat, latency
 
     def weighted_routes(
-        self, src: ArrayLike, dst: ArrayLike
+        self, src: ArrayLike, dst: ArrayLike, times: Int64s | None = None
     ) -> tuple[Int64s, NDArray[np.float64] | None, NDArray[np.float64]]:
         """Links, their weights and route latencies of the pairs ``(src[i], dst[i])``, with
         each pair between domains spread over its chip's NIC ports
         (:attr:`ScaleOut.spread`): ``weights[j]`` is the share of the pair's flow on
-        entry ``j`` of the links (None when every share is 1). The latencies are a
-        multiset with one entry per path."""
+        entry ``j`` of the links (None when every share is 1). Pair ``i`` may stand for
+        ``times[i]`` flows (default 1), which multiply its entries' weights. The latencies
+        are a multiset with one entry per path."""
         spread = self.scaleout.spread if self.scaleout is not None else 1
-        return self._routes_between(src, dst, spread)
+        return self._routes_between(src, dst, spread, times)
 
     def _routes_between(
-        self, src: ArrayLike, dst: ArrayLike, spread: int
+        self, src: ArrayLike, dst: ArrayLike, spread: int, times: Int64s | None = None
     ) -> tuple[Int64s, NDArray[np.float64] | None, NDArray[np.float64]]:
         sources = np.asarray(src, dtype=np.int64).reshape(-1)
         targets = np.asarray(dst, dtype=np.int64).reshape(-1)
@@ -347,26 +348,34 @@ class Topology(LinkTable):
             else np.zeros(sources.size, dtype=bool)
         )
         n_cross = int(np.count_nonzero(cross))
+        t_parts: list[Int64s] = [np.zeros(0, dtype=np.int64)]  # each entry's times
         if n_cross == sources.size:
             flat_parts, lat_parts = [np.zeros(0, dtype=np.int64)], [np.zeros(0)]
         elif self.local_paths is not None and not self.links_down:
             inside = ~cross
-            flat, latency, _ = self._bulk_domain_routes(sources[inside], targets[inside])
+            flat, latency, hops = self._bulk_domain_routes(sources[inside], targets[inside])
             flat_parts, lat_parts = [flat], [latency]
+            if times is not None:  # the paths' links, then the local links of chips to themselves
+                t, moving = times[inside], hops > 0
+                t_parts = [np.repeat(t[moving], hops[moving]), t[~moving]]
         else:
             inside = ~cross
             single = self._domain_routes(sources[inside], targets[inside])
             flat_parts = [np.fromiter(itertools.chain.from_iterable(single), dtype=np.int64)]
             lat_parts = [self._latencies(single)]
+            if times is not None:
+                t_parts = [np.repeat(times[inside], [len(r) for r in single])]
+        n_inside = flat_parts[0].size
         if scaleout is not None and n_cross:
             # Every pair crosses domains in a data-parallel step: no need to gather them.
-            s, d = (
-                (sources, targets) if n_cross == sources.size else (sources[cross], targets[cross])
-            )
+            whole = n_cross == sources.size
+            s, d = (sources, targets) if whole else (sources[cross], targets[cross])
+            t = times if times is None or whole else times[cross]
             offset = None
             if spread > 1:
                 offset = np.tile(np.arange(spread, dtype=np.int64), s.size)
                 s, d = np.repeat(s, spread), np.repeat(d, spread)
+                t = None if t is None else np.repeat(t, spread)
             matrix, ok = scaleout.paths(s, d, self._usable(), offset)
             if not ok.all():
                 route = self.route
@@ -375,6 +384,9 @@ class Topology(LinkTable):
                 ]
                 flat_parts.append(np.fromiter(itertools.chain.from_iterable(detour), np.int64))
                 lat_parts.append(self._latencies(detour))
+                if t is not None:
+                    t_parts.append(np.repeat(t[~ok], [len(r) for r in detour]))
+                    t = t[ok]
                 matrix = matrix[ok]
             real = matrix >= 0
             if real.all():  # paths of one length (a single tier, or pairs that turn alike)
@@ -383,12 +395,17 @@ class Topology(LinkTable):
             else:
                 flat_parts.append(matrix[real])
                 lat_parts.append(_row_sums(np.where(real, self.latency_s[matrix], 0.0)))
+            if t is not None:
+                t_parts.append(np.broadcast_to(t[:, None], matrix.shape)[real])
         flat = np.concatenate(flat_parts)
-        weights = None
+        weights = None if times is None else np.concatenate(t_parts).astype(np.float64)
         if spread > 1 and n_cross:
             # Entries of pairs inside domains come first (weight 1), then the spread paths.
-            weights = np.full(flat.size, 1.0 / spread)
-            weights[: flat_parts[0].size] = 1.0
+            if weights is None:
+                weights = np.full(flat.size, 1.0 / spread)
+                weights[:n_inside] = 1.0
+            else:
+                weights[n_inside:] *= 1.0 / spread
         return flat, weights, np.concatenate(lat_parts)
 
     def _domain_routes(self, src: Int64s, dst: Int64s) -> list[tuple[int, ...]]:
@@ -421,19 +438,6 @@ class Topology(LinkTable):
                 if usable is None or usable[found].all():
                     cache[pair] = tuple(found.tolist())
         return [cache.get(pair) or self.route(*pair) for pair in pairs]
-
-    def domain_routes(
-        self, src: Int64s, dst: Int64s, times: Int64s
-    ) -> tuple[Int64s, NDArray[np.float64], NDArray[np.float64]]:
-        """:meth:`weighted_routes` of pairs inside domains of :attr:`local_paths`' torus,
-        every link up, pair ``i`` standing for ``times[i]`` flows: the links, each entry's
-        weight (its pair's ``times``) and each route's latency."""
-        links, latency, hops = self._bulk_domain_routes(src, dst)
-        moving = hops > 0
-        weights = np.repeat(times[moving], hops[moving])
-        if not moving.all():
-            weights = np.concatenate([weights, times[~moving]])
-        return links, weights.astype(np.float64), latency
 
     def _bulk_domain_routes(
         self, src: Int64s, dst: Int64s

@@ -41,7 +41,7 @@ def test_distinct_pairs_weighted_count_what_every_pair_routed_counts(domains: in
     found = zip(s.tolist(), d.tolist(), times.tolist(), strict=True)
     merged = [(a, b) for a, b, k in found for _ in range(k)]
     assert sorted(merged) == sorted(zip(src.tolist(), dst.tolist(), strict=True))
-    flat, weights, latency = topo.domain_routes(s, d, times)
+    flat, weights, latency = topo.weighted_routes(s, d, times)
     links, counts = link_counts(flat, weights)
     all_links, all_counts = link_counts(topo.weighted_routes(src, dst)[0], None)
     assert links.tolist() == all_links.tolist() and counts.tolist() == all_counts.tolist()

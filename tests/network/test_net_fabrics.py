@@ -14,6 +14,7 @@ from simpy_helpers import finish_times
 from clustersim import catalog
 from clustersim.catalog.schema import EfaSpec, InstanceSpec
 from clustersim.errors import PartitionError, ScenarioError
+from clustersim.network.entity import link_counts
 from clustersim.network.fabrics import SWITCH_HOP_LATENCY_S, TreeFabric, leaf_ports
 from clustersim.network.flows import FlowNetwork
 from clustersim.network.registry import build_topology, fabric_names
@@ -281,3 +282,30 @@ def test_oversubscription_at_the_top_tier() -> None:
     assert per_leaf == down
     assert first == pytest.approx(per_leaf * host / up)  # non-blocking inside a pod
     assert second == pytest.approx(first / 2)  # oversubscribed into the top tier
+
+
+@pytest.mark.parametrize(
+    "efa",
+    [
+        {"fabric": "fat_tree", "radix": 8, "tiers": 3, "nics": 4},  # one path per pair
+        {"fabric": "fat_tree", "radix": 64, "nics": 64},  # each chip over 4 NIC ports
+        {"fabric": "rail", "radix": 64},
+    ],
+)
+def test_pairs_standing_for_several_flows_load_links_as_every_copy(
+    specs: Any, efa: dict[str, Any]
+) -> None:
+    """Pairs across domains and inside them, given once with how often each occurs, load
+    every link as routing every copy does (ECMP hashes the pair; shares of whole flows
+    over a power-of-two spread sum exactly)."""
+    topo = build(specs, 8, **efa)
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, topo.n_chips, 400), rng.integers(0, topo.n_chips, 400)
+    dst[:100] = src[:100] - src[:100] % 16 + rng.integers(0, 16, 100)  # some inside domains
+    times = rng.integers(1, 5, 400)
+    flat, weights, latency = topo.weighted_routes(src, dst, times)
+    every = topo.weighted_routes(np.repeat(src, times), np.repeat(dst, times))
+    links, counts = link_counts(flat, weights)
+    want_links, want_counts = link_counts(every[0], every[1])
+    assert links.tolist() == want_links.tolist() and counts.tolist() == want_counts.tolist()
+    assert latency.max() == every[2].max()
