@@ -65,6 +65,9 @@ from clustersim.search.sharded import (
     stage_uses,
     unit_streams,
 )
+from clustersim.search.sharded import buckets as _buckets
+from clustersim.search.sharded import overlap_s as _overlap
+from clustersim.search.sharded import wire_share as _wire_share
 from clustersim.workload import (
     Layout,
     make_dims,
@@ -195,6 +198,10 @@ class Estimator:
             return self.net.flat_ring_s(ring, op, nbytes)[1]
         return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime)
 
+    def tiers(self, stride: int, size: int) -> set[str]:
+        """The tiers of links (``Level.tier``) a group's levels cross."""
+        return {lv.tier for lv in self.net.levels(stride, size)[0]}
+
     def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
         comp = comm = 0.0
         for kind, _, _, work, coll, group, nbytes in tpls:
@@ -323,7 +330,7 @@ class Estimator:
             in_flight[-1] = (0.0, busy)
         else:
             times = _blocks_times(blk)
-            uses = stage_uses(self.model, par, layout, stage, times=times, coll_s=self.coll_s)
+            uses = stage_uses(self.model, par, layout, stage, times=times, links=self)
             sh = fsdp_overhead(uses, par.fsdp.prefetch)
             once[-1] = sh.once_s
             busy = sum(u.gather_s + u.scatter_s for u in uses)
@@ -538,16 +545,6 @@ def _sm_lost_s(fraction: float, in_flight_s: float, comp_s: float, comm_s: float
     return fraction * min(in_flight_s * slowed / (slowed + comm_s), slowed)
 
 
-def _wire_share(comms: tuple[tuple[float, float], ...], total_s: float) -> float:
-    """The fraction of a layer's collective seconds its bytes spend on the links."""
-    return min(sum(d for _, d in comms) / total_s, 1.0) if total_s > 0 else 1.0
-
-
-def _overlap(comms: tuple[tuple[float, float], ...], window_s: float) -> float:
-    """Seconds of the collectives (start, seconds) that run within ``window_s`` of the start."""
-    return sum(max(min(t + d, window_s) - t, 0.0) for t, d in comms)
-
-
 def _blocks_times(blk: _Blocks) -> dict[str, tuple[float, float]]:
     return {
         "layer": (sum(blk.layer_fwd), sum(blk.layer_bwd)),
@@ -578,12 +575,6 @@ def estimate_resolved(res: Resolved) -> Estimate:
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
     return Estimator(res.model, sc.training, chip, net)(sc.parallelism, layout)
-
-
-def _buckets(nbytes: float, bucket: float) -> list[float]:
-    """``nbytes`` of gradients cut into buckets of ``bucket`` bytes (the last one short)."""
-    full, rest = divmod(nbytes, bucket)
-    return [bucket] * int(full) + ([rest] if rest else [])
 
 
 def _adam(params: int) -> Work:

@@ -2,11 +2,14 @@
 
 ZeRO-3 adds, per microbatch, the part of each FSDP unit's gather that the compute
 before it does not hide. The gathers of a stage and the reduce-scatters of its
-backward share the shard group's links; the estimate serves them one after
-another in the order they start (a gather when the unit ``prefetch`` gathered
-uses earlier starts computing, or when its own use is due without prefetching;
-a reduce-scatter when its unit's backward ends). A unit computes once its
-predecessor is done and its gather has arrived. Two microbatches are stepped
+backward share the shard group's links: those in flight share the links' time
+equally, as the flow model's max-min sharing does (a gather starts when the unit
+``prefetch`` gathered uses earlier starts computing, or when its own use is due
+without prefetching; a reduce-scatter when its unit's backward ends), and each
+ends its fixed costs after its bytes. An MoE unit's dense and expert parts are
+gathered at once, over their two groups, and share the links where those cross
+the same tier. A unit computes once its predecessor is done and its gather has
+arrived. Two microbatches are stepped
 through: the second one's time beyond its compute is the steady state, added to
 every microbatch's forward and backward; what the first one adds beyond that
 (the step's first gather), and the reduce-scatters still running after the last
@@ -24,10 +27,11 @@ traffic is left to the simulation, as for the other collectives.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
@@ -39,19 +43,37 @@ from clustersim.workload.transformer import grad_buckets
 __all__ = [
     "FsdpUse",
     "GradStream",
+    "Links",
     "ShardTimes",
     "bucket_streams",
+    "buckets",
+    "concurrent_pair_s",
     "dp_tail",
     "expert_shard_group",
     "fsdp_overhead",
+    "overlap_s",
+    "pair_s",
     "ready_fractions",
     "stage_uses",
     "steady_scatter_s",
     "unit_streams",
+    "wire_share",
 ]
 
 CollS = Callable[[int, int, str, float], float]
 """``(stride, size, op, nbytes) -> seconds``: the estimator's collective cost."""
+Group = tuple[int, int]
+
+
+class Links(Protocol):
+    """The estimator's collective costs: all of one, the part its bytes spend on the
+    links, and the tiers of links a group's levels cross."""
+
+    def coll_s(self, stride: int, size: int, op: str, nbytes: float) -> float: ...
+    def wire_s(self, stride: int, size: int, op: str, nbytes: float) -> float: ...
+    def tiers(self, stride: int, size: int) -> set[str]: ...
+
+
 Passes = tuple[float, float]
 """(forward, backward) seconds of one microbatch."""
 
@@ -64,6 +86,9 @@ class FsdpUse:
     gather_s: float  # 0 when the pass needs no gather (kept from the forward)
     scatter_s: float  # 0 in the forward
     backward: bool
+    # the seconds of each that its bytes spend on the links (None: all of it)
+    gather_wire_s: float | None = None
+    scatter_wire_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,13 +133,15 @@ def stage_uses(
     stage: int,
     *,
     times: dict[str, Passes],
-    coll_s: CollS,
+    links: Links,
 ) -> list[FsdpUse]:
     """One microbatch's unit uses on ``stage``: the forwards, then the backwards in reverse.
 
     ``times`` gives the (forward, backward) seconds per microbatch of one ``layer``
     (and of one MoE layer, ``moe``, for an MoE model), the ``embed`` and the ``head``.
     Several model chunks are listed one after the other, as one microbatch runs them.
+    An MoE unit's dense part and routed experts are gathered (and reduce-scattered)
+    at once, as the simulator's program issues them (:func:`pair_s`).
     """
     cfg = par.fsdp
     shard = layout.span("dp_shard")
@@ -122,21 +149,94 @@ def stage_uses(
     fwd: list[FsdpUse] = []
     bwd: list[FsdpUse] = []
 
-    def both(op: str, dense: int, expert: int) -> float:
-        # An MoE unit's routed experts travel over their shard group, after its dense
+    def both(op: str, dense: int, expert: int) -> tuple[float, float]:
+        # An MoE unit's routed experts travel over their shard group beside its dense
         # part (a one-member group costs nothing).
-        return coll_s(*shard, op, BYTES * dense) + (
-            coll_s(*edp, op, BYTES * expert) if expert else 0.0
-        )
+        if not expert:
+            d = BYTES * dense
+            return links.coll_s(*shard, op, d), links.wire_s(*shard, op, d)
+        return pair_s(links, op, (shard, BYTES * dense), (edp, BYTES * expert))
 
     for name, (dense, expert) in unit_parts(model, layout, stage, cfg.unit).items():
-        gather = both("all_gather", dense, expert)
-        scatter = both("reduce_scatter", dense, expert)
+        gather, g_wire = both("all_gather", dense, expert)
+        scatter, s_wire = both("reduce_scatter", dense, expert)
         f_s, b_s = _unit_passes(model, layout, stage, name, times)
-        fwd.append(FsdpUse(f_s, gather, 0.0, backward=False))
+        fwd.append(FsdpUse(f_s, gather, 0.0, backward=False, gather_wire_s=g_wire))
         again = gather if cfg.reshard_after_forward else 0.0
-        bwd.append(FsdpUse(b_s, again, scatter, backward=True))
+        bwd.append(
+            FsdpUse(
+                b_s,
+                again,
+                scatter,
+                backward=True,
+                gather_wire_s=g_wire if again else 0.0,
+                scatter_wire_s=s_wire,
+            )
+        )
     return [*fwd, *reversed(bwd)]
+
+
+class _SharedLinks:
+    """The shard group's links as a processor-sharing server: the collectives in flight
+    share their bytes' seconds equally (max-min sharing of the same links), and each
+    ends its fixed costs (its time alone less its seconds on the links) after its
+    bytes. One added with an earlier start than the server's clock starts at the
+    clock (the loop below adds every collective that starts before a gather it
+    waits for ends before it asks)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.left: dict[int, float] = {}  # bytes' seconds left of those in flight
+        self.fixed: dict[int, float] = {}
+        self.done: dict[int, float] = {}
+        self.queued: list[tuple[float, int, float]] = []  # (at, id, wire), a heap
+
+    def add(self, at: float, secs: float, wire: float | None) -> int:
+        ident = len(self.fixed)
+        w = secs if wire is None else min(max(wire, 0.0), secs)
+        self.fixed[ident] = secs - w
+        heapq.heappush(self.queued, (max(at, self.now), ident, w))
+        return ident
+
+    def finish(self, ident: int) -> float:
+        """When collective ``ident`` ends, given those added so far."""
+        while ident not in self.done:
+            if not self._step():
+                break
+        return self.done[ident]
+
+    def drain(self) -> float:
+        """When the last collective ends."""
+        while self._step():
+            pass
+        return max(self.done.values(), default=0.0)
+
+    def _step(self) -> bool:
+        arrival = self.queued[0][0] if self.queued else math.inf
+        n = len(self.left)
+        first = min(self.left.values()) if n else math.inf
+        if n and self.now + first * n <= arrival:
+            self.now += first * n
+            for ident in list(self.left):
+                rest = self.left[ident] - first
+                if rest <= 1e-15:
+                    del self.left[ident]
+                    self.done[ident] = self.now + self.fixed[ident]
+                else:
+                    self.left[ident] = rest
+            return True
+        if not self.queued:
+            return False
+        at, ident, w = heapq.heappop(self.queued)
+        if n:
+            served = (max(at, self.now) - self.now) / n
+            self.left = {k: v - served for k, v in self.left.items()}
+        self.now = max(at, self.now)
+        if w > 0:
+            self.left[ident] = w
+        else:
+            self.done[ident] = self.now + self.fixed[ident]
+        return True
 
 
 def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int) -> ShardTimes:
@@ -145,8 +245,7 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int) -> ShardTimes:
     seq = [*uses, *uses]
     starts: list[float] = []
     gathered: list[int] = []  # indices of the uses that gather
-    link = 0.0  # when the shard group's links are next free
-    scatters: deque[tuple[float, float]] = deque()  # (started at, seconds), not yet served
+    links = _SharedLinks()
     end = 0.0
     waits = [0.0] * len(seq)
     for j, use in enumerate(seq):
@@ -158,19 +257,14 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int) -> ShardTimes:
                 issue = end
             else:
                 issue = starts[gathered[k - prefetch]] if k >= prefetch else 0.0
-            while scatters and scatters[0][0] <= issue:
-                at, secs = scatters.popleft()
-                link = max(link, at) + secs
-            link = max(link, issue) + use.gather_s
-            ready = link
+            ready = links.finish(links.add(issue, use.gather_s, use.gather_wire_s))
         start = max(end, ready)
         waits[j] = start - end
         starts.append(start)
         end = start + use.compute_s
         if use.scatter_s > 0:
-            scatters.append((end, use.scatter_s))
-    for at, secs in scatters:
-        link = max(link, at) + secs
+            links.add(end, use.scatter_s, use.scatter_wire_s)
+    link = links.drain()
     steady_f = sum(w for w, u in zip(waits[n:], uses, strict=True) if not u.backward)
     steady_b = sum(w for w, u in zip(waits[n:], uses, strict=True) if u.backward)
     first = sum(waits[:n]) - steady_f - steady_b
@@ -328,6 +422,38 @@ def _replica_tail(
     return max(end - max(rs_end, last_bwd_s), 0.0)
 
 
+def pair_s(
+    links: Links, op: str, a: tuple[Group, float], b: tuple[Group, float]
+) -> tuple[float, float]:
+    """``op`` over two groups, (group, bytes) each, started together, until both end:
+    they share links where their levels cross the same tier (:func:`concurrent_pair_s`)."""
+    (ga, na), (gb, nb) = a, b
+    return concurrent_pair_s(
+        (links.coll_s(*ga, op, na), links.wire_s(*ga, op, na)),
+        (links.coll_s(*gb, op, nb), links.wire_s(*gb, op, nb)),
+        shared=bool(links.tiers(*ga) & links.tiers(*gb)),
+    )
+
+
+def concurrent_pair_s(
+    a: tuple[float, float], b: tuple[float, float], *, shared: bool
+) -> tuple[float, float]:
+    """Two collectives started together, each given as (seconds alone, seconds of it
+    on the links), until the later one ends.
+
+    On separate links each takes its own time. On the same bottleneck links max-min
+    sharing halves each one's rate while both move bytes: the one with fewer
+    seconds on the links, w_a, ends after its time alone plus w_a, and the other,
+    slowed for those 2 w_a of which it had half, after its own time plus w_a. Either
+    way the pair ends at ``max(t_a, t_b) + min(w_a, w_b)``. Returns that and the
+    pair's seconds on the links (both ones' on shared links, else the longer's).
+    """
+    longest = max(a[0], b[0])
+    if not shared or a[0] <= 0 or b[0] <= 0:
+        return longest, max(a[1], b[1])
+    return longest + min(a[1], b[1]), min(a[1] + b[1], longest + min(a[1], b[1]))
+
+
 def expert_shard_group(layout: Layout) -> tuple[int, int]:
     """(stride, size) of the group the routed experts are sharded over: ``edp``, or
     ``edp_shard`` (one replica's part of it) under hybrid sharding."""
@@ -341,3 +467,19 @@ def steady_scatter_s(
     shard = layout.span("dp_shard")
     total = sum(coll_s(*shard, "reduce_scatter", b) for b in pieces_bytes)
     return max(total - per_mb_s, 0.0)
+
+
+def wire_share(comms: tuple[tuple[float, float], ...], total_s: float) -> float:
+    """The fraction of a layer's collective seconds its bytes spend on the links."""
+    return min(sum(d for _, d in comms) / total_s, 1.0) if total_s > 0 else 1.0
+
+
+def overlap_s(comms: tuple[tuple[float, float], ...], window_s: float) -> float:
+    """Seconds of the collectives (start, seconds) that run within ``window_s`` of the start."""
+    return sum(max(min(t + d, window_s) - t, 0.0) for t, d in comms)
+
+
+def buckets(nbytes: float, bucket: float) -> list[float]:
+    """``nbytes`` of gradients cut into buckets of ``bucket`` bytes (the last one short)."""
+    full, rest = divmod(nbytes, bucket)
+    return [bucket] * int(full) + ([rest] if rest else [])
