@@ -61,6 +61,7 @@ from clustersim.search.sharded import (
     bucket_streams,
     dp_tail,
     expert_shard_group,
+    flat_ring_tiers,
     fsdp_overhead,
     stage_uses,
     unit_streams,
@@ -199,8 +200,9 @@ class Estimator:
         return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime)
 
     def tiers(self, stride: int, size: int) -> set[str]:
-        """The tiers of links (``Level.tier``) a group's levels cross."""
-        return {lv.tier for lv in self.net.levels(stride, size)[0]}
+        """The tiers of links (``Level.tier``) a group's levels, or its flat ring, cross."""
+        tiers = {lv.tier for lv in self.net.levels(stride, size)[0]}
+        return tiers | flat_ring_tiers(self.net.torus, stride, size)
 
     def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
         comp = comm = 0.0
@@ -409,7 +411,7 @@ class Estimator:
     def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
         """Whether the TP or CP groups' links carry the shard group's traffic too (the
         same tier: a chip's DMA link, a torus axis or a switch, the domain's or EFA)."""
-        tiers = {lv.tier for lv in self.net.levels(*shard)[0]}
+        tiers = self.tiers(*shard)
         for stride, size in ((1, layout.tp), (layout.tp, layout.cp)):
             if size > 1 and tiers & {lv.tier for lv in self.net.levels(stride, size)[0]}:
                 return True

@@ -35,6 +35,7 @@ from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
+from clustersim.search.flatring import TorusDomain, flat_ring
 from clustersim.workload import Layout
 from clustersim.workload.dims import chunk_layers, embed_pieces, is_moe_layer, stage_pieces
 from clustersim.workload.sharding import BYTES, EMBED_UNIT, HEAD_UNIT, unit_parts
@@ -50,6 +51,7 @@ __all__ = [
     "concurrent_pair_s",
     "dp_tail",
     "expert_shard_group",
+    "flat_ring_tiers",
     "fsdp_overhead",
     "overlap_s",
     "pair_s",
@@ -483,3 +485,22 @@ def buckets(nbytes: float, bucket: float) -> list[float]:
     """``nbytes`` of gradients cut into buckets of ``bucket`` bytes (the last one short)."""
     full, rest = divmod(nbytes, bucket)
     return [bucket] * int(full) + ([rest] if rest else [])
+
+
+AXIS_TIERS = ("x", "y", "domain")
+"""The ``Level.tier`` of each axis of a torus domain (an UltraServer's third is its Z)."""
+
+
+def flat_ring_tiers(torus: TorusDomain | None, stride: int, size: int) -> set[str]:
+    """The torus axes the routes of a group's flat ring cross (none when the group runs
+    no flat ring): neighbours in rank order are routed dimension-ordered, so each route
+    crosses the axes whose coordinates differ. The shard group of TP 16 on a Trn2
+    UltraServer (chips 0, 4, 8, 12 of each instance's snake) hops along x as well as
+    y, so it shares x links with the TP groups."""
+    ring = flat_ring(torus, stride, size) if torus is not None else None
+    if ring is None:
+        return set()
+    c = ring.info.coords
+    return {
+        AXIS_TIERS[a] for i in range(len(c)) for a in range(len(c[i])) if c[i][a] != c[i - 1][a]
+    }

@@ -50,6 +50,26 @@ def test_sharded_estimate_within_3_percent(scenario: str, sets: list[str]) -> No
     assert est.compute_s == pytest.approx(sim["breakdown_s"]["compute"], rel=1e-6)
 
 
+def test_fsdp_over_the_ultraserver_torus_with_tp_16() -> None:
+    """Llama-3-70B, TP 16 x FSDP 16 on a Trn2 UltraServer (the search table's fifth
+    row). Each shard group (chips 0, 4, 8, 12 of an instance's snake, and the same
+    chips of the other instances) is no grid: its flat ring hops along x as well as
+    y and z, over the TP groups' x links, so the layers' TP collectives share them
+    with its gathers (0.918 of the simulated step while the estimate took the group
+    for a y line; 0.988 now)."""
+    from clustersim.search.sharded import flat_ring_tiers
+
+    sets = ["parallelism.tp=16", "parallelism.pp=1", "parallelism.zero=3"]
+    sets.append("parallelism.recompute=none")
+    res = load_scenario(SCENARIOS / "trn2-ultraserver-llama3-70b.yaml", sets)
+    net = NetModel.of(res.instance, res.chip, res.scenario.cluster.count, res.lnc)
+    assert flat_ring_tiers(net.torus, 16, 16) == {"x", "y", "domain"}
+    assert flat_ring_tiers(net.torus, 1, 16) == set()  # TP: a grid (the chips, then x)
+    est = estimate_resolved(res)
+    sim = simulate(res, record=False, fidelity="folded").summary
+    assert est.step_time_s == pytest.approx(sim["step_time_s"], rel=0.03)
+
+
 def test_gather_stream_closed_form() -> None:
     """Units of 1 s compute whose gathers take 3 s: with prefetch 1 each waits 2 s."""
     uses = [FsdpUse(1.0, 3.0, 0.0, backward=False) for _ in range(4)]
