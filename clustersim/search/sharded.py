@@ -151,7 +151,15 @@ def stage_uses(
     fwd: list[FsdpUse] = []
     bwd: list[FsdpUse] = []
 
+    seen: dict[tuple[str, int, int], tuple[float, float]] = {}  # the layers' units repeat
+
     def both(op: str, dense: int, expert: int) -> tuple[float, float]:
+        key = (op, dense, expert)
+        if key not in seen:
+            seen[key] = _both(op, dense, expert)
+        return seen[key]
+
+    def _both(op: str, dense: int, expert: int) -> tuple[float, float]:
         # An MoE unit's routed experts travel over their shard group beside its dense
         # part (a one-member group costs nothing).
         if not expert:
@@ -202,6 +210,10 @@ class _SharedLinks:
 
     def finish(self, ident: int) -> float:
         """When collective ``ident`` ends, given those added so far."""
+        if not self.left and len(self.queued) == 1 and self.queued[0][1] == ident:
+            at, _, w = self.queued.pop()  # alone on the links: no sharing to step through
+            self.now = at + w
+            self.done[ident] = self.now + self.fixed[ident]
         while ident not in self.done:
             if not self._step():
                 break
