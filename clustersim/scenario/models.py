@@ -131,7 +131,8 @@ class ParallelismCfg(Strict):
     uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
     # Megatron's distributed optimizer (--overlap-param-gather, with zero: 1): the
     # all-gather of the updated parameters runs under the next step's forward instead
-    # of after the optimizer; only the first bucket's gather is waited for.
+    # of after the optimizer, each bucket waited for where the forward first needs it
+    # (clustersim.workload.paramgather).
     overlap_param_gather: bool = False
     # Megatron-Core's overlap_moe_expert_parallel_comm: each backward and the adjacent
     # forward of another microbatch run as one unit, each one's expert all-to-alls

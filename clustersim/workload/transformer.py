@@ -20,9 +20,9 @@ stage (its TP, CP and DP peers) runs it. A program is:
 4. a wait for those buckets, the Adam step (on 1/dp of the parameters under
    ZeRO-1), and under ZeRO-1 an all-gather of the updated bf16 parameters, in
    the same buckets. With ``overlap_param_gather`` (Megatron's distributed
-   optimizer) the gathers move to the start of the program instead, where the
-   next step's forward hides them: the first bucket blocks, the others are
-   asynchronous and waited for with the gradient buckets.
+   optimizer) the gathers run under the next step's forward instead, dispatched
+   as Megatron-Core dispatches them (``paramgather``): one bucket ahead of the
+   layer that first uses it, or a model chunk ahead with interleaving.
 
 Not modelled: the tiny all-reduces of gradient norms (clipping) and of the
 replicated norm weights' gradients across TP; tied embeddings are lowered as
@@ -43,6 +43,7 @@ from clustersim.workload.dims import (
     EXPERT_PIECES,
     Dims,
     chunk_layers,
+    head_pieces,
     make_dims,
     optimizer_params,
     stage_layers,
@@ -52,6 +53,7 @@ from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, mtp_block
 from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
+from clustersim.workload.paramgather import HEAD, ParamGathers
 from clustersim.workload.program import Instr, Kind, Phase, Program
 from clustersim.workload.schedules import Order, dualpipe_units, stage_order
 from clustersim.workload.sharding import shard_program
@@ -200,9 +202,14 @@ def _build(
         sync = _Syncs(syncs)
         dp_on = bool(syncs)
         gather_early = par.zero == 1 and par.overlap_param_gather
-        if gather_early:  # Megatron's distributed optimizer: under the forward
-            for grad_sync in syncs:
-                _param_gathers(out, grad_sync.sizes, grad_sync.group)
+        gathers = None
+        if gather_early and syncs:  # Megatron's distributed optimizer: under the forward
+            gathers = ParamGathers(
+                [(s.group, s.ready) for s in syncs],
+                chunks,
+                frozenset(name for name, _ in head_pieces(model, layout.tp)),
+            )
+            gathers.start(out)
         # Offsets to the stages of the previous and next chunk (the last stage's
         # next chunk, and the first stage's previous one, wrap around).
         prev, nxt = _neighbours(layout, stage)
@@ -224,6 +231,7 @@ def _build(
             model.layers,
             mtp,
             1 + model.mtp_layers,
+            gathers,
         )
         units: list[tuple[int, ...]] = [(i,) for i in range(len(order))]
         if overlap:
@@ -280,6 +288,7 @@ class _StageCtx:
     main_layers: int  # blocks from here on are multi-token-prediction modules
     mtp: Block | None
     head_passes: int  # the LM head's, one more per MTP module
+    gathers: ParamGathers | None = None  # ZeRO-1's gathers chained under the forward
 
 
 def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
@@ -291,17 +300,26 @@ def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
     first, last = c == 0, c == layout.chunks - 1
     layers = ctx.chunks[k]
     if kind == "F":
+        gathers = ctx.gathers if mb == 0 else None  # the step's first use of each part
+        if gathers is not None:
+            gathers.use_chunk(out, k)
         if first:
+            if gathers is not None:
+                gathers.use(out, -1)
             _stamp(out, ctx.embed.fwd, -1, mb)
         elif prev:
             tag = _tag(mb, c - 1, layout, grad=False)
             out.append(_p2p(Kind.RECV, "pp.recv.act", mb, prev, nbytes=ctx.p2p_bytes, tag=tag))
             _gather(out, "pp.gather.act", Phase.FORWARD, mb, ctx.gather_bytes)
         for lay in layers:
+            if gathers is not None:
+                gathers.use(out, gathers.index.get(lay, HEAD))
             if ctx.mtp is not None and lay >= ctx.main_layers:
                 _stamp(out, ctx.mtp.fwd, lay, mb)
             _stamp(out, ctx.blocks[lay].fwd, lay, mb)
         if last:  # the LM head, and its pass for each MTP module's prediction
+            if gathers is not None:
+                gathers.use(out, HEAD)
             for _ in range(ctx.head_passes):
                 _stamp(out, ctx.head.fwd, -1, mb)
         elif nxt:
@@ -380,25 +398,6 @@ class _Syncs:
     def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
         for sync in self.syncs:
             sync.emit(out, layer, mb, pieces)
-
-
-def _param_gathers(out: list[Instr], sizes: list[int], group: str) -> None:
-    """The ZeRO-1 parameter all-gathers overlapped with the forward (Megatron's
-    ``--overlap-param-gather``): the buckets are gathered in forward order (the
-    reverse of the gradient order); the first one blocks, since the first layer's
-    forward needs it, and the others run under the forward until ``dp.wait``."""
-    for i, nbytes in enumerate(reversed(sizes)):
-        kind = Kind.COLLECTIVE if i == 0 else Kind.ASYNC_COLLECTIVE
-        out.append(
-            Instr(
-                kind,
-                f"{group}.all_gather",
-                Phase.PARAM_SYNC,
-                collective="all_gather",
-                group=group,
-                nbytes=float(nbytes),
-            )
-        )
 
 
 class _GradSync:
