@@ -124,6 +124,65 @@ def calibration_fits(ctx: Context) -> str:
     return "\n".join(out)
 
 
+def family_intervals(ctx: Context) -> str:
+    """Each calibrated family's 90% interval and its two parts (``catalog.fits``)."""
+    import math
+
+    from clustersim.catalog.fits import calibration, half_width, residual_basis, spread
+
+    cal = calibration()
+    out = [
+        "| family | rows left out | rms in sample | rms left out | model | reference noise "
+        "| 90% interval |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, fam in cal.families.items():
+        loo = residual_basis(name, cal)
+        inside = [r for k, f in sorted(cal.fits.items()) if k.startswith(f"{name}/")
+                  for r in f.residuals.values()]  # fmt: skip
+        model = spread(loo)
+        noise = fam.reference_noise.spread
+        if model is None:
+            model = math.log1p(fam.default_spread)
+            counts = "none (declared default)"
+            rms_in = rms_out = "-"
+        else:
+            counts = f"{len(loo)}"
+            rms_in = f"{math.sqrt(sum(r * r for r in inside) / len(inside)):.1%}"
+            rms_out = f"{math.sqrt(sum(e * e for e in loo) / len(loo)):.1%}"
+        half = half_width(model, noise)
+        out.append(
+            f"| {name} | {counts} | {rms_in} | {rms_out} | ±{math.expm1(model):.1%} | "
+            f"±{noise:.1%} | -{-math.expm1(-half):.1%} / +{math.expm1(half):.1%} |"
+        )
+    return "\n".join(out)
+
+
+def holdout_inside(ctx: Context) -> str:
+    """How many holdout rows' published steps lie inside their 90% intervals."""
+    from clustersim.validation.command import holdout_coverage
+    from clustersim.validation.rows import Row
+
+    rows = [
+        Row(**{k: v for k, v in r.items() if k in Row.__dataclass_fields__})
+        for r in ctx.validation_rows()
+    ]
+    cover = holdout_coverage(rows)
+    return f"{cover['inside']} of the {cover['rows']}" if cover else "none of the 0"
+
+
+def _quickstart_interval(ctx: Context) -> tuple[float, float, str]:
+    s = ctx.quickstart()
+    low, high = s["uncertainty"]["step_time_s"]
+    return float(low), float(high), str(s["uncertainty"]["basis"])
+
+
+def _quickstart_pm(ctx: Context) -> str:
+    """The interval's half-width as a share of the step, as ``run`` prints it."""
+    low, high, _ = _quickstart_interval(ctx)
+    return f"±{(high - low) / (2 * ctx.quickstart()['step_time_s']):.0%}"
+
+
 def measured_table(reference: str) -> Callable[[Context], str]:
     """The measured-collective rows of ``reference`` by size: measured against simulated
     (a time for the small-message floor, busbw otherwise), the error in time, and what ran."""
@@ -195,6 +254,19 @@ FIGURES: tuple[Figure, ...] = (
         what="the shipped fits as calibration.yaml holds them (`clustersim calibrate --write`)",
     ),
     Figure(
+        "family-intervals",
+        "",
+        family_intervals,
+        what="each family's 90% interval from its leave-one-out residuals and reference "
+        "noise (calibration.yaml)",
+    ),
+    Figure(
+        "holdout-coverage",
+        r"(\d+ of the \d+) holdout",
+        holdout_inside,
+        what="holdout rows whose published step lies inside the prediction's 90% interval",
+    ),
+    Figure(
         "collectives-c1",
         "",
         measured_table("nccom-trn1-2x-all-reduce"),
@@ -230,6 +302,19 @@ FIGURES: tuple[Figure, ...] = (
         "quickstart-throughput",
         r"throughput +([0-9,]+ tok/s)",
         lambda ctx: f"{ctx.quickstart()['tokens_per_s']:,.0f} tok/s",
+    ),
+    Figure(
+        "quickstart-spread",
+        r"step time +[0-9.]+ s (±\d+%)",
+        _quickstart_pm,
+        what="the quick-start interval's half-width, as `run` prints it",
+    ),
+    Figure("quickstart-throughput-spread", r"tok/s (±\d+%)", _quickstart_pm),
+    Figure(
+        "quickstart-interval",
+        r" interval +([0-9.]+ \.\. [0-9.]+ s +[a-z0-9]+: [^\n]*)",
+        lambda ctx: "{:.3f} .. {:.3f} s   {}".format(*_quickstart_interval(ctx)),
+        what="the quick-start interval and its basis, as `run` prints them",
     ),
     Figure("quickstart-mfu", r" MFU +([0-9.]+%)", lambda ctx: f"{ctx.quickstart()['mfu']:.1%}"),
     Figure(

@@ -11,8 +11,12 @@ Reference fits anchor the estimate on a simulation of each calibration row at
 the shipped constants (``--no-simulate`` fits on the bare estimate):
 the residual is ``log(sim(c0) / published) + log(est(c) / est(c0))``, so the
 estimate supplies only the sensitivity to the constants and the simulator the
-level. ``--check`` refits from the shipped constants; when they are a fixed
-point of the fit (within ``CHECK_TOLERANCE``) it passes. ``--validation FILE``
+level. Each group is also refitted once without each of its rows in turn
+(``leave_one_out``), the row left out predicted the same anchored way; those
+out-of-sample residuals are stored beside the in-sample ones and make the
+prediction intervals. ``--check`` refits from the shipped constants; when they are a fixed
+point of the fit (within ``CHECK_TOLERANCE``) and the stored leave-one-out
+residuals match fresh ones (within ``LOO_TOLERANCE``) it passes. ``--validation FILE``
 takes ``sim(c0)`` from a ``clustersim validate --json-out FILE`` run (whose rows
 ran at the shipped constants, which is checked), so the check costs only the
 estimate's fits (seconds) where validate has run anyway, as in CI.
@@ -30,7 +34,14 @@ from typing import Any
 
 import yaml
 
-from clustersim.calibration.fit import FitResult, FitRow, estimate_s, fit_group, group_rows
+from clustersim.calibration.fit import (
+    FitResult,
+    FitRow,
+    estimate_s,
+    fit_group,
+    group_rows,
+    leave_one_out,
+)
 from clustersim.calibration.measurements import (
     CollectivePoint,
     op_from_name,
@@ -42,10 +53,21 @@ from clustersim.calibration.user import fit_collectives, fit_step_times, overlay
 from clustersim.catalog.fits import CalibrationFile, calibration, fit_overrides
 from clustersim.errors import ScenarioError
 
-__all__ = ["CHECK_TOLERANCE", "calibrate_command", "fit_shipped", "load_validation"]
+__all__ = [
+    "CHECK_TOLERANCE",
+    "LOO_TOLERANCE",
+    "calibrate_command",
+    "fit_shipped",
+    "load_validation",
+]
 
 CHECK_TOLERANCE = 0.005
 """Largest relative change of a fitted constant that ``--check`` accepts."""
+
+LOO_TOLERANCE = 0.01
+"""Largest change of a leave-one-out residual (log error, about a relative change of
+the row's predicted step) that ``--check`` accepts: a hundredth moves a family's
+interval by well under a tenth of its width, and is the validation table's noise."""
 
 
 Simulated = dict[str, tuple[float, dict[str, float]]]
@@ -133,8 +155,10 @@ def fit_shipped(
     progress: Any = None,
     simulated: Simulated | None = None,
     source: str = "",
+    loo: bool = True,
 ) -> list[FitResult]:
-    """Fit every group of calibration rows, starting from the shipped fits.
+    """Fit every group of calibration rows, starting from the shipped fits, and (``loo``)
+    each group again without each of its rows in turn.
 
     ``simulated`` (from :func:`load_validation`) supplies the anchoring
     simulations; it must hold every calibration row, run at the shipped constants.
@@ -154,6 +178,8 @@ def fit_shipped(
         use = _anchored(rows, cal, stacks, simulated) if simulate else rows
         start = dict(cal.fits[key].constants) if key in cal.fits else None
         result = fit_group(key, use, family, start=start)
+        if loo:
+            leave_one_out(result, use, family)
         if key in cal.fits:  # "previous" stays what the catalog had before the first fit
             result.previous = {**cal.fits[key].previous, **result.previous}
             result.previous = {k: result.previous[k] for k in result.constants}
@@ -179,6 +205,19 @@ def _differences(results: list[FitResult], cal: CalibrationFile) -> list[str]:
             a, b = shipped.constants.get(name), new.constants.get(name)
             if a is None or b is None or abs(b - a) > CHECK_TOLERANCE * abs(a):
                 problems.append(f"{key}: {name} shipped {a} but a fresh fit gives {b}")
+        if new.loo and set(shipped.loo_residuals) != set(new.loo):
+            problems.append(
+                f"{key}: leave-one-out residuals shipped for {sorted(shipped.loo_residuals)}, "
+                f"a fresh fit has {sorted(new.loo)}"
+            )
+            continue
+        for row in sorted(new.loo):
+            a, b = shipped.loo_residuals[row], new.loo[row]
+            if abs(b - a) > LOO_TOLERANCE:
+                problems.append(
+                    f"{key}: leave-one-out residual of {row} shipped {a:+.4f} "
+                    f"but a fresh fit gives {b:+.4f}"
+                )
     return problems
 
 
@@ -323,8 +362,10 @@ def calibrate_command(args: argparse.Namespace) -> int:
         for r in results:
             before = math.sqrt(sum(v * v for v in r.before.values()) / len(r.before))
             moves = _moves(r) or "nothing fitted"
+            loo = math.sqrt(sum(v * v for v in r.loo.values()) / len(r.loo)) if r.loo else 0.0
             print(
                 f"{r.key}: {len(r.rows)} rows; {moves}; rms log error {before:.3f} -> {r.rms:.3f}"
+                f" ({loo:.3f} with each row left out in turn)"
             )
     if args.write:
         path = _write(results, cal)

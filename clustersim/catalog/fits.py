@@ -10,13 +10,27 @@ same kernels as. Its rows are fitted with the base's rows and run with the base'
 fit, on every chip family; a chain of bases ends at the stack fitted.
     low, high, basis = interval("h100", 2.5)
 
-``interval`` turns the calibration residuals of a chip family into an interval
-around a predicted step time: with n calibration rows and k fitted constants
-(dof = n - k), the residuals r (log of estimate over published) give
-s = sqrt(sum r^2 / dof), and the 90% prediction interval is
-``step x exp(+-t(0.95, dof) s sqrt(1 + 1/n))``. Fewer rows mean fewer degrees of
-freedom and a wider interval. A family without residuals (no fit, or no
-degree of freedom left) gets its declared ``default_spread``.
+``interval`` turns the leave-one-out residuals of a chip family into a 90%
+prediction interval around a predicted step time. ``clustersim calibrate`` refits
+each group once without each of its n rows in turn and predicts the row left out:
+e_i = log(estimate_(-i) / published), an out-of-sample error (the row helped fit
+nothing it is judged by), unlike the in-sample residuals r_i, which understate a
+new row's error (for a least-squares fit linear in its constants
+e_i = r_i / (1 - h_ii), h_ii the row's leverage). Each e_i is already the error of
+a prediction from fitted constants, so their root mean square
+s = sqrt(sum e_i^2 / n) estimates the prediction error's spread, constant
+uncertainty included (no sqrt(1 + 1/n) factor), and the model's half-width is
+t(0.95, n - 1) s, Student's t with n - 1 degrees of freedom for a spread measured
+on n errors (Hahn and Meeker, Statistical Intervals, 2017, section 4.7, for a
+new observation from a sample of n). A published figure is itself noisy between
+releases of its source (``reference_noise`` per family, with its source line in
+``calibration.yaml``). That drift moves the rows of a release together, so a fit
+absorbs it into its constants and the residuals cannot see it; it is independent
+of them and joins in quadrature: half = sqrt((t s)^2 + log(1 + noise)^2), and
+the interval is ``step x exp(+-half)``. Fewer rows mean fewer degrees of freedom
+and a wider interval. A family with fewer than two left-out residuals takes its
+declared ``default_spread`` as the model's half-width, ``log(1 + default)``,
+joined with its reference noise the same way.
 """
 
 from __future__ import annotations
@@ -37,13 +51,16 @@ __all__ = [
     "ConstantSpec",
     "Family",
     "Fit",
+    "ReferenceNoise",
     "calibration",
     "family_of",
     "fit_overrides",
     "fit_stack",
+    "half_width",
     "interval",
     "overlaps",
     "residual_basis",
+    "spread",
 ]
 
 
@@ -58,20 +75,31 @@ class ConstantSpec(Strict):
         return self
 
 
+class ReferenceNoise(Strict):
+    """How far a family's published figures move between releases of their source:
+    ``spread`` is the relative half-width read as a 90% band, ``source`` where it is stated."""
+
+    spread: float = Field(ge=0, lt=1)
+    source: str = Field(min_length=1)
+
+
 class Family(Strict):
     chips: tuple[str, ...]
     default_spread: float = Field(gt=0, lt=1)
+    reference_noise: ReferenceNoise
     constants: dict[str, ConstantSpec]
 
 
 class Fit(Strict):
-    """One fitted family/stack: the values, when, on which rows, and how well."""
+    """One fitted family/stack: the values, when, on which rows, and how well: in sample
+    (``residuals``) and with each row left out of the fit in turn (``loo_residuals``)."""
 
     constants: dict[str, float]
     previous: dict[str, float] = Field(default_factory=dict)
     fitted: str
     rows: tuple[str, ...]
     residuals: dict[str, float]
+    loo_residuals: dict[str, float] = Field(default_factory=dict)
     rms: float
     simulated_residuals: dict[str, float] = Field(default_factory=dict)
 
@@ -152,16 +180,14 @@ def fit_overrides(chip: str, stack: str, cal: CalibrationFile | None = None) -> 
     return dict(fit.constants) if fit is not None else {}
 
 
-def residual_basis(family: str, cal: CalibrationFile | None = None) -> tuple[list[float], int]:
-    """The calibration residuals of every fit of ``family`` and the constants fitted."""
+def residual_basis(family: str, cal: CalibrationFile | None = None) -> list[float]:
+    """The leave-one-out residuals of every fit of ``family``."""
     cal = cal or calibration()
     residuals: list[float] = []
-    fitted = 0
     for key, fit in sorted(cal.fits.items()):
         if key.partition("/")[0] == family:
-            residuals += list(fit.residuals.values())
-            fitted += len(fit.constants)
-    return residuals, fitted
+            residuals += list(fit.loo_residuals.values())
+    return residuals
 
 
 def _t95(dof: int) -> float:
@@ -172,14 +198,18 @@ def _t95(dof: int) -> float:
     return float(stdtrit(dof, 0.95))
 
 
-def spread(residuals: list[float], fitted: int) -> float | None:
-    """Half-width, in log space, of the 90% prediction interval; None without a dof."""
-    n = len(residuals)
-    dof = n - fitted
-    if dof < 1:
+def spread(loo: list[float]) -> float | None:
+    """The model's half-width, in log space, of the 90% prediction interval from
+    leave-one-out residuals: ``t(0.95, n - 1) sqrt(sum e^2 / n)``; None under two."""
+    n = len(loo)
+    if n < 2:
         return None
-    s = math.sqrt(sum(r * r for r in residuals) / dof)
-    return _t95(dof) * s * math.sqrt(1 + 1 / n)
+    return _t95(n - 1) * math.sqrt(sum(e * e for e in loo) / n)
+
+
+def half_width(model: float, noise: float) -> float:
+    """The model's half-width (log) and the reference noise (relative) in quadrature."""
+    return math.hypot(model, math.log1p(noise))
 
 
 def interval(
@@ -191,15 +221,19 @@ def interval(
     if family is None:
         half = 0.25
         return step_s / (1 + half), step_s * (1 + half), f"{chip}: no calibration family, ±25%"
-    residuals, fitted = residual_basis(family, cal)
-    half_log = spread(residuals, fitted)
-    if half_log is None:
-        d = cal.families[family].default_spread
-        basis = f"{family}: no fitted residuals, declared default ±{d:.0%}"
-        return step_s / (1 + d), step_s * (1 + d), basis
-    n, dof = len(residuals), len(residuals) - fitted
-    basis = f"{family}: 90% from {n} calibration rows, {dof} dof"
-    return step_s * math.exp(-half_log), step_s * math.exp(half_log), basis
+    fam = cal.families[family]
+    noise = fam.reference_noise.spread
+    loo = residual_basis(family, cal)
+    model = spread(loo)
+    if model is None:
+        d = fam.default_spread
+        half = half_width(math.log1p(d), noise)
+        basis = f"{family}: no left-out residuals, declared default ±{d:.0%}"
+    else:
+        half = half_width(model, noise)
+        basis = f"{family}: 90% from {len(loo)} rows left out in turn, {len(loo) - 1} dof"
+    basis += f", {noise:.1%} reference noise"
+    return step_s * math.exp(-half), step_s * math.exp(half), basis
 
 
 def overlaps(a: tuple[float, float] | list[float], b: tuple[float, float] | list[float]) -> bool:

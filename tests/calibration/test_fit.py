@@ -16,6 +16,7 @@ from clustersim.calibration.fit import FitRow, estimate_s, fit_group, with_const
 from clustersim.calibration.measurements import CollectivePoint, parse_nccl_tests, parse_nccom_test
 from clustersim.calibration.user import _predict, fit_collectives
 from clustersim.catalog.fits import calibration
+from clustersim.catalog.schema import ChipSpec
 from clustersim.cli import main
 from clustersim.scenario import load_scenario
 from clustersim.validation.rows import References, references
@@ -55,6 +56,43 @@ def test_fewer_rows_fit_fewer_constants() -> None:
     assert two.constants["tensor_efficiency"] == pytest.approx(0.6, rel=1e-3)
     one = fit_group("a100/one", _rows(A100_ROWS[:1], truth), family)
     assert one.constants == {}  # a row alone sets nothing
+
+
+def test_leave_one_out_of_a_one_constant_fit_is_the_closed_form() -> None:
+    """A step log-linear in one constant, est_i = a_i c^-b_i, makes the fit least squares
+    linear in log c with x_i = -b_i: the left-out residual is r_i / (1 - h_ii)."""
+    from clustersim.calibration.fit import leave_one_out
+
+    fam = calibration().families["a100"]
+    one = fam.model_copy(
+        update={"constants": {"tensor_efficiency": fam.constants["tensor_efficiency"]}}
+    )
+    a = {"megatron-1.7b": 3.0, "megatron-3.6b": 4.0, "megatron-7.5b": 7.0, "megatron-39.1b": 11.0}
+    b = {"megatron-1.7b": 0.6, "megatron-3.6b": 1.0, "megatron-7.5b": 1.3, "megatron-39.1b": 0.8}
+    noise = {
+        "megatron-1.7b": 0.03,
+        "megatron-3.6b": -0.02,
+        "megatron-7.5b": 0.01,
+        "megatron-39.1b": -0.04,
+    }
+
+    def estimate(res: object, chip: ChipSpec) -> float:
+        name = res.scenario.name  # type: ignore[attr-defined]
+        return a[name] * chip.calibration.tensor_efficiency ** -b[name]
+
+    rows = [
+        FitRow(r.name, r.res, a[r.name] * 0.6 ** -b[r.name] * math.exp(noise[r.name]))
+        for r in _rows(A100_ROWS, {})
+    ]
+    result = fit_group("a100/one", rows, one, estimate=estimate)
+    assert list(result.constants) == ["tensor_efficiency"]
+    loo = leave_one_out(result, rows, one, estimate=estimate)
+    sxx = sum(v * v for v in b.values())
+    for name, r in result.residuals.items():
+        assert loo[name] == pytest.approx(r / (1 - b[name] ** 2 / sxx), rel=1e-5, abs=1e-9)
+    assert result.loo == loo
+    # larger than in sample, every one: each row helped fit the constant it is judged by
+    assert all(abs(loo[n]) > abs(r) for n, r in result.residuals.items())
 
 
 def test_bounds_hold() -> None:
@@ -174,16 +212,26 @@ def test_check_fails_when_shipped_constants_differ(
     same = cal.model_copy(update={"fits": fits})
     monkeypatch.setattr(command, "calibration", lambda: same)
     assert main(["calibrate", "--check", "--no-simulate"]) == 0
+    assert "shipped fits match a fresh fit" in capsys.readouterr().out
+    assert all(set(f.loo_residuals) == set(f.rows) for f in fits.values())
+
+    def problems(key: str, **update: dict[str, float]) -> list[str]:
+        edited = cal.model_copy(update={"fits": {**fits, key: fits[key].model_copy(update=update)}})
+        return command._differences(fresh, edited)
+
     key = next(iter(fits))
     name = next(iter(fits[key].constants))
-    edited = fits[key].model_copy(
-        update={"constants": {**fits[key].constants, name: fits[key].constants[name] * 1.05}}
-    )
-    other = cal.model_copy(update={"fits": {**fits, key: edited}})
-    monkeypatch.setattr(command, "calibration", lambda: other)
-    assert main(["calibrate", "--check", "--no-simulate"]) == 1
-    assert f"{key}: {name} shipped" in capsys.readouterr().out
+    moved = problems(key, constants={**fits[key].constants, name: fits[key].constants[name] * 1.05})
+    assert [p for p in moved if p.startswith(f"{key}: {name} shipped")]
     assert math.isfinite(fits[key].rms)
+    # the stored left-out residuals are checked too, within their tolerance
+    row = next(iter(fits[key].loo_residuals))
+    for shift, flagged in ((0.5 * command.LOO_TOLERANCE, False), (2 * command.LOO_TOLERANCE, True)):
+        loo = {**fits[key].loo_residuals, row: fits[key].loo_residuals[row] + shift}
+        found = problems(key, loo_residuals=loo)
+        assert bool(found) == flagged
+        assert all(p.startswith(f"{key}: leave-one-out residual of {row} shipped") for p in found)
+    assert problems(key, loo_residuals={})  # a fit shipped without them fails
 
 
 def _validation_file(tmp_path: Path, scale: float = 1.0) -> Path:
@@ -215,15 +263,15 @@ def test_check_anchors_on_a_validate_run_without_simulating(
 
     monkeypatch.setattr(sim, "simulate", no_simulation)
     simulated = command.load_validation(_validation_file(tmp_path))
-    anchored = {r.key: r.constants for r in command.fit_shipped(simulated=simulated)}
-    bare = {r.key: r.constants for r in command.fit_shipped(simulate=False)}
+    anchored = {r.key: r.constants for r in command.fit_shipped(simulated=simulated, loo=False)}
+    bare = {r.key: r.constants for r in command.fit_shipped(simulate=False, loo=False)}
     assert anchored.keys() == bare.keys()
     for key, constants in bare.items():
         for name, value in constants.items():
             assert anchored[key][name] == pytest.approx(value, rel=1e-6)
     # a simulator 10% slower everywhere moves the fit
     slower = command.load_validation(_validation_file(tmp_path, scale=1.1))
-    moved = {r.key: r.constants for r in command.fit_shipped(simulated=slower)}
+    moved = {r.key: r.constants for r in command.fit_shipped(simulated=slower, loo=False)}
     assert moved != anchored
 
 

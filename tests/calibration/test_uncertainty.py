@@ -1,4 +1,5 @@
-"""Error bars: the interval brackets the prediction and widens with fewer rows."""
+"""Error bars: the interval brackets the prediction, is built from leave-one-out
+residuals, widens with fewer rows, and never narrows below the references' own noise."""
 
 from __future__ import annotations
 
@@ -6,44 +7,86 @@ import math
 
 import pytest
 
-from clustersim.catalog.fits import Fit, calibration, interval, spread
+from clustersim.catalog.fits import CalibrationFile, Fit, calibration, interval, spread
 from clustersim.scenario import load_scenario
 from clustersim.sim import simulate
 
 
-def _with_fit(n_rows: int, rms: float, fitted: int) -> object:
+def _with_fit(n_rows: int, rms: float, fitted: int, noise: float | None = None) -> CalibrationFile:
     residuals = {f"r{i}": rms * (1 if i % 2 else -1) for i in range(n_rows)}
     fit = Fit(
         constants={f"c{i}": 0.5 for i in range(fitted)},
         fitted="2026-12-01",
         rows=tuple(residuals),
-        residuals=residuals,
+        residuals={k: 0.5 * v for k, v in residuals.items()},  # in sample: never read
+        loo_residuals=residuals,
         rms=rms,
     )
-    return calibration().model_copy(update={"fits": {"a100/test": fit}})
+    cal = calibration()
+    families = dict(cal.families)
+    if noise is not None:
+        fam = families["a100"]
+        ref = fam.reference_noise.model_copy(update={"spread": noise})
+        families["a100"] = fam.model_copy(update={"reference_noise": ref})
+    return cal.model_copy(update={"fits": {"a100/test": fit}, "families": families})
 
 
 def test_interval_brackets_the_point_and_widens_with_fewer_rows() -> None:
     widths = []
     for n in (3, 5, 10, 40):
-        cal = _with_fit(n, 0.04, 1)
-        low, high, basis = interval("a100", 10.0, cal)  # type: ignore[arg-type]
+        low, high, basis = interval("a100", 10.0, _with_fit(n, 0.04, 1))
         assert low < 10.0 < high
-        assert f"{n} calibration rows" in basis
+        assert f"{n} rows left out in turn, {n - 1} dof" in basis
         widths.append(high - low)
     assert widths == sorted(widths, reverse=True)  # more rows, narrower
-    # the closed form: t(0.95, dof) s sqrt(1 + 1/n) in log space
-    half = spread([0.04, -0.04, 0.04, -0.04, 0.04], 1)
-    assert half == pytest.approx(2.1318 * math.sqrt(5 * 0.04**2 / 4) * math.sqrt(1.2), rel=1e-3)
+
+
+def test_spread_is_students_t_on_the_left_out_residuals() -> None:
+    loo = [0.04, -0.04, 0.04, -0.04, 0.04]
+    # t(0.95, n - 1) sqrt(sum e^2 / n): t(0.95, 4) = 2.1318
+    assert spread(loo) == pytest.approx(2.1318 * 0.04, rel=1e-4)
+    assert spread([0.04]) is None  # one error measures no spread
+    # the interval reads the left-out residuals, not the in-sample ones
+    cal = _with_fit(5, 0.04, 1, noise=0.0)
+    low, high, _ = interval("a100", 10.0, cal)
+    assert math.log(high / 10.0) == pytest.approx(2.1318 * 0.04, rel=1e-4)
+    assert math.log(10.0 / low) == pytest.approx(2.1318 * 0.04, rel=1e-4)
+
+
+def test_reference_noise_joins_in_quadrature_and_floors_the_interval() -> None:
+    model = 2.1318 * 0.04
+    for noise in (0.0, 0.03, 0.10):
+        low, high, basis = interval("a100", 10.0, _with_fit(5, 0.04, 1, noise=noise))
+        assert math.log(high / 10.0) == pytest.approx(
+            math.hypot(model, math.log1p(noise)), rel=1e-4
+        )
+        assert f"{noise:.1%} reference noise" in basis
+    # a fit that matches its rows exactly still leaves the references' own noise
+    low, high, _ = interval("a100", 10.0, _with_fit(5, 0.0, 1, noise=0.10))
+    assert (low, high) == pytest.approx((10.0 / 1.1, 11.0))
+    # every shipped family declares its noise with the line that states it
+    for name, fam in calibration().families.items():
+        assert fam.reference_noise.source.startswith("../shared/REFERENCES.md"), name
 
 
 def test_no_residuals_fall_back_to_the_declared_spread() -> None:
     cal = calibration().model_copy(update={"fits": {}})
     low, high, basis = interval("a100", 10.0, cal)
-    d = cal.families["a100"].default_spread
-    assert (low, high) == pytest.approx((10 / (1 + d), 10 * (1 + d)))
+    fam = cal.families["a100"]
+    d, noise = fam.default_spread, fam.reference_noise.spread
+    half = math.hypot(math.log1p(d), math.log1p(noise))
+    assert (low, high) == pytest.approx((10 * math.exp(-half), 10 * math.exp(half)))
     assert "declared default" in basis
     assert interval("tpu-v9", 1.0, cal)[2].startswith("tpu-v9: no calibration family")
+
+
+def test_shipped_intervals_come_from_left_out_residuals() -> None:
+    cal = calibration()
+    for key, fit in cal.fits.items():
+        assert set(fit.loo_residuals) == set(fit.rows), key
+    _, high, basis = interval("trn2", 1.0)
+    assert "rows left out in turn" in basis
+    assert high > 1.10  # at least the Neuron SDK's drift between releases
 
 
 def test_summary_carries_the_interval() -> None:
