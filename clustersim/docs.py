@@ -171,6 +171,30 @@ def holdout_inside(ctx: Context) -> str:
     return f"{cover['inside']} of the {cover['rows']}" if cover else "none of the 0"
 
 
+def hardware_intervals(group: str) -> Callable[[Context], str]:
+    """The Trn2 and H100 on-demand $/M-token intervals of the hardware study's ``group``
+    (``reports/hardware-comparison/hardware.csv``), from each step's interval now."""
+
+    def compute(ctx: Context) -> str:
+        import csv
+
+        from clustersim import catalog
+        from clustersim.catalog.fits import interval
+
+        path = README.parent / "reports" / "hardware-comparison" / "hardware.csv"
+        with path.open(encoding="utf-8") as fh:
+            rows = {(r["group"], r["hardware"]): r for r in csv.DictReader(fh)}
+        shown = []
+        for hw in ("trn2", "h100"):
+            r = rows[(group, hw)]
+            step, usd = float(r["step_time_s"]), float(r["usd_per_million_tokens.on_demand"])
+            low, high, _ = interval(catalog.instance(r["instance"]).chip, step)
+            shown.append(f"{usd * low / step:.2f}-{usd * high / step:.2f}")
+        return " against ".join(shown)
+
+    return compute
+
+
 def _quickstart_interval(ctx: Context) -> tuple[float, float, str]:
     s = ctx.quickstart()
     low, high = s["uncertainty"]["step_time_s"]
@@ -265,6 +289,20 @@ FIGURES: tuple[Figure, ...] = (
         r"(\d+ of the \d+) holdout",
         holdout_inside,
         what="holdout rows whose published step lies inside the prediction's 90% interval",
+    ),
+    Figure(
+        "hardware-intervals-chips144",
+        r"At 144 chips the\s+on-demand\s+\$/M-token\s+intervals\s+are\s+"
+        r"(\d+\.\d+-\d+\.\d+ against \d+\.\d+-\d+\.\d+)",
+        hardware_intervals("chips144"),
+        what="Trn2 and H100 $/M-token intervals of the hardware study at 144 chips",
+    ),
+    Figure(
+        "hardware-intervals-usd480",
+        r"at\s+about\s+\$480/h\s+they\s+all\s+but\s+touch,\s+"
+        r"(\d+\.\d+-\d+\.\d+ against \d+\.\d+-\d+\.\d+)",
+        hardware_intervals("usd480"),
+        what="the same at about $480/h",
     ),
     Figure(
         "collectives-c1",

@@ -17,7 +17,8 @@ def _row(name: str, role: str, err: float, status: str = "checked") -> dict[str,
         "metric": "step time", "unit": "s", "published": pub, "predicted": pub * (1 + err),
         "tolerance": 0.1, "source": "t", "bubble_s": 1.0, "exposed_comm_s": 2.0,
         "mfu_published": None, "mfu_predicted": None, "note": "", "wall_s": 0.0,
-        "extra": {"chips": 64, "id": "G9" if role == "holdout" else ""},
+        "extra": {"chips": 64, "id": "G9" if role == "holdout" else "",
+                  "uncertainty": [0.9 * pub * (1 + err), 1.1 * pub * (1 + err)]},
     }  # fmt: skip
 
 
@@ -38,6 +39,7 @@ def _readme(ctx: docs.Context) -> str:
     return (
         "intro\n<!-- docs:validation-table -->\n" + table + "\n<!-- /docs:validation-table -->\n"
         "Checked rows: calibration mean |error| 2.0% (1 rows, worst), holdout 4.0% (1 rows).\n"
+        "1 of the 2 holdout rows fall inside their intervals.\n"
     )
 
 
@@ -56,6 +58,10 @@ def test_current_figures_pass_and_an_edited_one_fails(ctx: docs.Context) -> None
     assert docs.regenerate(edited, ctx, VALIDATION) == text
     nudged = text.replace("| -4.0% |", "| -4.1% |")  # a printed tenth: within the noise
     assert docs.check(nudged, ctx, VALIDATION) == []
+    coverage = text.replace("1 of the 2 holdout", "2 of the 2 holdout")
+    assert docs.check(coverage, ctx, VALIDATION) == [
+        "holdout-coverage: quoted 2 of the 2, now 1 of the 2 (noise 0%)"
+    ]
     table_edit = text.replace("-4.0%", "-1.0%")
     assert [p.split(":")[0] for p in docs.check(table_edit, ctx, VALIDATION)] == [
         "validation-table"
