@@ -13,16 +13,18 @@ fit, on every chip family; a chain of bases ends at the stack fitted.
 ``interval`` turns the leave-one-out residuals of a chip family into a 90%
 prediction interval around a predicted step time. ``clustersim calibrate`` refits
 each group once without each of its n rows in turn and predicts the row left out:
-e_i = log(estimate_(-i) / published), an out-of-sample error (the row helped fit
-nothing it is judged by), unlike the in-sample residuals r_i, which understate a
-new row's error (for a least-squares fit linear in its constants
+e_i = log(estimate_(-i) / published), an out-of-sample error (no constant it is
+judged by was fitted on it), unlike the in-sample residuals r_i, which understate
+a new row's error (for a least-squares fit linear in its constants
 e_i = r_i / (1 - h_ii), h_ii the row's leverage). Each e_i is already the error of
 a prediction from fitted constants, so their root mean square
 s = sqrt(sum e_i^2 / n) estimates the prediction error's spread, constant
 uncertainty included (no sqrt(1 + 1/n) factor), and the model's half-width is
-t(0.95, n - 1) s, Student's t with n - 1 degrees of freedom for a spread measured
-on n errors (Hahn and Meeker, Statistical Intervals, 2017, section 4.7, for a
-new observation from a sample of n). A published figure is itself noisy between
+t(0.95, n - 1) s: Student's t for a spread measured on n errors, counted with
+n - 1 degrees of freedom rather than n because the errors are not independent
+(any two left-out fits share n - 2 rows), the conservative count of a sample of
+n about its mean. The errors of a family's fits (``family/stack``) are pooled.
+A published figure is itself noisy between
 releases of its source (``reference_noise`` per family, with its source line in
 ``calibration.yaml``). That drift moves the rows of a release together, so a fit
 absorbs it into its constants and the residuals cannot see it; it is independent

@@ -10,8 +10,9 @@ Point names say what they are: ``<hardware>-<group>[-<group>...]``, e.g.
 each group, every hardware is compared with a reference (``h100`` by default):
 "x% better price-performance" means the reference's $/M tokens over the
 hardware's, minus one. ``intervals_overlap`` says whether the two $/M tokens
-intervals (from each chip family's calibration residuals, ``uncertainty`` in
-summary.json) overlap: then the verdict is within what the model can resolve.
+intervals (from each chip family's leave-one-out calibration residuals and its
+reference noise, ``uncertainty`` in summary.json) overlap: then the verdict is
+within what the model can resolve.
 
 ``python -m clustersim.search.hardware STUDY_DIR [--out DIR] [--reference NAME]``
 writes ``hardware.csv`` and ``hardware.png`` and prints the table.

@@ -91,7 +91,7 @@ _RECOMPUTE = {"selective": "sel", "none": "none", "full": "full"}
 
 def overlap_note(result: SearchResult, rows: list[dict[Any, Any]]) -> str:
     """Which of the listed layouts the best cannot be told apart from: their 90% step-time
-    intervals (the chip family's calibration residuals) overlap the best's."""
+    intervals (from the chip family's leave-one-out calibration residuals) overlap the best's."""
     from clustersim import catalog
     from clustersim.catalog.fits import interval, overlaps
 
