@@ -142,8 +142,11 @@ def _solve(
     names: list[str],
     x0: dict[str, float],
     estimate: Estimate,
+    *,
+    tol: float = 1e-10,
 ) -> dict[str, float]:
-    """All of ``x0``, with ``names`` fitted on ``rows`` by bounded least squares."""
+    """All of ``x0``, with ``names`` fitted on ``rows`` by bounded least squares, to a
+    relative step ``tol`` of the constants (``ftol`` and ``gtol`` a hundredth of it)."""
     from scipy.optimize import least_squares
 
     if not names:
@@ -161,7 +164,7 @@ def _solve(
     sol = least_squares(
         errors, x_init, bounds=(lo, hi),
         x_scale=hi - lo, diff_step=np.full(len(names), 1e-4),
-        xtol=1e-10, ftol=1e-12, gtol=1e-12, method="trf",
+        xtol=tol, ftol=tol / 100, gtol=tol / 100, method="trf",
     )  # fmt: skip
     return values(sol.x)
 
@@ -205,7 +208,7 @@ def leave_one_out(
     out: dict[str, float] = {}
     for i, row in enumerate(rows):
         others = [r for k, r in enumerate(rows) if k != i]
-        vals = _solve(others, family, names, x0, estimate)
+        vals = _solve(others, family, names, x0, estimate, tol=1e-6)  # from the full fit
         out[row.name] = float(_log_errors([row], vals, estimate)[0])
     result.loo = out
     return out
