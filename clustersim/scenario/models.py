@@ -128,6 +128,11 @@ class ParallelismCfg(Strict):
     # go through HBM and the causal square is computed whole (Megatron-LM before flash
     # attention; see clustersim.workload.ops)
     attention: Literal["flash", "unfused"] = "flash"
+    # How flash attention runs under cp > 1 (Transformer Engine's cp_comm_type).
+    # all_gather: K and V all-gathered once, one causal kernel over them, their
+    # gradients reduce-scattered. p2p: cp partial steps over K and V chunks passed
+    # round a ring, merged through their log-sum-exps (clustersim.workload.cp_ring).
+    cp_comm_type: Literal["all_gather", "p2p"] = "all_gather"
     uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
     # Megatron's distributed optimizer (--overlap-param-gather, with zero: 1): the
     # all-gather of the updated parameters runs under the next step's forward instead

@@ -25,8 +25,10 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   over EFA, and halving-doubling messages no faster than their DMA queues; on
   GPUs NCCL's choice of algorithm and protocol and its latency (``network/nccl.py``).
   Sharing a link slows only the bytes on it, not those fixed costs.
-- **Compute** follows the scenario's attention kernel (``parallelism.attention``),
-  precision and recompute, through the same op templates as the simulator.
+- **Compute** follows the scenario's attention kernel (``parallelism.attention``,
+  ``cp_comm_type``), precision and recompute, through the same op templates as the
+  simulator; the CP ring's transfers count only where they outlast the attention
+  steps they overlap (plus the SMs they take from them).
 - **Pipeline.** With m microbatches, pp stages and v model chunks per stage
   (interleaved 1F1B when v > 1) the step is
   ``sum_s (F_s + B_s) / v + (m - 1/v) max_s (F_s + B_s)`` plus the point-to-point
@@ -205,18 +207,31 @@ class Estimator:
         return tiers | flat_ring_tiers(self.net.torus, stride, size)
 
     def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
+        """(compute, communication) seconds of ``tpls``. The CP ring's transfers
+        (``workload.cp_ring``) overlap the compute between their start and their wait:
+        what they take beyond it is exposed, and the compute under them loses the
+        SMs the collective takes (counted with the communication)."""
         comp = comm = 0.0
+        ring_s = under_s = 0.0  # the ring transfer in flight, and the compute since its start
+        sm = self.chip.spec.collective_sm_fraction
         for kind, _, _, work, coll, group, nbytes in tpls:
             if kind == Kind.COMPUTE and work is not None:
-                comp += self.work_s(work)
+                t = self.work_s(work)
+                comp += t
+                under_s += t
             elif kind == Kind.COLLECTIVE:
                 stride, size = group_of(group, layout)
                 comm += self.coll_s(stride, size, coll, nbytes)
+            elif kind == Kind.ASYNC_COLLECTIVE and group == "cp":
+                ring_s, under_s = self.coll_s(*group_of(group, layout), coll, nbytes), 0.0
+            elif kind == Kind.WAIT_ASYNC and group == "cp" and ring_s > 0:
+                comm += max(ring_s - under_s, 0.0) + _sm_lost_s(sm, ring_s, under_s, 0.0)
+                ring_s = 0.0
         return comp, comm
 
     def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
         sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
-        key = (*sizes, par.recompute, par.sequence_parallel, par.attention)
+        key = (*sizes, par.recompute, par.sequence_parallel, par.attention, par.cp_comm_type)
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)

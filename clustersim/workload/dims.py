@@ -247,6 +247,7 @@ class Dims:
     mla: MLASpec | None = None
     etp: int = 1  # expert tensor parallelism (MoE layers)
     fp8_scaling: str = "delayed"  # training.fp8.scaling
+    cp_comm_type: str = "all_gather"  # parallelism.cp_comm_type
 
     @property
     def tokens(self) -> int:
@@ -313,6 +314,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         mla=model.mla,
         etp=layout.etp,
         fp8_scaling=train.fp8.scaling,
+        cp_comm_type=par.cp_comm_type,
     )
 
 

@@ -27,22 +27,23 @@ from __future__ import annotations
 
 from clustersim.catalog.schema import MLASpec, ModelSpec
 from clustersim.hardware.work import Work
+from clustersim.workload.cp_ring import ring_core
 from clustersim.workload.dims import Dims
 from clustersim.workload.ops import (
     _TP,
     ACT_BYTES,
     Part,
     Tpl,
-    _coll,
-    _compute,
     _Linear,
     _norm,
     _residual,
-    _twice,
     core_templates,
     flash_core,
 )
 from clustersim.workload.program import Phase
+from clustersim.workload.templates import coll as _coll
+from clustersim.workload.templates import compute as _compute
+from clustersim.workload.templates import twice as _twice
 
 __all__ = ["mla_activation_bytes", "mla_attention_part", "mla_layer_params"]
 
@@ -111,9 +112,14 @@ def mla_attention_part(dm: Dims, mla: MLASpec, precision: str, recompute: str) -
         vector_ops=float(3 * rope_elems),
         hbm_bytes=float(ACT_BYTES * (2 * rope_elems + 2 * T * dr)),
     )
-    works = flash_core(dm, core_prec, dn + dr, dv, a)
-    cp_nbytes = dm.cp * T * a * (dn + dr + dv) * ACT_BYTES  # K and V of the whole sequence
-    core, core_bwd = core_templates(dm, works, cp_nbytes, recompute)
+    if dm.cp > 1 and dm.cp_comm_type == "p2p":  # ``cp_ring``; K and V per query head
+        core, core_bwd = ring_core(
+            dm.micro, dm.seq, dm.cp, a, prec=core_prec, qk_dim=dn + dr, v_dim=dv, kv_heads=a
+        )
+    else:
+        works = flash_core(dm, core_prec, dn + dr, dv, a)
+        cp_nbytes = dm.cp * T * a * (dn + dr + dv) * ACT_BYTES  # K and V of the whole sequence
+        core, core_bwd = core_templates(dm, works, cp_nbytes, recompute)
 
     def forward(phase: str) -> list[Tpl]:
         pre = [_coll("tp", "all_gather", phase, latent_bytes, ".latent")] if gather else []

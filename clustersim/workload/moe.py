@@ -78,15 +78,15 @@ from clustersim.workload.ops import (
     Part,
     Tpl,
     _casts,
-    _coll,
-    _compute,
     _Linear,
     _norm,
     _residual,
-    _twice,
     activation_work,
 )
 from clustersim.workload.program import Kind, Phase
+from clustersim.workload.templates import coll as _coll
+from clustersim.workload.templates import compute as _compute
+from clustersim.workload.templates import twice as _twice
 
 __all__ = [
     "ROW_TILE",

@@ -41,9 +41,13 @@ per rank, V vocabulary per rank):
   for the wgrad; it overlaps that with the dgrad matmul, so it is left out.
   Without sequence parallelism there is one all-reduce after each row-parallel
   linear forward and after each column-parallel dgrad.
-- CP: K and V (local KV heads) are all-gathered over ``cp`` before the core and
-  their gradients reduce-scattered after its backward; only the local chunk is
-  kept, so the backward gathers again unless a recompute already did.
+- CP (``parallelism.cp_comm_type: all_gather``, and unfused attention): K and V
+  (local KV heads) are all-gathered over ``cp`` before the core and their
+  gradients reduce-scattered after its backward; only the local chunk is kept, so
+  the backward gathers again unless a recompute already did. With ``p2p`` and
+  flash attention: Transformer Engine's ring of ``cp`` partial steps, K and V
+  passed round the ring under them, outputs merged through their log-sum-exps
+  (``cp_ring``).
 - Under FP8 only the transformer layers' linears run in FP8; the attention core
   and the LM head stay in BF16 (Transformer Engine's default recipe), and so do
   the first and last ``training.fp8.bf16_layers`` layers (``layers``). Each FP8
@@ -58,11 +62,16 @@ per rank, V vocabulary per rank):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from clustersim.hardware.work import Work
+from clustersim.workload.cp_ring import attention_step, ring_core
 from clustersim.workload.dims import Dims
-from clustersim.workload.program import Kind, Phase
+from clustersim.workload.program import Phase
+from clustersim.workload.templates import ACT_BYTES, Tpl
+from clustersim.workload.templates import coll as _coll
+from clustersim.workload.templates import compute as _compute
+from clustersim.workload.templates import twice as _twice
 
 __all__ = [
     "ACT_BYTES",
@@ -81,12 +90,6 @@ __all__ = [
     "mtp_block",
 ]
 
-ACT_BYTES = 2
-"""Bytes per activation, gradient and weight element in HBM and on the wire (bf16)."""
-
-Tpl = tuple[Kind, str, str, Work | None, str, str, float]
-"""An instruction template: kind, name, phase, work, collective, group, nbytes."""
-
 
 @dataclass(frozen=True)
 class Block:
@@ -100,15 +103,6 @@ class Block:
     bwd: tuple[Tpl, ...]
     recompute: tuple[Tpl, ...] = ()
     grad_ready: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
-
-
-def _compute(name: str, phase: str, work: Work) -> Tpl:
-    return (Kind.COMPUTE, name, phase, work, "", "", 0.0)
-
-
-def _coll(group: str, collective: str, phase: str, nbytes: float, suffix: str = "") -> Tpl:
-    name = f"{group}.{collective}{suffix}"
-    return (Kind.COLLECTIVE, name, phase, None, collective, group, float(nbytes))
 
 
 def _operand_bytes(precision: str) -> int:
@@ -170,17 +164,6 @@ def _casts(precision: str, scaling: str = "delayed") -> Callable[[str, str, int,
         ]
 
     return cast
-
-
-def _twice(work: Work) -> Work:
-    """The backward of an elementwise op: twice the engine ops and HBM bytes."""
-    return replace(
-        work,
-        vector_ops=2 * work.vector_ops,
-        scalar_ops=2 * work.scalar_ops,
-        gpsimd_ops=2 * work.gpsimd_ops,
-        hbm_bytes=2 * work.hbm_bytes,
-    )
 
 
 def _norm(dm: Dims, rows: int) -> Work:
@@ -253,40 +236,21 @@ def flash_core(
 ) -> tuple[Work, Work, Work, Work, Work, Work, Work]:
     """The flash-attention core with query/key heads of ``qk_dim`` and value heads of ``v_dim``.
 
-    Returns (qk, softmax, pv, S and dP, softmax backward, dQ, dK and dV); see the
-    module doc. ``kv_heads`` are the key/value heads on this rank.
+    One causal call of the rank's query rows over the whole sequence's keys (K and V
+    gathered over ``cp``). Returns (qk, softmax, pv, S and dP, softmax backward, dQ,
+    dK and dV); see the module doc. ``kv_heads`` are the key/value heads on this rank.
     """
-    T, a, b = dm.tokens, dm.heads_local, dm.micro
-    s, q = dm.seq, dm.q_rows
-    q_bytes = ACT_BYTES * T * a * qk_dim  # Q (or dQ) on this rank
-    o_bytes = ACT_BYTES * T * a * v_dim  # O (or dO)
-    k_bytes = ACT_BYTES * b * s * kv_heads * qk_dim  # K of the whole sequence (gathered over cp)
-    v_bytes = ACT_BYTES * b * s * kv_heads * v_dim
-    lse_bytes = 4 * T * a
-    half_s, half_q = max(s // 2, 1), max(q // 2, 1)
-    heads = b * a  # independent attention problems: sequences x local heads
-    fa = "attention"  # the fused kernel's efficiency (Calibration.attention_efficiency)
-    qk = Work((q, qk_dim, half_s), heads, prec, hbm_bytes=float(q_bytes + k_bytes), kernel=fa)
-    scores = T * half_s * a
-    softmax = Work(scalar_ops=float(scores), vector_ops=float(2 * scores))
-    pv_bytes = float(v_bytes + o_bytes + lse_bytes)
-    pv = Work((q, half_s, v_dim), heads, prec, hbm_bytes=pv_bytes, kernel=fa)
-    # Backward: recompute S = QK^T and compute dP = dO V^T (one matmul of both
-    # contractions), then dQ, then dK and dV.
-    # Equal widths: two matmuls of one shape (as dense models have always been lowered).
-    sdp_shape, n = ((q, qk_dim, half_s), 2) if qk_dim == v_dim else ((q, qk_dim + v_dim, half_s), 1)
-    s_dp = Work(
-        sdp_shape,
-        n * heads,
-        prec,
-        hbm_bytes=float(q_bytes + o_bytes + k_bytes + v_bytes + lse_bytes),
-        kernel=fa,
-    )
-    softmax_b = replace(_twice(softmax), hbm_bytes=float(o_bytes))  # D = rowsum(dO * O) reads O
-    dq = Work((q, half_s, qk_dim), heads, prec, hbm_bytes=float(q_bytes), kernel=fa)
-    dkv_shape = (s, half_q, qk_dim) if qk_dim == v_dim else (s, half_q, qk_dim + v_dim)
-    dkv = Work(dkv_shape, n * heads, prec, hbm_bytes=float(k_bytes + v_bytes), kernel=fa)
-    return qk, softmax, pv, s_dp, softmax_b, dq, dkv
+    return attention_step(
+        dm.micro,
+        dm.heads_local,
+        dm.q_rows,
+        dm.seq,
+        causal=True,
+        prec=prec,
+        qk_dim=qk_dim,
+        v_dim=v_dim,
+        kv_heads=kv_heads,
+    ).works()
 
 
 def core_templates(
@@ -338,12 +302,18 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         vector_ops=float(3 * rope_elems),  # x*cos + rotate(x)*sin
         hbm_bytes=float(ACT_BYTES * (2 * rope_elems + 2 * T * d)),  # q, k in and out; cos, sin
     )
-    if attention == "unfused":
-        works = _unfused_core(dm, core_prec)
+    if attention == "flash" and dm.cp > 1 and dm.cp_comm_type == "p2p":  # ``cp_ring``
+        core, core_bwd = ring_core(
+            dm.micro, dm.seq, dm.cp, a, prec=core_prec, qk_dim=d, v_dim=d, kv_heads=g
+        )
     else:
-        works = flash_core(dm, core_prec, d, d, g)
-    cp_nbytes = dm.cp * T * 2 * g * d * ACT_BYTES  # K and V of the whole sequence
-    core, core_bwd = core_templates(dm, works, cp_nbytes, recompute)
+        works = (
+            _unfused_core(dm, core_prec)
+            if attention == "unfused"
+            else flash_core(dm, core_prec, d, d, g)
+        )
+        cp_nbytes = dm.cp * T * 2 * g * d * ACT_BYTES  # K and V of the whole sequence
+        core, core_bwd = core_templates(dm, works, cp_nbytes, recompute)
 
     def rope_fwd(phase: str) -> list[Tpl]:
         """RoPE on Q and K; none with learned positions (they are added at the embedding)."""

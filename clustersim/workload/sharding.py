@@ -206,9 +206,10 @@ def sharded_state(
 
 
 def _unit_of(ins: Instr, current: str | None, unit: str, layer_chunk: dict[int, str]) -> str | None:
-    """The FSDP unit whose parameters ``ins`` uses; TP and CP collectives belong to the
-    unit around them, and so do an MoE layer's expert-parallel ones (its dispatch and
-    combine); anything else (pipeline messages, DP traffic) to none."""
+    """The FSDP unit whose parameters ``ins`` uses; TP and CP collectives (the CP
+    ring's transfers too) belong to the unit around them, and so do an MoE layer's
+    expert-parallel ones (its dispatch and combine); anything else (pipeline
+    messages, DP traffic) to none."""
     if ins.kind == Kind.COMPUTE:
         if ins.phase == Phase.OPTIMIZER:
             return None
@@ -218,9 +219,9 @@ def _unit_of(ins: Instr, current: str | None, unit: str, layer_chunk: dict[int, 
             # The embedding runs with chunk 0, the head with the stage's last chunk.
             return "C0" if ins.name == "embed" else layer_chunk[-1]
         return HEAD_UNIT if ins.name.split(".", 1)[0] in _HEAD_OPS else EMBED_UNIT
-    if ins.kind == Kind.COLLECTIVE and ins.group in ("tp", "cp", "ep", "etp"):
-        return current
-    return None
+    blocking = ins.kind == Kind.COLLECTIVE and ins.group in ("tp", "cp", "ep", "etp")
+    ring = ins.kind in (Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC) and ins.group == "cp"
+    return current if blocking or ring else None
 
 
 @dataclass

@@ -58,3 +58,19 @@ def test_estimate_within_3_percent(name: str) -> None:
 @pytest.mark.parametrize("name", SLOW)
 def test_estimate_within_3_percent_large(name: str) -> None:
     assert _ratio(name) == pytest.approx(1.0, abs=0.03)
+
+
+def test_estimate_follows_the_cp_ring() -> None:
+    """Transformer Engine's CP ring (``cp_comm_type: p2p``): the estimate runs the same
+    per-step kernels and merges, and counts the ring's transfers where they outlast the
+    steps they overlap, as the simulator runs them (NeMo's Llama3-8B, CP 2 on 8 H100)."""
+    from clustersim.validation.rows import references
+    from clustersim.validation.training import scenario_text
+
+    ref = next(r for r in references().training if r.name == "nemo-llama3-8b")
+    sets = ["parallelism.cp_comm_type=p2p", "training.global_batch_size=32"]
+    res = load_scenario(scenario_text(ref), sets)
+    est = estimate_resolved(res)
+    sim = simulate(res, record=False).summary
+    assert est.compute_s == pytest.approx(sim["breakdown_s"]["compute"], rel=1e-6)
+    assert est.step_time_s / float(sim["step_time_s"]) == pytest.approx(1.0, abs=0.03)

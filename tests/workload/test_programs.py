@@ -64,6 +64,10 @@ CONFIGS: list[tuple[int, dict[str, Any]]] = [
     (8, {"pp": 4, "recompute": "full", "schedule": "gpipe"}),
     (8, {"tp": 2, "cp": 2, "recompute": "full", "microbatch_size": 2}),
     (16, {"tp": 8, "recompute": "none"}),  # tp > kv_heads: KV heads replicated
+    # Transformer Engine's ring: cp partial steps, the FLOPs of the unsplit causal core
+    (16, {"tp": 4, "cp": 2, "cp_comm_type": "p2p"}),
+    (16, {"tp": 2, "cp": 4, "cp_comm_type": "p2p", "recompute": "none"}),
+    (8, {"tp": 2, "cp": 2, "recompute": "full", "microbatch_size": 2, "cp_comm_type": "p2p"}),
 ]
 
 
