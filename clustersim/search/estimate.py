@@ -57,7 +57,7 @@ from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.search.buckets import Ready, block_readies, grad_tail_s
-from clustersim.search.experts import grad_streams_s, group_of, layer_kinds
+from clustersim.search.experts import grad_streams_s, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.sharded import (
     bucket_streams,
@@ -71,6 +71,7 @@ from clustersim.search.sharded import (
 from clustersim.search.sharded import buckets as _buckets
 from clustersim.search.sharded import overlap_s as _overlap
 from clustersim.search.sharded import wire_share as _wire_share
+from clustersim.search.templates_time import sm_lost_s, templates_s
 from clustersim.workload import (
     Layout,
     make_dims,
@@ -207,27 +208,8 @@ class Estimator:
         return tiers | flat_ring_tiers(self.net.torus, stride, size)
 
     def _tpls_s(self, tpls: tuple[Tpl, ...], layout: Layout) -> tuple[float, float]:
-        """(compute, communication) seconds of ``tpls``. The CP ring's transfers
-        (``workload.cp_ring``) overlap the compute between their start and their wait:
-        what they take beyond it is exposed, and the compute under them loses the
-        SMs the collective takes (counted with the communication)."""
-        comp = comm = 0.0
-        ring_s = under_s = 0.0  # the ring transfer in flight, and the compute since its start
         sm = self.chip.spec.collective_sm_fraction
-        for kind, _, _, work, coll, group, nbytes in tpls:
-            if kind == Kind.COMPUTE and work is not None:
-                t = self.work_s(work)
-                comp += t
-                under_s += t
-            elif kind == Kind.COLLECTIVE:
-                stride, size = group_of(group, layout)
-                comm += self.coll_s(stride, size, coll, nbytes)
-            elif kind == Kind.ASYNC_COLLECTIVE and group == "cp":
-                ring_s, under_s = self.coll_s(*group_of(group, layout), coll, nbytes), 0.0
-            elif kind == Kind.WAIT_ASYNC and group == "cp" and ring_s > 0:
-                comm += max(ring_s - under_s, 0.0) + _sm_lost_s(sm, ring_s, under_s, 0.0)
-                ring_s = 0.0
-        return comp, comm
+        return templates_s(tpls, layout, self.work_s, self.coll_s, sm)
 
     def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
         sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
@@ -469,8 +451,8 @@ class Estimator:
                 par, layout, stage, blk, mb=mb, once=once, in_flight=in_flight
             )
             # The sharded collectives in flight while the pass computes take SMs.
-            f_sm = _sm_lost_s(sm, in_flight[-1][0] - f_fsdp, f_comp, f_comm)
-            b_sm = _sm_lost_s(sm, in_flight[-1][1] - b_fsdp, b_comp, b_comm)
+            f_sm = sm_lost_s(sm, in_flight[-1][0] - f_fsdp, f_comp, f_comm)
+            b_sm = sm_lost_s(sm, in_flight[-1][1] - b_fsdp, b_comp, b_comm)
             fwd.append(f_comp + f_comm + f_fsdp + f_sm)
             bwd.append(b_comp + b_comm + b_fsdp + b_sm)
             comp.append(f_comp + b_comp)
@@ -504,7 +486,7 @@ class Estimator:
             f_comp, f_comm, b_comp, b_comm = passes[stage]
             # The reduction in flight under the last backward takes SMs (ZeRO-2 and 3:
             # counted per microbatch above).
-            lost = _sm_lost_s(sm, min(dp_s, bwd[stage]), b_comp, b_comm) if par.zero < 2 else 0.0
+            lost = sm_lost_s(sm, min(dp_s, bwd[stage]), b_comp, b_comm) if par.zero < 2 else 0.0
             opt_params = optimizer_params(model, layout, stage, par.zero)
             opt_s = self.work_s(_adam(opt_params))
             if par.zero == 1 and par.overlap_param_gather and gather > 0:
@@ -512,7 +494,7 @@ class Estimator:
                 # the stage's forwards (see workload.transformer).
                 first = self.coll_s(*streams[0][0], "all_gather", min(bucket, streams[0][1]))
                 hidden = min(gather - first, n_mb * fwd[stage])
-                lost += _sm_lost_s(sm, hidden, n_mb * f_comp, n_mb * f_comm)
+                lost += sm_lost_s(sm, hidden, n_mb * f_comp, n_mb * f_comm)
                 gather = gather - hidden
             if par.zero >= 2 and layout.dp * layout.cp > 1:
                 # The dense stream over dp_shard; an MoE model's experts over their
@@ -548,18 +530,6 @@ class Estimator:
             mfu=self.flops_per_step / (step * peak) if step > 0 else 0.0,
             interference_s=lost_mb + sum(t[2] for t in tails) / pp,
         )
-
-
-def _sm_lost_s(fraction: float, in_flight_s: float, comp_s: float, comm_s: float) -> float:
-    """The seconds a pass of ``comp_s`` compute and ``comm_s`` blocking communication
-    loses to collectives in flight for ``in_flight_s`` of it that take ``fraction`` of
-    the SMs (``collective_sm_fraction``): its compute runs at ``1 - fraction`` of its
-    speed for its share of that time (the simulator caps the runs that meet a flow
-    so), ``1/(1 - fraction)`` longer, and at most all of it is slowed."""
-    if fraction <= 0 or in_flight_s <= 0 or comp_s <= 0:
-        return 0.0
-    slowed = comp_s / (1.0 - fraction)
-    return fraction * min(in_flight_s * slowed / (slowed + comm_s), slowed)
 
 
 def _blocks_times(blk: _Blocks) -> dict[str, tuple[float, float]]:

@@ -125,7 +125,7 @@ def test_search_enumerates_sharding() -> None:
 
 def test_sm_share_closed_form() -> None:
     """Compute under a collective that takes f of the SMs runs at 1 - f of its speed."""
-    from clustersim.search.estimate import _sm_lost_s
+    from clustersim.search.templates_time import sm_lost_s as _sm_lost_s
 
     # f 0.25, 3 s of compute, 1 s of it under a collective: a quarter of that second lost.
     assert _sm_lost_s(0.25, 1.0, 3.0, 0.0) == pytest.approx(0.25)
