@@ -154,7 +154,8 @@ class Estimator:
     """Estimates layouts of one model, batch and cluster; caches what layouts share.
 
     Op times depend only on the op's ``Work``; block times only on (tp, cp,
-    microbatch size, recompute); collective levels only on the group's stride and size.
+    microbatch size, recompute); collective levels only on the group's stride and size,
+    and a collective's time on those, its op and its bytes.
     """
 
     def __init__(
@@ -172,6 +173,7 @@ class Estimator:
         self._work: dict[Work, float] = {}
         self._blocks: dict[tuple[int, ...] | tuple[object, ...], _Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
+        self._colls: dict[tuple[int, int, str, float], float] = {}
         self.flops_per_step = model_flops_per_step(model, train)
 
     def work_s(self, work: Work) -> float:
@@ -181,16 +183,21 @@ class Estimator:
         return found
 
     def coll_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
+        found = self._colls.get((stride, size, op, nbytes))
+        if found is not None:
+            return found
         key = (stride, size)
         if key not in self._levels:
             self._levels[key] = self.net.levels(stride, size)
         levels, sharing = self._levels[key]
         if not levels or nbytes <= 0:
-            return 0.0
-        ring = self.net.flat_ring(stride, size, op, nbytes)
-        if ring is not None:
-            return self.net.flat_ring_s(ring, op, nbytes)[0]
-        return collective_s(op, nbytes, levels, sharing, self.net.runtime)
+            found = 0.0
+        elif (ring := self.net.flat_ring(stride, size, op, nbytes)) is not None:
+            found = self.net.flat_ring_s(ring, op, nbytes)[0]
+        else:
+            found = collective_s(op, nbytes, levels, sharing, self.net.runtime)
+        self._colls[(stride, size, op, nbytes)] = found
+        return found
 
     def wire_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
         """The part of :meth:`coll_s` the bytes spend on the links, which is what another
