@@ -14,7 +14,7 @@ from clustersim.search.run import (
     search,
     write_search,
 )
-from clustersim.search.space import Candidate, chip_memory_bytes, enumerate_layouts
+from clustersim.search.space import Candidate, chip_memory_bytes, enumerate_layouts, layouts_of
 
 __all__ = [
     "FOLD_ABOVE_RANKS",
@@ -27,6 +27,7 @@ __all__ = [
     "chip_memory_bytes",
     "enumerate_layouts",
     "estimate",
+    "layouts_of",
     "resize",
     "search",
     "write_search",

@@ -27,7 +27,7 @@ from clustersim.errors import ClusterSimError, ScenarioError
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved, resolve
 from clustersim.search.estimate import Estimator, NetModel
-from clustersim.search.space import Candidate, enumerate_layouts
+from clustersim.search.space import Candidate, layouts_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -119,14 +119,8 @@ def search(
     sc = res.scenario
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
-    cands = enumerate_layouts(
-        res.model,
-        sc.parallelism,
-        sc.training,
-        ranks=res.ranks,
-        ranks_per_chip=res.ranks_per_chip,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-        domain_ranks=net.chips_per_instance * net.instances_per_domain * res.ranks_per_chip,
+    cands = layouts_of(
+        res, domain_ranks=net.chips_per_instance * net.instances_per_domain * res.ranks_per_chip
     )
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens = sc.training.global_batch_size * sc.training.seq_len

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
+from clustersim.scenario import Resolved
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload import Layout, memory_per_rank, validate
 
@@ -42,6 +43,7 @@ __all__ = [
     "chip_memory_bytes",
     "divisors",
     "enumerate_layouts",
+    "layouts_of",
 ]
 
 MAX_MICROBATCH = 8
@@ -114,6 +116,20 @@ def _shapes(
                         break
                     for ep, etp in _experts(tp, cp, dp, experts):
                         yield tp, cp, pp, dp, ep, etp, mb
+
+
+def layouts_of(res: Resolved, *, domain_ranks: int | None = None) -> list[Candidate]:
+    """``enumerate_layouts`` for a resolved scenario: its model, settings, ranks and HBM."""
+    sc = res.scenario
+    return enumerate_layouts(
+        res.model,
+        sc.parallelism,
+        sc.training,
+        ranks=res.ranks,
+        ranks_per_chip=res.ranks_per_chip,
+        hbm_bytes_per_chip=res.chip.hbm_bytes,
+        domain_ranks=domain_ranks,
+    )
 
 
 def enumerate_layouts(

@@ -20,6 +20,7 @@ from clustersim.search import (
     SearchResult,
     chip_memory_bytes,
     enumerate_layouts,
+    layouts_of,
     resize,
     search,
     write_search,
@@ -44,14 +45,7 @@ def tiny_search() -> SearchResult:
 def test_enumeration_respects_divisibility() -> None:
     res = load_scenario(TINY)
     sc = res.scenario
-    cands = enumerate_layouts(
-        res.model,
-        sc.parallelism,
-        sc.training,
-        ranks=res.ranks,
-        ranks_per_chip=res.ranks_per_chip,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-    )
+    cands = layouts_of(res)
     ranks, batch = res.ranks, sc.training.global_batch_size
     shapes = set()
     for c in cands:

@@ -9,7 +9,7 @@ import pytest
 from clustersim import catalog
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved, load_scenario
-from clustersim.search import Candidate, Estimator, NetModel, enumerate_layouts
+from clustersim.search import Candidate, Estimator, NetModel, layouts_of
 from clustersim.sim import simulate
 from clustersim.workload import make_layout
 
@@ -36,14 +36,7 @@ output: {trace: false, html: false}
 
 def _candidates(res: Resolved) -> list[Candidate]:
     """Every layout the search enumerates for ``res``'s chips, with its own settings."""
-    return enumerate_layouts(
-        res.model,
-        res.scenario.parallelism,
-        res.scenario.training,
-        ranks=res.ranks,
-        ranks_per_chip=res.ranks_per_chip,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-    )
+    return layouts_of(res)
 
 
 def test_moe_models_in_the_catalog() -> None:

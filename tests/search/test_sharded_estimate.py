@@ -8,7 +8,7 @@ import pytest
 
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import load_scenario
-from clustersim.search import Estimator, NetModel, enumerate_layouts
+from clustersim.search import Estimator, NetModel, layouts_of
 from clustersim.search.estimate import estimate_resolved
 from clustersim.search.sharded import FsdpUse, fsdp_overhead
 from clustersim.sim import simulate
@@ -107,16 +107,7 @@ def test_collectives_in_flight_share_the_links() -> None:
 
 def test_search_enumerates_sharding() -> None:
     res = load_scenario(SCENARIOS / "p5-llama3-8b.yaml", ["cluster.count=2"])
-    sc = res.scenario
-    cands = enumerate_layouts(
-        res.model,
-        sc.parallelism,
-        sc.training,
-        ranks=res.ranks,
-        ranks_per_chip=1,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-        domain_ranks=8,
-    )
+    cands = layouts_of(res, domain_ranks=8)
     seen = {(c.par.zero, c.layout.shard, c.layout.dp) for c in cands if c.layout.tp == 1}
     assert {(z, 16, 16) for z in range(4)} <= seen
     assert {(2, 8, 16), (3, 8, 16)} <= seen  # HSDP: one node's GPUs per shard group

@@ -13,7 +13,7 @@ import pytest
 from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
-from clustersim.search import enumerate_layouts
+from clustersim.search import layouts_of
 from clustersim.search.estimate import estimate_resolved
 from clustersim.sim import simulate
 from clustersim.workload import Layout, build_programs, make_layout, memory_per_rank, validate
@@ -186,16 +186,7 @@ def test_estimate_within_3_percent(sets: list[str]) -> None:
 def test_search_enumerates_hybrid_sharding_for_moe() -> None:
     """One node's GPUs per shard group, where ep*etp divides them."""
     res = load_scenario(HSDP, ["training.global_batch_size=16"])
-    sc = res.scenario
-    cands = enumerate_layouts(
-        res.model,
-        sc.parallelism,
-        sc.training,
-        ranks=res.ranks,
-        ranks_per_chip=1,
-        hbm_bytes_per_chip=res.chip.hbm_bytes,
-        domain_ranks=8,
-    )
+    cands = layouts_of(res, domain_ranks=8)
     hsdp = [c for c in cands if c.layout.replicas > 1 and c.fits]
     assert {(c.layout.ep, c.layout.shard) for c in hsdp if c.layout.tp == 1} >= {
         (1, 8),
