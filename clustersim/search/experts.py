@@ -33,7 +33,7 @@ class Level(Protocol):
     def hop(self) -> int: ...
 
 
-__all__ = ["all_to_all_s", "grad_streams_s", "group_of", "layer_kinds"]
+__all__ = ["all_to_all_s", "grad_streams_s", "group_of", "layer_kinds", "ring_load"]
 
 Group = tuple[int, int]
 CollS = Callable[[int, int, str, float], float]
@@ -48,13 +48,27 @@ def all_to_all_s(nbytes: float, levels: Sequence[Level], flows: int, p: int) -> 
     worst = 0.0
     for lv in levels:
         outer = inner * lv.size
-        share = nbytes * (outer - inner) / p
-        cap = lv.bw_Bps * (2 if lv.bidirectional and lv.size >= 3 else 1)
-        # On a ring of d members the mean peer is about d/4 hops off each way.
-        hops = max(1.0, lv.size / 4 * lv.hop) if lv.bidirectional and lv.size >= 3 else 1.0
-        worst = max(worst, share * flows * hops / cap + lv.latency_s)
+        if lv.bidirectional:
+            # A torus axis: every peer whose coordinate on it differs is routed along
+            # it, the shortest way round with ties going positive (dimension order,
+            # ``network.builders``), so each rank sends n/d to each of the axis's d-1
+            # offsets and the busiest direction of a link carries ring_load(d) of them.
+            wire = nbytes / lv.size * ring_load(lv.size) * lv.hop * flows / lv.bw_Bps
+        else:
+            wire = nbytes * (outer - inner) / p * flows / lv.bw_Bps
+        worst = max(worst, wire + lv.latency_s)
         inner = outer
     return worst
+
+
+def ring_load(d: int) -> float:
+    """Offsets whose shortest route crosses the busiest direction of a link of a ring
+    of ``d`` that carries each member's traffic to every other, counted with the
+    hops each takes: 1 + 2 + ... + (d-1)//2 each way, plus d/2 in the positive
+    direction for even ``d`` (the peer half way round goes that way): 3 on a ring
+    of 4, where an even split would give 2."""
+    half = (d - 1) // 2
+    return half * (half + 1) / 2 + (d / 2 if d % 2 == 0 else 0.0)
 
 
 def group_of(name: str, lay: Layout) -> tuple[int, int]:
