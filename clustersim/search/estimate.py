@@ -48,17 +48,19 @@ max-min sharing, are left to the simulation of the best candidates.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
-from clustersim.search.buckets import Ready, block_readies, grad_tail_s
+from clustersim.search.buckets import block_readies, grad_tail_s
+from clustersim.search.drain import hop_shared_s, link_ratio, shared_backward_s, shares_links
 from clustersim.search.experts import grad_streams_s, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
+from clustersim.search.parts import Blocks, Estimate, blocks_times
+from clustersim.search.pipeline import last_backward_ends
 from clustersim.search.sharded import (
     bucket_streams,
     dp_tail,
@@ -89,8 +91,8 @@ from clustersim.workload.dims import (
 )
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
+from clustersim.workload.overlap import a2a_overlap
 from clustersim.workload.program import Kind
-from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT
 from clustersim.workload.transformer import (
     ADAM_HBM_BYTES_PER_PARAM,
     ADAM_SCALAR_OPS_PER_PARAM,
@@ -107,47 +109,6 @@ __all__ = [
     "estimate",
     "estimate_resolved",
 ]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """The estimated step and its parts in seconds, the parts averaged over the stages
-    as ``summary.json``'s breakdown averages over ranks."""
-
-    step_time_s: float
-    compute_s: float
-    comm_s: float  # TP and CP collectives inside the layers, and pipeline hops
-    bubble_s: float
-    dp_exposed_s: float
-    optimizer_s: float
-    mfu: float
-    interference_s: float = 0.0  # compute slowed by the SMs overlapped collectives take
-
-
-@dataclass(frozen=True)
-class _Blocks:
-    """Per-microbatch (compute, communication) seconds of a dense and an MoE layer (the
-    dense one's for dense models), the embedding and the head."""
-
-    layer_fwd: tuple[float, float]
-    layer_bwd: tuple[float, float]  # backward plus recompute
-    moe_fwd: tuple[float, float]
-    moe_bwd: tuple[float, float]
-    embed_fwd: tuple[float, float]
-    embed_bwd: tuple[float, float]
-    head_fwd: tuple[float, float]
-    head_bwd: tuple[float, float]
-    p2p_bytes: float
-    p2p_gather_s: float  # the TP all-gather that rebuilds a scatter-gathered message
-    # (start, seconds) of each TP/CP collective in a layer's forward, and in its
-    # recompute and backward, from the layer's start
-    layer_fwd_comms: tuple[tuple[float, float], ...] = ()
-    layer_bwd_comms: tuple[tuple[float, float], ...] = ()
-    # a dense layer the FP8 recipe keeps in BF16 (training.fp8.bf16_layers)
-    bf16_fwd: tuple[float, float] = (0.0, 0.0)
-    bf16_bwd: tuple[float, float] = (0.0, 0.0)
-    # when each block's gradient pieces are ready in its backward (``search.buckets``)
-    ready: Mapping[str, Ready] = field(default_factory=dict)
 
 
 class Estimator:
@@ -171,7 +132,7 @@ class Estimator:
         self.model, self.train, self.chip, self.net = model, train, chip, net
         self.moe, self.seed = moe, seed
         self._work: dict[Work, float] = {}
-        self._blocks: dict[tuple[int, ...] | tuple[object, ...], _Blocks] = {}
+        self._blocks: dict[tuple[int, ...] | tuple[object, ...], Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
         self._colls: dict[tuple[int, int, str, float], float] = {}
         self.flops_per_step = model_flops_per_step(model, train)
@@ -218,7 +179,7 @@ class Estimator:
         sm = self.chip.spec.collective_sm_fraction
         return templates_s(tpls, layout, self.work_s, self.coll_s, sm)
 
-    def blocks(self, par: ParallelismCfg, layout: Layout) -> _Blocks:
+    def blocks(self, par: ParallelismCfg, layout: Layout) -> Blocks:
         sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
         key = (*sizes, par.recompute, par.sequence_parallel, par.attention, par.cp_comm_type)
         found = self._blocks.get(key)
@@ -245,7 +206,7 @@ class Estimator:
             rec = self._tpls_s(layer.recompute, layout)
             moe_bwd = self._tpls_s(expert.bwd, layout)
             moe_rec = self._tpls_s(expert.recompute, layout)
-            found = self._blocks[key] = _Blocks(
+            found = self._blocks[key] = Blocks(
                 layer_fwd=self._tpls_s(layer.fwd, layout),
                 layer_bwd=(bwd[0] + rec[0], bwd[1] + rec[1]),
                 moe_fwd=self._tpls_s(expert.fwd, layout),
@@ -296,11 +257,12 @@ class Estimator:
         par: ParallelismCfg,
         layout: Layout,
         stage: int,
-        blk: _Blocks,
+        blk: Blocks,
         *,
         mb: tuple[float, float, float, float],
         once: list[float],
         in_flight: list[tuple[float, float]],
+        sm_lost: list[tuple[float, float] | None],
     ) -> tuple[float, float]:
         """ZeRO-2 and 3's extra (forward, backward) seconds per microbatch on ``stage``
         (``search.sharded``); ZeRO-3's once-per-step seconds go to ``once``, and the
@@ -315,6 +277,7 @@ class Estimator:
         """
         once.append(0.0)
         in_flight.append((0.0, 0.0))
+        sm_lost.append(None)  # ZeRO-3's stepped SM losses, when it steps them
         if par.zero < 2 or layout.dp * layout.cp == 1:
             return 0.0, 0.0
         f_comp, f_comm, b_comp, b_comm = mb
@@ -335,9 +298,12 @@ class Estimator:
             f_x, b_x = 0.0, max(busy - (b_comp + b_comm), 0.0)
             in_flight[-1] = (0.0, busy)
         else:
-            times = _blocks_times(blk)
-            uses = stage_uses(self.model, par, layout, stage, times=times, links=self)
-            sh = fsdp_overhead(uses, par.fsdp.prefetch)
+            times = blocks_times(blk)
+            comms = blocks_times(blk, part=1)
+            uses = stage_uses(self.model, par, layout, stage, times=times, links=self, comms=comms)
+            sm = self.chip.spec.collective_sm_fraction
+            sh = fsdp_overhead(uses, par.fsdp.prefetch, sm)
+            sm_lost[-1] = (sh.fwd_lost_s, sh.bwd_lost_s)
             once[-1] = sh.once_s
             busy = sum(u.gather_s + u.scatter_s for u in uses)
             f_x, b_x = sh.fwd_s, sh.bwd_s
@@ -345,7 +311,8 @@ class Estimator:
                 # Gathered once per step (``sharding``): the first microbatch waits for
                 # the gathers, the others only for the reduce-scatters.
                 kept = [replace(u, gather_s=0.0) for u in uses]
-                steady = fsdp_overhead(kept, par.fsdp.prefetch)
+                steady = fsdp_overhead(kept, par.fsdp.prefetch, sm)
+                sm_lost[-1] = (steady.fwd_lost_s, steady.bwd_lost_s)
                 once[-1] = sh.once_s + sh.fwd_s + sh.bwd_s + steady.once_s
                 n_mb = microbatches(par, self.train, layout)
                 busy = sum(u.scatter_s for u in uses) + sum(u.gather_s for u in uses) / n_mb
@@ -355,15 +322,12 @@ class Estimator:
                 sum(u.gather_s for u in uses if not u.backward),
                 sum(u.gather_s + u.scatter_s for u in uses if u.backward),
             )
-        if not self._shares_links(layout, shard):
+        if not shares_links(self, layout, shard):
             return f_x, b_x
         # A collective of f flows sharing a link with k of the shard group's flows
-        # runs at f/(f+k) of the rate, k/f times longer. A bidirectional ring of
-        # three or more puts two flows on a chip's link to its switch.
+        # runs at f/(f+k) of the rate, k/f times longer (``search.drain``).
+        slow = link_ratio(self, layout, shard, layout.shard_size)
         ring = 2.0 if layout.shard_size >= 3 and self.net.fabric_topology not in TORUS else 1.0
-        levels, sharing = self.net.levels(*shard)
-        slow = ring * sharing * max((lv.hop for lv in levels), default=1)
-        slow /= self._own_flows(layout, {lv.tier for lv in levels})
         if par.zero == 2:
             # The buckets stream under the whole backward, from every rank of a chip
             # at once (each its own shard group), with the groups interleaved
@@ -402,25 +366,6 @@ class Estimator:
             b_x = b_x + min(slow * busy_frac * b_wire, busy)
         return f_x, b_x
 
-    def _own_flows(self, layout: Layout, tiers: set[str]) -> int:
-        """The fewest flows a chip's TP or CP groups put on a link of ``tiers``: every
-        rank of the chip on it, when the group's inner level is the chip's ranks."""
-        own = []
-        for stride, size in ((1, layout.tp), (layout.tp, layout.cp)):
-            levels, sharing = self.net.levels(stride, size) if size > 1 else ([], 1)
-            if tiers & {lv.tier for lv in levels}:
-                own.append(sharing * (levels[0].size if levels[0].shared_link else 1))
-        return min(own, default=1)
-
-    def _shares_links(self, layout: Layout, shard: tuple[int, int]) -> bool:
-        """Whether the TP or CP groups' links carry the shard group's traffic too (the
-        same tier: a chip's DMA link, a torus axis or a switch, the domain's or EFA)."""
-        tiers = self.tiers(*shard)
-        for stride, size in ((1, layout.tp), (layout.tp, layout.cp)):
-            if size > 1 and tiers & {lv.tier for lv in self.net.levels(stride, size)[0]}:
-                return True
-        return False
-
     def __call__(self, par: ParallelismCfg, layout: Layout) -> Estimate:
         """The analytic step time of a (validated) layout; see the module doc."""
         model = self.model
@@ -434,6 +379,7 @@ class Estimator:
         comm: list[float] = []
         once: list[float] = []  # ZeRO-3's gathers and reduce-scatters once per step
         in_flight: list[tuple[float, float]] = []  # ZeRO-2/3's collectives per microbatch
+        stepped: list[tuple[float, float] | None] = []  # ZeRO-3's SM losses, stepped
         passes: list[tuple[float, float, float, float]] = []
         sharded_mb = lost_mb = 0.0
         sm = self.chip.spec.collective_sm_fraction
@@ -455,11 +401,12 @@ class Estimator:
             mb = (f_comp, f_comm, b_comp, b_comm)
             passes.append(mb)
             f_fsdp, b_fsdp = self._sharded_mb(
-                par, layout, stage, blk, mb=mb, once=once, in_flight=in_flight
+                par, layout, stage, blk, mb=mb, once=once, in_flight=in_flight, sm_lost=stepped
             )
             # The sharded collectives in flight while the pass computes take SMs.
             f_sm = sm_lost_s(sm, in_flight[-1][0] - f_fsdp, f_comp, f_comm)
             b_sm = sm_lost_s(sm, in_flight[-1][1] - b_fsdp, b_comp, b_comm)
+            f_sm, b_sm = stepped[-1] or (f_sm, b_sm)
             fwd.append(f_comp + f_comm + f_fsdp + f_sm)
             bwd.append(b_comp + b_comm + b_fsdp + b_sm)
             comp.append(f_comp + b_comp)
@@ -472,11 +419,12 @@ class Estimator:
         # chunk's time per stage, (pp - 1)/v slots instead of pp - 1.
         vp = layout.vp
         pipeline = sum(per_mb) / vp + (n_mb - 1 / vp) * max(per_mb) + hops
-        # Each stage ends its last backward earlier than stage 0 by the backwards of the
-        # stages before it; then its gradient reduction, the Adam step, the ZeRO-1 gather.
-        ends: list[float] = []
+        # After each stage's last backward: its gradient reduction, the Adam step, the
+        # ZeRO-1 gather.
         tails: list[tuple[float, float, float]] = []
-        offset = 0.0
+        extra: list[float] = []  # what slows each stage's last backward
+        sm_last: list[float] = []  # the part of it the SMs take
+        hop_extra = [0.0] * pp  # the part that delays its last hop back
         bucket = par.grad_bucket_bytes
         for stage in range(pp):
             dp_s, gather, _, streams = grad_streams_s(model, layout, stage, par, self.coll_s)
@@ -493,7 +441,32 @@ class Estimator:
             f_comp, f_comm, b_comp, b_comm = passes[stage]
             # The reduction in flight under the last backward takes SMs (ZeRO-2 and 3:
             # counted per microbatch above).
-            lost = sm_lost_s(sm, min(dp_s, bwd[stage]), b_comp, b_comm) if par.zero < 2 else 0.0
+            extra.append(0.0)
+            sm_last.append(0.0)
+            lost = 0.0
+            if par.zero < 2 and dp_s > 0:
+                # The reduction in flight takes SMs, and TP links (``search.drain``).
+                sm_last[-1] = sm_lost_s(sm, min(dp_s, bwd[stage]), b_comp, b_comm)
+                extra[-1] = sm_last[-1] + shared_backward_s(
+                    self,
+                    layout,
+                    stage,
+                    zero=par.zero,
+                    bucket_bytes=bucket,
+                    ready=blk.ready,
+                    layer_comms=blk.layer_bwd_comms,
+                )
+                hop_x = hop_shared_s(
+                    self,
+                    layout,
+                    nbytes=blk.p2p_bytes if stage else 0.0,
+                    tail_s=exposed,
+                    streams=streams,
+                    op="reduce_scatter" if par.zero == 1 else "all_reduce",
+                    bucket_bytes=bucket,
+                )
+                extra[-1] += hop_x  # the stage before waits for it (not this one)
+                hop_extra[stage] = hop_x
             opt_params = optimizer_params(model, layout, stage, par.zero)
             opt_s = self.work_s(_adam(opt_params))
             if par.zero == 1 and par.overlap_param_gather and gather > 0:
@@ -506,7 +479,7 @@ class Estimator:
             if par.zero >= 2 and layout.dp * layout.cp > 1:
                 # The dense stream over dp_shard; an MoE model's experts over their
                 # shard group (edp, or edp_shard under hybrid sharding).
-                times = _blocks_times(blk)
+                times = blocks_times(blk)
                 if par.zero == 3:
                     grads = unit_streams(model, par, layout, stage, times)
                 else:
@@ -520,9 +493,14 @@ class Estimator:
                     wire_s=self.wire_s,
                 )
                 exposed += once[stage] if par.zero == 3 else 0.0
-            ends.append(pipeline - offset + exposed + opt_s + gather + lost)
             tails.append((exposed + gather, opt_s, lost))
-            offset += bwd[stage] / vp + p2p
+        if par.schedule == "1f1b" and vp == 1 and pp > 1 and not a2a_overlap(par, model, layout):
+            last = last_backward_ends(fwd, bwd, p2p, n_mb, extra)  # ``search.pipeline``
+            pipeline = last[0] - extra[0]
+        else:  # each stage ends its last backward earlier than stage 0 by those before it
+            offsets = [sum(bwd[k] / vp + p2p for k in range(s)) for s in range(pp)]
+            last = [pipeline - offsets[s] + extra[s] for s in range(pp)]
+        ends = [b - h + sum(t) for b, h, t in zip(last, hop_extra, tails, strict=True)]
         step = max(ends)
         peak = self.chip.peak_flops(self.train.precision) * layout.chips
         sends = 2 * n_mb * p2p if pp > 1 else 0.0
@@ -535,17 +513,8 @@ class Estimator:
             dp_exposed_s=sum(t[0] for t in tails) / pp + sharded_mb,
             optimizer_s=sum(t[1] for t in tails) / pp,
             mfu=self.flops_per_step / (step * peak) if step > 0 else 0.0,
-            interference_s=lost_mb + sum(t[2] for t in tails) / pp,
+            interference_s=lost_mb + (sum(t[2] for t in tails) + sum(sm_last)) / pp,
         )
-
-
-def _blocks_times(blk: _Blocks) -> dict[str, tuple[float, float]]:
-    return {
-        "layer": (sum(blk.layer_fwd), sum(blk.layer_bwd)),
-        "moe": (sum(blk.moe_fwd), sum(blk.moe_bwd)),
-        EMBED_UNIT: (sum(blk.embed_fwd), sum(blk.embed_bwd)),
-        HEAD_UNIT: (sum(blk.head_fwd), sum(blk.head_bwd)),
-    }
 
 
 def estimate(

@@ -36,6 +36,7 @@ from typing import Protocol
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.search.flatring import TorusDomain, flat_ring
+from clustersim.search.templates_time import sm_lost_s
 from clustersim.workload import Layout
 from clustersim.workload.dims import chunk_layers, embed_pieces, is_moe_layer, stage_pieces
 from clustersim.workload.sharding import BYTES, EMBED_UNIT, HEAD_UNIT, unit_parts
@@ -91,6 +92,7 @@ class FsdpUse:
     # the seconds of each that its bytes spend on the links (None: all of it)
     gather_wire_s: float | None = None
     scatter_wire_s: float | None = None
+    comm_s: float = 0.0  # the part of compute_s its blocking collectives take
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ class ShardTimes:
     fwd_s: float
     bwd_s: float
     once_s: float
+    # of which the compute loses to the SMs the collectives in flight take (GPUs)
+    fwd_lost_s: float = 0.0
+    bwd_lost_s: float = 0.0
 
 
 def _layer_passes(model: ModelSpec, layer: int, times: dict[str, Passes]) -> Passes:
@@ -136,6 +141,7 @@ def stage_uses(
     *,
     times: dict[str, Passes],
     links: Links,
+    comms: dict[str, Passes] | None = None,
 ) -> list[FsdpUse]:
     """One microbatch's unit uses on ``stage``: the forwards, then the backwards in reverse.
 
@@ -171,7 +177,8 @@ def stage_uses(
         gather, g_wire = both("all_gather", dense, expert)
         scatter, s_wire = both("reduce_scatter", dense, expert)
         f_s, b_s = _unit_passes(model, layout, stage, name, times)
-        fwd.append(FsdpUse(f_s, gather, 0.0, backward=False, gather_wire_s=g_wire))
+        f_c, b_c = _unit_passes(model, layout, stage, name, comms) if comms else (0.0, 0.0)
+        fwd.append(FsdpUse(f_s, gather, 0.0, backward=False, gather_wire_s=g_wire, comm_s=f_c))
         again = gather if cfg.reshard_after_forward else 0.0
         bwd.append(
             FsdpUse(
@@ -181,6 +188,7 @@ def stage_uses(
                 backward=True,
                 gather_wire_s=g_wire if again else 0.0,
                 scatter_wire_s=s_wire,
+                comm_s=b_c,
             )
         )
     return [*fwd, *reversed(bwd)]
@@ -219,6 +227,31 @@ class _SharedLinks:
                 break
         return self.done[ident]
 
+    def busy_until(self, t: float, also: tuple[float, float] | None = None) -> float:
+        """When the links' bytes run out after ``t`` (``t`` if none are on them then),
+        given those added so far and ``also`` (start, seconds on the links); the
+        server's state is left as it is."""
+        now, left = self.now, list(self.left.values())
+        queued = sorted([(at, w) for at, _, w in self.queued] + ([also] if also else []))
+        i = 0
+        while True:
+            arrival = queued[i][0] if i < len(queued) else math.inf
+            if left:
+                n, first = len(left), min(left)
+                if now + first * n <= arrival:
+                    now += first * n
+                    left = [v - first for v in left if v - first > 1e-15]
+                    continue
+            elif arrival > t:
+                return max(now, t)
+            if left:
+                served = (max(arrival, now) - now) / len(left)
+                left = [v - served for v in left]
+            now = max(arrival, now)
+            if queued[i][1] > 0:
+                left.append(queued[i][1])
+            i += 1
+
     def drain(self) -> float:
         """When the last collective ends."""
         while self._step():
@@ -253,15 +286,23 @@ class _SharedLinks:
         return True
 
 
-def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int) -> ShardTimes:
-    """Step two microbatches of ``uses`` through the gather stream; see the module doc."""
+def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int, sm: float = 0.0) -> ShardTimes:
+    """Step two microbatches of ``uses`` through the gather stream; see the module doc.
+
+    With ``sm`` (GPUs: ``collective_sm_fraction``) a unit's compute runs at ``1 - sm``
+    of its speed while collectives' bytes are on the links, as the simulator caps the
+    compute runs that meet a flow: the slower unit hides more of the next gather, so
+    what it loses (``*_lost_s``) is partly what it no longer waits for.
+    """
     n = len(uses)
     seq = [*uses, *uses]
     starts: list[float] = []
     gathered: list[int] = []  # indices of the uses that gather
+    ahead = [j for j, u in enumerate(seq) if u.gather_s > 0]
     links = _SharedLinks()
     end = 0.0
     waits = [0.0] * len(seq)
+    lost = [0.0] * len(seq)
     for j, use in enumerate(seq):
         ready = 0.0
         if use.gather_s > 0:
@@ -275,14 +316,31 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int) -> ShardTimes:
         start = max(end, ready)
         waits[j] = start - end
         starts.append(start)
-        end = start + use.compute_s
+        if sm > 0 and use.compute_s > use.comm_s:
+            # the gather this unit's start issues is on the links beside what is there
+            # (past the second microbatch's last, the next microbatch's first ones)
+            k = len(gathered) - 1 + prefetch if use.gather_s > 0 and prefetch else -1
+            k = k - len(ahead) // 2 if k >= len(ahead) else k
+            nxt = seq[ahead[k]] if 0 <= k < len(ahead) else None
+            also = (start, _wire(nxt.gather_s, nxt.gather_wire_s)) if nxt else None
+            busy = links.busy_until(start, also) - start
+            lost[j] = sm_lost_s(sm, busy, use.compute_s - use.comm_s, use.comm_s)
+        end = start + use.compute_s + lost[j]
         if use.scatter_s > 0:
             links.add(end, use.scatter_s, use.scatter_wire_s)
     link = links.drain()
-    steady_f = sum(w for w, u in zip(waits[n:], uses, strict=True) if not u.backward)
-    steady_b = sum(w for w, u in zip(waits[n:], uses, strict=True) if u.backward)
-    first = sum(waits[:n]) - steady_f - steady_b
-    return ShardTimes(steady_f, steady_b, max(first, 0.0) + max(link - end, 0.0))
+    pairs = list(zip(waits[n:], lost[n:], uses, strict=True))
+    steady_f = sum(w for w, _, u in pairs if not u.backward)
+    steady_b = sum(w for w, _, u in pairs if u.backward)
+    lost_f = sum(x for _, x, u in pairs if not u.backward)
+    lost_b = sum(x for _, x, u in pairs if u.backward)
+    first = sum(waits[:n]) + sum(lost[:n]) - steady_f - steady_b - lost_f - lost_b
+    once = max(first, 0.0) + max(link - end, 0.0)
+    return ShardTimes(steady_f, steady_b, once, lost_f, lost_b)
+
+
+def _wire(secs: float, wire: float | None) -> float:
+    return secs if wire is None else min(max(wire, 0.0), secs)
 
 
 @dataclass(frozen=True)
