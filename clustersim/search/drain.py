@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
+from clustersim.network.nccl import NcclRuntime
 from clustersim.scenario.models import TrainingCfg
 from clustersim.search.netmodel import TORUS, NetModel, collective_wire_s
 from clustersim.workload import Layout, grad_buckets
@@ -30,6 +31,7 @@ from clustersim.workload.dims import is_moe_layer, stage_layers
 
 __all__ = [
     "hop_shared_s",
+    "in_turn",
     "link_ratio",
     "own_flows",
     "shared_backward_s",
@@ -157,7 +159,7 @@ def shared_backward_s(
                 arrivals.extend((t + off, on_shared(float(b))) for b in keyed.get((k, piece), ()))
             comms.extend((t + start, wire) for start, wire in layer_comms)
         t += dense_len  # (an MoE layer's backward is longer: a bound the timeline keeps)
-    return _lost_s(sorted(arrivals), comms, ratio)
+    return _lost_s(sorted(arrivals), comms, ratio, serial=in_turn(est))
 
 
 def _bf16(est: Estimator, layer: int) -> bool:
@@ -166,13 +168,24 @@ def _bf16(est: Estimator, layer: int) -> bool:
     return n > 0 and (layer < n or layer >= est.model.layers - n)
 
 
+def in_turn(est: Estimator) -> bool:
+    """Whether the runtime runs one communicator's collectives in turn: NCCL enqueues
+    every operation of a communicator on its own stream (the DP group's buckets one
+    at a time); the Neuron runtime's buckets share the links at once."""
+    return isinstance(est.net.runtime, NcclRuntime)
+
+
 def _lost_s(
-    arrivals: Iterable[tuple[float, float]], comms: Sequence[tuple[float, float]], ratio: float
+    arrivals: Iterable[tuple[float, float]],
+    comms: Sequence[tuple[float, float]],
+    ratio: float,
+    *,
+    serial: bool = False,
 ) -> float:
-    """Step the buckets on the shared links as a processor-sharing queue: at each
-    collective's start, k buckets there slow its w seconds on the links by
-    ``ratio`` k w, no more than the buckets' seconds left there, which the links
-    serve meanwhile (the time lost is theirs)."""
+    """Step the buckets on the shared links as a processor-sharing queue (``serial``:
+    one at a time, in turn): at each collective's start, k buckets there slow its w
+    seconds on the links by ``ratio`` k w, no more than the buckets' seconds left
+    there, which the links serve meanwhile (the time lost is theirs)."""
     active: list[float] = []
     now = lost = 0.0
     queue = list(arrivals)
@@ -186,7 +199,7 @@ def _lost_s(
             i += 1
         now = _drain(active, now, start)
         if active:
-            x = min(ratio * len(active) * wire, sum(active))
+            x = min(ratio * (1 if serial else len(active)) * wire, sum(active))
             lost += x
             _drain(active, 0.0, x)  # the buckets' bytes served while it waited
     return lost
@@ -222,11 +235,12 @@ def hop_shared_s(
     it), where the hop's link is one the reduction's groups cross (EFA between the
     stages, say).
 
-    The buckets left then are about ``tail_s`` over one bucket's time, all in flight
-    at once as the simulator runs them, each on the hop's tier for its ring there
-    (a reduce-scatter's last, over EFA, moves what the rings inside the instance
-    left); the hop's f flows share the link with the k flows each puts there, k/f
-    times longer each, for no more than their bytes hold the link.
+    The buckets left then are about ``tail_s`` over one bucket's time, in flight at
+    once on Trainium, one at a time on NCCL (:func:`in_turn`), each on the hop's
+    tier for its ring there (a reduce-scatter's last, over EFA, moves what the rings
+    inside the instance left); the hop's f flows share the link with the k flows
+    each puts there, k/f times longer each, for no more than their bytes hold the
+    link.
     """
     if layout.pp < 2 or tail_s <= 0 or nbytes <= 0 or not streams:
         return 0.0
@@ -243,8 +257,9 @@ def hop_shared_s(
     per = est.coll_s(*group, op, size)
     there = tier_wire_s(est, group, op, size, {lv.tier})
     left = tail_s / per if per > 0 else 0.0  # buckets left
+    on_link = min(left, 1.0) if in_turn(est) else left  # in flight at once
     theirs = link_ratio(est, layout, group, group[1]) * own_flows(
         est, layout, {lv.tier for lv in est.net.levels(*group)[0]}
     )
     # ... and no longer than their bytes hold the link (work conservation)
-    return min(wire * theirs / flows * left * there / per, left * there, tail_s)
+    return min(wire * theirs / flows * on_link * there / per, left * there, tail_s)
