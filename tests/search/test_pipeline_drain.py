@@ -62,6 +62,13 @@ def test_buckets_slow_a_collective_while_they_hold_the_links() -> None:
     assert lost == pytest.approx(1.0 + 0.5)
 
 
+def test_buckets_in_turn_slow_a_collective_one_at_a_time() -> None:
+    """NCCL runs one communicator's collectives in turn: of two buckets queued, one
+    is on the links when the collective starts."""
+    lost = _lost_s([(0.0, 1.0), (0.0, 1.0)], [(0.0, 0.5)], 1.0, serial=True)
+    assert lost == pytest.approx(0.5)
+
+
 def test_zero3_compute_slowed_by_the_sms_hides_more_of_the_gather() -> None:
     """A unit of 1 s whose gather of 3 s is in flight all along: at 1 - f of its
     speed it takes 1/(1 - f) s, and waits only what the gather outlasts that."""
