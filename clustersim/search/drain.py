@@ -19,6 +19,7 @@ its gradients, so the delay carries down the pipeline's drain
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -49,6 +50,7 @@ class Estimator(Protocol):
     model: ModelSpec
     train: TrainingCfg
     net: NetModel
+    memo: dict[tuple[object, ...], float]  # what layouts share: :func:`tier_wire_s`
 
     def coll_s(self, stride: int, size: int, op: str, nbytes: float) -> float: ...
     def wire_s(self, stride: int, size: int, op: str, nbytes: float) -> float: ...
@@ -89,12 +91,17 @@ def link_ratio(est: Estimator, layout: Layout, group: Group, size: int) -> float
 def tier_wire_s(est: Estimator, group: Group, op: str, nbytes: float, tiers: set[str]) -> float:
     """One collective's seconds on the links of ``tiers``: its rings along them (each
     level's ring moves what the inner levels left of the buffer)."""
+    key = ("tier_wire_s", group, op, nbytes, *sorted(tiers))
+    found = est.memo.get(key)
+    if found is not None:
+        return found
     levels, sharing = est.net.levels(*group)
     m, secs = nbytes, 0.0
     for lv in levels:
         if lv.tier in tiers:
             secs += collective_wire_s(op, m, [lv], sharing, est.net.runtime)
         m /= lv.size
+    est.memo[key] = secs
     return secs
 
 
@@ -143,7 +150,7 @@ def shared_backward_s(
     # TP ring's inner level, the chip's own ranks, shares nothing with the buckets).
     inner = (1, layout.tp) if layout.tp > 1 else (layout.tp, layout.cp)
     probe = float(2**26)
-    alone = est.wire_s(*inner, "reduce_scatter", probe)
+    alone = tier_wire_s(est, inner, "reduce_scatter", probe, est.tiers(*inner))
     there = tier_wire_s(est, inner, "reduce_scatter", probe, tiers & est.tiers(*group))
     ratio = link_ratio(est, layout, group, group[1]) * (there / alone if alone > 0 else 1.0)
     experts = False if model.moe is not None else None
@@ -186,7 +193,7 @@ def _lost_s(
     one at a time, in turn): at each collective's start, k buckets there slow its w
     seconds on the links by ``ratio`` k w, no more than the buckets' seconds left
     there, which the links serve meanwhile (the time lost is theirs)."""
-    active: list[float] = []
+    links = _Sharing()
     now = lost = 0.0
     queue = list(arrivals)
     i = 0
@@ -194,30 +201,46 @@ def _lost_s(
         # A bucket the op before a collective completes starts with it (the two
         # clocks sum the same op times in different orders: allow for rounding).
         while i < len(queue) and queue[i][0] <= start * (1 + 1e-9) + 1e-12:
-            now = _drain(active, now, queue[i][0])
-            active.append(queue[i][1])
+            links.serve(queue[i][0] - now)
+            now = max(now, queue[i][0])
+            links.add(queue[i][1])
             i += 1
-        now = _drain(active, now, start)
-        if active:
-            x = min(ratio * (1 if serial else len(active)) * wire, sum(active))
+        links.serve(start - now)
+        now = max(now, start)
+        if links.tags:
+            x = min(ratio * (1 if serial else len(links.tags)) * wire, links.left())
             lost += x
-            _drain(active, 0.0, x)  # the buckets' bytes served while it waited
+            links.serve(x)  # the buckets' bytes served while it waited
     return lost
 
 
-def _drain(active: list[float], now: float, until: float) -> float:
-    """Serve ``active`` (seconds left each) equally from ``now`` to ``until``."""
-    dt = until - now
-    while active and dt > 0:
-        n = len(active)
-        first = min(active)
-        if first * n <= dt:
-            dt -= first * n
-            active[:] = [a - first for a in active if a - first > 1e-15]
-        else:
-            active[:] = [a - dt / n for a in active]
-            dt = 0.0
-    return max(now, until)
+class _Sharing:
+    """Jobs served equally (processor sharing) in virtual time: each job's tag is the
+    service per job at which it is done, so serving and adding take log n."""
+
+    def __init__(self) -> None:
+        self.served = 0.0  # service each job in the system has had since the start
+        self.tags: list[float] = []  # a heap
+        self.total = 0.0  # the sum of the tags
+
+    def add(self, secs: float) -> None:
+        heapq.heappush(self.tags, self.served + secs)
+        self.total += self.served + secs
+
+    def left(self) -> float:
+        return self.total - len(self.tags) * self.served
+
+    def serve(self, dt: float) -> None:
+        while self.tags and dt > 0:
+            n = len(self.tags)
+            need = (self.tags[0] - self.served) * n
+            if need <= dt:
+                dt -= need
+                self.served = heapq.heappop(self.tags)
+                self.total -= self.served
+            else:
+                self.served += dt / n
+                dt = 0.0
 
 
 def hop_shared_s(

@@ -135,6 +135,7 @@ class Estimator:
         self._blocks: dict[tuple[int, ...] | tuple[object, ...], Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
         self._colls: dict[tuple[int, int, str, float], float] = {}
+        self.memo: dict[tuple[object, ...], float] = {}  # ``search.drain``'s
         self.flops_per_step = model_flops_per_step(model, train)
 
     def work_s(self, work: Work) -> float:
