@@ -494,6 +494,13 @@ class Estimator:
                     wire_s=self.wire_s,
                 )
                 exposed += once[stage] if par.zero == 3 else 0.0
+                if par.zero == 2 and layout.replicas == 1:
+                    # The last microbatch reduce-scatters ZeRO-1's buckets, over
+                    # dp_shard: each queued from the op that completes it, so an
+                    # MoE model's expert buckets are done before the embedding's.
+                    zero1 = (model, self.train, par.model_copy(update={"zero": 1}), layout)
+                    groups = [g.group for g in grads]
+                    exposed = grad_tail_s(zero1, stage, blk.ready, groups, coll_s=self.coll_s)
             tails.append((exposed + gather, opt_s, lost))
         if par.schedule == "1f1b" and vp == 1 and pp > 1 and not a2a_overlap(par, model, layout):
             last = last_backward_ends(fwd, bwd, p2p, n_mb, extra)  # ``search.pipeline``

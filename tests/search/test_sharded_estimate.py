@@ -16,7 +16,7 @@ from clustersim.workload import make_layout
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
-# Measured est/sim step-time ratios: 0.996, 0.977, 0.978, 1.002, 1.015, 0.987, 0.987 and
+# Measured est/sim step-time ratios: 0.996, 0.977, 0.978, 1.002, 1.015, 0.991, 0.987 and
 # 0.987 (the layers' TP collectives share links with ZeRO-2's buckets and ZeRO-3's gathers;
 # the gathers and reduce-scatters in flight share the shard group's links; on GPUs a unit's
 # compute runs slower while they are in flight).
