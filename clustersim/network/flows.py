@@ -96,8 +96,11 @@ class FlowNetwork(HbmFlows):
 
     max_memo_links: int = 1 << 23
     """The solve memo forgets its least recently used solutions while they hold more links
-    than this (a folded step at 10^6 chips loads 10^4-10^5 links per solution; 24 bytes
-    a link)."""
+    of their own than this (the links several of a solution's groups share, 16 bytes
+    each; the groups themselves belong to the routing caches)."""
+
+    max_memo_entries: int = 1 << 15
+    """... or while it holds more solutions than this."""
 
     def __init__(
         self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64
@@ -105,7 +108,12 @@ class FlowNetwork(HbmFlows):
         self.env = env
         self.topology = topology
         n_links = topology.n_links
-        self.stats = LinkStats(n_links, start_s=float(env.now), max_bins=series_bins)
+        self.stats = LinkStats(
+            n_links,
+            start_s=float(env.now),
+            max_bins=series_bins,
+            capacity_Bps=topology.capacity_Bps,
+        )
         self.bytes_moved = 0.0
         """Flow-bytes delivered so far: the sum over flows of bytes moved."""
         self.transfers = 0
@@ -310,6 +318,8 @@ class FlowNetwork(HbmFlows):
         """
         if self.topology.n_links != self.stats.n_links:
             self._resize()
+        self.stats.advance_to(float(self.env.now))
+        self.stats.set_capacity(self.topology.capacity_Bps)
         self._memo.clear()
         self._memo_links = 0
         self._dead.clear()
@@ -468,9 +478,11 @@ class FlowNetwork(HbmFlows):
         solved = memo.pop(key, None)  # put back last: the dict runs from least recently used
         if solved is None:
             solved = self._solve_groups(key)
-            self._memo_links += solved[1].links.size
-            while self._memo_links > self.max_memo_links and memo:
-                self._memo_links -= memo.pop(next(iter(memo)))[1].links.size
+            self._memo_links += solved[1].size
+            while memo and (
+                self._memo_links > self.max_memo_links or len(memo) >= self.max_memo_entries
+            ):
+                self._memo_links -= memo.pop(next(iter(memo)))[1].size
         memo[key] = solved
         rates, pattern = solved
         self.stats.hold(comp.ident, now, pattern)

@@ -1,41 +1,76 @@
-"""Per-link utilisation over time, accumulated sparsely for a topology heat map.
+"""Per-link utilisation over time, accumulated per routed column for a topology heat map.
 
 The flow model's loads come in *patterns*: one solve of one component of the
-model loads a set of links (:class:`LoadPattern`), and holds until that component
-changes. A :class:`LinkStats` is told which pattern each component holds from
-when (:meth:`LinkStats.hold`); it adds up, per pattern, the time it was held in
-the time bin in progress, and only when time leaves the bin does it spread the
-patterns over their links. A pattern that recurs (the same collective in every
-microbatch) is spread once per bin, however often it was held: the cost of a
-change of load is a dictionary update, not work per link. It accumulates:
+model loads the links of its entities' groups, and holds until that component
+changes. A pattern is a few *columns* (the component's distinct routed groups,
+each ``links`` with flow ``counts``) and the rate of each (the sum of its
+entities' rates): column ``i`` puts ``counts_i x rates[i]`` on its links. A
+:class:`LinkStats` is told which pattern each component holds from when
+(:meth:`LinkStats.hold`), and adds up, per column, the integral of its rate over
+time (byte-seconds per unit count). Nothing is spread over links while the run
+goes on: a change of load is a few dictionary updates, whatever the number of
+links its groups cross (a folded step at 10^6 chips crosses 10^5 to 10^6).
+
+Loads are linear in the columns' rates, so every per-link figure is the sum of
+its columns' integrals times their counts, worked out when it is read
+(:meth:`LinkStats.settle`):
 
 - ``bytes``: bytes carried by each link;
-- ``busy_s``: the time integral of utilisation (load / current capacity), so
-  ``busy_s / elapsed_s`` is the time-weighted mean utilisation;
-- ``peak``: the highest utilisation seen;
-- a time series: the utilisation integral per link and time bin. When time
-  leaves a bin, the bin's integrals are ``busy_s`` minus its value when the bin
-  opened, stored for the links that changed. An interval that spans whole bins
-  is kept as one run. Bins start narrow and double in width (merging pairwise)
-  whenever the run outgrows ``max_bins`` of them, so memory stays bounded by
-  ``max_bins`` x the links loaded in each bin, whatever the horizon.
+- ``busy_s``: the time integral of utilisation (load / capacity), so ``busy_s /
+  elapsed_s`` is the time-weighted mean utilisation; capacities change only at
+  :meth:`LinkStats.set_capacity` (a link or lane failing or recovering), which
+  closes an *epoch* of constant capacities;
+- ``peak``: the highest utilisation seen. On a link that one column of a pattern
+  loads alone its utilisation is ``counts x rate / capacity``, so the column's
+  highest rate in the epoch gives the peak there; the links that several columns
+  of a pattern share are few, and each pattern brings their utilisation
+  (``shared``, ``shared_util``), taken the first time it is held;
+- a time series: each column's integral per time bin. Bins start narrow and
+  double in width (merging pairwise) whenever the run outgrows ``max_bins`` of
+  them; a hold that spans whole bins is kept as one run. The series of a link is
+  read off the columns that cross it (:meth:`LinkStats.series`, for the few
+  busiest links of :meth:`LinkStats.summary`).
 
-:meth:`LinkStats.summary` packs these into a :class:`LinkUtilisation`: plain
-numpy arrays, no pandas, with the series of the most-loaded links.
+The bins keep their columns alive. When the columns they hold pass
+``max_pinned_links`` entries (columns that no cache holds any more), the bins are
+spread over their links as per-link records, and the columns released.
+
+The sums are those of a per-link accumulation in another order: equal to
+rounding. :meth:`LinkStats.summary` packs them into a :class:`LinkUtilisation`:
+plain numpy arrays, no pandas, with the series of the most-loaded links.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["LinkStats", "LinkUtilisation", "LoadPattern"]
+__all__ = ["Column", "LinkStats", "LinkUtilisation", "LoadPattern"]
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
+_NONE: Ints = np.zeros(0, dtype=np.int64)
+_NO_UTIL: Floats = np.zeros(0)
+
+
+class Column(Protocol):
+    """A routed group as the statistics see it (a :class:`~.entity.FlowGroup`)."""
+
+    @property
+    def links(self) -> Ints:
+        """Distinct link indices, increasing (indices past the topology's are not links:
+        shared HBM rows)."""
+        ...
+
+    @property
+    def counts(self) -> Floats:
+        """The flows crossing each of ``links``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -62,24 +97,59 @@ class LinkUtilisation:
 
 
 class LoadPattern:
-    """``load_Bps[i]`` on link ``links[i]`` (distinct) of capacity ``capacity_Bps[i]``."""
+    """Column ``columns[i]`` carrying ``rates[i]`` per unit count; ``shared`` are the links
+    (distinct) that several columns load, with their utilisation ``shared_util``."""
 
-    __slots__ = ("links", "load", "peaked", "util")
+    __slots__ = ("columns", "peaked", "rates", "shared", "shared_util")
 
-    def __init__(self, links: Ints, load_Bps: Floats, capacity_Bps: Floats) -> None:
-        self.links = links
-        self.load = load_Bps
-        self.util: Floats = np.divide(
-            load_Bps, capacity_Bps, out=np.zeros(load_Bps.size), where=capacity_Bps > 0
-        )
+    def __init__(
+        self,
+        columns: Sequence[Column],
+        rates: Sequence[float],
+        shared: Ints = _NONE,
+        shared_util: Floats = _NO_UTIL,
+    ) -> None:
+        self.columns = tuple(columns)
+        self.rates = tuple(float(r) for r in rates)
+        self.shared = shared
+        self.shared_util = shared_util
         self.peaked = False
         """Whether ``peak`` has seen this pattern."""
 
+    @property
+    def size(self) -> int:
+        """Link entries the pattern holds of its own (its columns belong to their groups)."""
+        return int(self.shared.size) + len(self.columns)
+
+
+class _Sum:
+    """A column and a figure of it (an integral, or a highest rate)."""
+
+    __slots__ = ("col", "value")
+
+    def __init__(self, col: Column, value: float) -> None:
+        self.col = col
+        self.value = value
+
+
+_Acc = dict[int, _Sum]
+"""Per column (by id; the entry holds the column, so its id is not reused)."""
+
 
 class LinkStats:
-    """Sparse accumulators of per-link bytes, utilisation and a binned time series."""
+    """Accumulators of per-link bytes, utilisation and a binned time series, per column."""
 
-    def __init__(self, n_links: int, *, start_s: float, max_bins: int = 64) -> None:
+    max_pinned_links: int = 1 << 26
+    """Link entries of the columns the bins may hold before they are spread over links."""
+
+    def __init__(
+        self,
+        n_links: int,
+        *,
+        start_s: float,
+        max_bins: int = 64,
+        capacity_Bps: Floats | None = None,
+    ) -> None:
         if max_bins < 2:
             raise ValueError(f"max_bins must be at least 2 (got {max_bins})")
         self.n_links = n_links
@@ -91,26 +161,50 @@ class LinkStats:
         self.peak: Floats = np.zeros(n_links)
         self._held: dict[int, tuple[LoadPattern, float]] = {}
         """The pattern each holder holds now, and since when (not yet added)."""
-        self._acc: dict[int, tuple[LoadPattern, float]] = {}
-        """Seconds each pattern was held in the bin in progress, not yet spread (by id)."""
+        self._total: _Acc = {}
+        """Each column's integral not yet spread over its links."""
+        self._rmax: _Acc = {}
+        """Each column's highest rate in the epoch, not yet in ``peak``."""
+        self._acc: _Acc = {}
+        """Each column's integral in the bin in progress."""
         self._bin_s = 0.0
         self._cur = 0
-        """The bin in progress; ``busy_s - _mark`` is what it has accumulated so far."""
-        self._mark: Floats = np.zeros(n_links)
-        self._touched: list[Ints] = []
-        """Links whose ``busy_s`` moved in the bin in progress (arrays, may repeat)."""
-        self._seen = np.zeros(n_links, dtype=bool)
-        """Scratch marks of the touched links (all False between bins)."""
-        self._records: list[tuple[int, Ints, Floats]] = []
-        """Finished bins: (bin, links, utilisation integral)."""
-        self._runs: list[tuple[int, int, Ints, Floats]] = []
-        """Whole bins ``[first, last)`` that one interval crossed: (first, last, links, util)."""
+        self._records: list[tuple[int, int, _Acc]] = []
+        """Finished bins: (bin, epoch, each column's integral)."""
+        self._runs: list[tuple[int, int, int, LoadPattern]] = []
+        """Whole bins ``[first, last)`` that one hold crossed: (first, last, epoch, pattern)."""
+        self._spread: list[tuple[int, Ints, Floats]] = []
+        """Bins spread over their links: (bin, links, utilisation integral)."""
+        self._pinned: dict[int, int] = {}
+        """Link entries of each column the bins hold (by id)."""
+        self._pinned_links = 0
+        self._caps: list[Floats] = []
+        """The capacities of each epoch (a copy each)."""
+        self._inv: Floats = np.zeros(n_links)
+        """1 / capacity of the epoch in progress (0 where a link has none)."""
+        self.set_capacity(np.ones(n_links) if capacity_Bps is None else capacity_Bps)
+
+    # -- loads ------------------------------------------------------------------------------
+
+    def set_capacity(self, capacity_Bps: Floats) -> None:
+        """Capacities from now on (call after :meth:`advance_to` the instant they change)."""
+        cap = np.array(capacity_Bps, dtype=np.float64, copy=True).reshape(-1)[: self.n_links]
+        if cap.size < self.n_links:
+            cap = np.concatenate([cap, np.zeros(self.n_links - cap.size)])
+        if self._caps:
+            self._settle(self.end_s)
+            self._flush()
+            if self._acc:  # the bin in progress goes on in another epoch
+                self._close()
+        self._caps.append(cap)
+        inv = np.zeros(self.n_links)
+        np.divide(1.0, cap, out=inv, where=cap > 0)
+        self._inv = inv
 
     def hold(self, holder: int, now_s: float, pattern: LoadPattern | None) -> None:
         """From ``now_s`` on, ``holder`` loads the links as ``pattern`` (None: no more).
 
-        A holder is one component of the flow model; the patterns of different
-        holders load different links. Times never go backwards.
+        A holder is one component of the flow model. Times never go backwards.
         """
         self.advance_to(now_s)
         old = self._held.pop(holder, None)
@@ -120,15 +214,25 @@ class LinkStats:
             return
         if not pattern.peaked:
             pattern.peaked = True
-            links = pattern.links
-            self.peak[links] = np.maximum(self.peak[links], pattern.util)
+            rmax = self._rmax
+            for col, rate in zip(pattern.columns, pattern.rates, strict=True):
+                found = rmax.get(id(col))
+                if found is None:
+                    rmax[id(col)] = _Sum(col, rate)
+                elif rate > found.value:
+                    found.value = rate
+            if pattern.shared.size:
+                links = pattern.shared
+                self.peak[links] = np.maximum(self.peak[links], pattern.shared_util)
         self._held[holder] = (pattern, now_s)
 
     def load(self) -> Floats:
         """The load of each link now (bytes per second)."""
         out: Floats = np.zeros(self.n_links)
         for pattern, _ in self._held.values():
-            out[pattern.links] += pattern.load
+            for col, rate in zip(pattern.columns, pattern.rates, strict=True):
+                links, counts = self._within(col)
+                out[links] += counts * rate
         return out
 
     def grow(self, n_links: int) -> None:
@@ -136,10 +240,12 @@ class LinkStats:
         extra = n_links - self.n_links
         if extra <= 0:
             return
-        for name in ("bytes", "busy_s", "peak", "_mark"):
+        for name in ("bytes", "busy_s", "peak", "_inv"):
             setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra)]))
-        self._seen = np.concatenate([self._seen, np.zeros(extra, dtype=bool)])
+        self._caps[-1] = np.concatenate([self._caps[-1], np.zeros(extra)])
         self.n_links = n_links
+
+    # -- time -------------------------------------------------------------------------------
 
     def advance_to(self, now_s: float) -> None:
         """Time has reached ``now_s``: close the bins it left."""
@@ -165,109 +271,175 @@ class LinkStats:
         self._settle(self.start_s + (self._cur + 1) * w)
         self._close()
         whole = (last - self._cur - 1) * w
+        epoch = len(self._caps) - 1
         for pattern, _ in self._held.values() if whole > 0 else ():
-            links, busy = pattern.links, pattern.util * whole
-            self.busy_s[links] += busy
-            self._mark[links] += busy  # kept as a run, not in the bin that follows
-            self.bytes[links] += pattern.load * whole
-            self._runs.append((self._cur + 1, last, links, pattern.util))
+            self._add_total(pattern, whole)
+            self._runs.append((self._cur + 1, last, epoch, pattern))
+            self._pin(pattern.columns)
         t_s = self.start_s + last * w
         self._held = {h: (pattern, t_s) for h, (pattern, _) in self._held.items()}
         self._cur = last
+        if self._pinned_links > self.max_pinned_links:
+            self._spread_bins()
 
     def settle(self) -> None:
         """Spread everything held up to now (``end_s``) over the links, for reading them."""
         self._settle(self.end_s)
+        self._flush()
 
     def _settle(self, t_s: float) -> None:
-        """Add the patterns held up to ``t_s`` and spread what the bin holds."""
+        """Add the patterns held up to ``t_s``."""
         for pattern, since in self._held.values():
             self._add(pattern, t_s - since)
         self._held = {h: (pattern, t_s) for h, (pattern, _) in self._held.items()}
-        for pattern, seconds in self._acc.values():
-            links = pattern.links
-            self.bytes[links] += pattern.load * seconds
-            self.busy_s[links] += pattern.util * seconds
-            self._touch(links)
-        self._acc = {}
 
     def _add(self, pattern: LoadPattern, seconds: float) -> None:
         """``pattern`` was held for ``seconds`` more in the bin in progress."""
         if seconds <= 0:
             return
-        key = id(pattern)  # the entry holds the pattern, so its id is not reused
-        found = self._acc.get(key)
-        self._acc[key] = (pattern, seconds if found is None else found[1] + seconds)
+        acc = self._acc
+        for col, rate in zip(pattern.columns, pattern.rates, strict=True):
+            found = acc.get(id(col))
+            if found is None:
+                acc[id(col)] = _Sum(col, rate * seconds)
+            else:
+                found.value += rate * seconds
+        self._add_total(pattern, seconds)
 
-    def _touch(self, links: Ints) -> None:
-        """``busy_s`` of ``links`` changes in the bin in progress."""
-        if not self._touched or self._touched[-1] is not links:
-            self._touched.append(links)
+    def _add_total(self, pattern: LoadPattern, seconds: float) -> None:
+        total = self._total
+        for col, rate in zip(pattern.columns, pattern.rates, strict=True):
+            found = total.get(id(col))
+            if found is None:
+                total[id(col)] = _Sum(col, rate * seconds)
+            else:
+                found.value += rate * seconds
+
+    def _within(self, col: Column) -> tuple[Ints, Floats]:
+        """The entries of ``col`` on links (not past them: HBM rows)."""
+        links = col.links
+        if links.size and links[-1] >= self.n_links:
+            at = int(np.searchsorted(links, self.n_links))
+            return links[:at], col.counts[:at]
+        return links, col.counts
+
+    def _flush(self) -> None:
+        """Spread the columns' integrals and highest rates over their links."""
+        inv = self._inv
+        for item in self._total.values():
+            links, counts = self._within(item.col)
+            moved = counts * item.value
+            self.bytes[links] += moved
+            self.busy_s[links] += moved * inv[links]
+        self._total = {}
+        for item in self._rmax.values():
+            links, counts = self._within(item.col)
+            self.peak[links] = np.maximum(self.peak[links], counts * item.value * inv[links])
+        self._rmax = {}
 
     def _close(self) -> None:
-        """Record what the bin in progress accumulated (over the links it touched only:
-        a cluster of 10^6 chips has millions of links, a bin a few thousand)."""
-        if not self._touched:
+        """Record what the bin in progress accumulated."""
+        if not self._acc:
             return
-        # Patterns recur within a bin: each array of links once.
-        arrays = list({id(a): a for a in self._touched}.values())
-        self._touched = []
-        if sum(a.size for a in arrays) > self.n_links // 64:
-            # Many touches (a bin of thousands of transfers, or the hundreds of
-            # thousands of links of each folded step at 10^6 chips): marks, not a sort.
-            seen = self._seen
-            for touched in arrays:
-                seen[touched] = True
-            links = np.flatnonzero(seen)
-            seen[links] = False
-        else:
-            links = np.unique(np.concatenate(arrays))
-        diff = self.busy_s[links] - self._mark[links]
-        moved = diff != 0
-        if moved.any():
-            links = links[moved]
-            self._records.append((self._cur, links, diff[moved]))
-            self._mark[links] = self.busy_s[links]
+        self._records.append((self._cur, len(self._caps) - 1, self._acc))
+        self._pin([item.col for item in self._acc.values()])
+        self._acc = {}
+
+    def _pin(self, columns: Sequence[Column]) -> None:
+        pinned = self._pinned
+        for col in columns:
+            if id(col) not in pinned:
+                size = int(col.links.size)
+                pinned[id(col)] = size
+                self._pinned_links += size
+
+    # -- bins -------------------------------------------------------------------------------
+
+    def _bins(self) -> dict[int, list[tuple[int, Column, float]]]:
+        """Each closed bin's (epoch, column, integral), runs cut into their bins."""
+        pieces: dict[int, list[tuple[int, Column, float]]] = {}
+        for b, epoch, acc in self._records:
+            part = pieces.setdefault(b, [])
+            part.extend((epoch, item.col, item.value) for item in acc.values())
+        w = self._bin_s
+        for first, last, epoch, pattern in self._runs:
+            for j in range(first, last):
+                part = pieces.setdefault(j, [])
+                part.extend(
+                    (epoch, col, rate * w)
+                    for col, rate in zip(pattern.columns, pattern.rates, strict=True)
+                )
+        return pieces
 
     def _double(self) -> None:
-        """Double the bin width: merge bins pairwise and turn runs into bin records."""
-        pieces: dict[int, list[tuple[Ints, Floats]]] = {}
-        for b, links, vals in self._records:
-            pieces.setdefault(b // 2, []).append((links, vals))
-        for first, last, links, util in self._runs:
-            for j in range(first // 2, (last - 1) // 2 + 1):
-                covered = min(last, 2 * j + 2) - max(first, 2 * j)
-                pieces.setdefault(j, []).append((links, util * (covered * self._bin_s)))
+        """Double the bin width: merge bins pairwise (runs become bin records)."""
+        merged: dict[int, dict[int, _Acc]] = {}
+        for b, parts in self._bins().items():
+            by_epoch = merged.setdefault(b // 2, {})
+            for epoch, col, integral in parts:
+                acc = by_epoch.setdefault(epoch, {})
+                found = acc.get(id(col))
+                if found is None:
+                    acc[id(col)] = _Sum(col, integral)
+                else:
+                    found.value += integral
+        spread: dict[int, list[tuple[Ints, Floats]]] = {}
+        for b, links, vals in self._spread:
+            spread.setdefault(b // 2, []).append((links, vals))
         self._bin_s *= 2.0
         self._cur //= 2
         self._runs = []
-        self._records = [(j, *self._sum_by_link(pieces[j])) for j in sorted(pieces)]
+        self._records = [
+            (j, epoch, acc) for j in sorted(merged) for epoch, acc in sorted(merged[j].items())
+        ]
+        self._spread = [(j, *self._sum_by_link(spread[j])) for j in sorted(spread)]
+
+    def _spread_bins(self) -> None:
+        """Spread the closed bins over their links (utilisation integrals per link), and
+        release their columns."""
+        pieces: dict[int, list[tuple[Ints, Floats]]] = {}
+        for b, links, vals in self._spread:
+            pieces.setdefault(b, []).append((links, vals))
+        for b, parts in self._bins().items():
+            for epoch, col, integral in parts:
+                links, counts = self._within(col)
+                inv = self._epoch_inv(epoch)
+                pieces.setdefault(b, []).append((links, counts * integral * inv[links]))
+        self._spread = [(j, *self._sum_by_link(pieces[j])) for j in sorted(pieces)]
+        self._records, self._runs = [], []
+        self._pinned, self._pinned_links = {}, 0
+
+    def _epoch_inv(self, epoch: int) -> Floats:
+        if epoch == len(self._caps) - 1:
+            return self._inv
+        cap = self._caps[epoch]
+        inv = np.zeros(cap.size)
+        np.divide(1.0, cap, out=inv, where=cap > 0)
+        return inv
 
     def _sum_by_link(self, pieces: list[tuple[Ints, Floats]]) -> tuple[Ints, Floats]:
         """The links of ``pieces`` (each with distinct links), sorted, and the sum of their
-        values on each, added in the order of the pieces."""
+        values on each."""
         if len(pieces) == 1:
             return pieces[0]
-        if sum(links.size for links, _ in pieces) <= self.n_links // 64:
-            return _sum_by_key(
-                np.concatenate([links for links, _ in pieces]),
-                np.concatenate([vals for _, vals in pieces]),
-            )
-        # Many links (each bin of a folded step at 10^6 chips): a dense sum, not a sort.
-        seen, total = self._seen, np.zeros(self.n_links)
-        for links, vals in pieces:
-            seen[links] = True
-            total[links] += vals
-        links = np.flatnonzero(seen)
-        seen[links] = False
-        return links, total[links]
+        keys = np.concatenate([links for links, _ in pieces])
+        vals = np.concatenate([vals for _, vals in pieces])
+        if not keys.size:
+            return keys, vals
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        sums: Floats = np.bincount(inverse.ravel(), weights=vals, minlength=uniq.size).astype(
+            np.float64
+        )
+        return uniq.astype(np.int64), sums
+
+    # -- reading ----------------------------------------------------------------------------
 
     @property
     def elapsed_s(self) -> float:
         return self.end_s - self.start_s
 
     def mean(self) -> Floats:
-        """Time-weighted mean utilisation of each link."""
+        """Time-weighted mean utilisation of each link (after :meth:`settle`)."""
         elapsed = self.elapsed_s
         out: Floats = self.busy_s / elapsed if elapsed > 0 else np.zeros(self.n_links)
         return out
@@ -278,24 +450,32 @@ class LinkStats:
             return np.asarray([self.start_s, self.end_s]), np.zeros((links.size, 1))
         while self.elapsed_s > self._bin_s * self.max_bins:
             self._double()
+        self._settle(self.end_s)
         w = self._bin_s
         n_bins = max(1, min(self.max_bins, math.ceil(self.elapsed_s / w - 1e-9)))
         edges: Floats = self.start_s + np.arange(n_bins + 1, dtype=np.float64) * w
         out = np.zeros((links.size, n_bins))
         row = np.full(self.n_links, -1, dtype=np.int64)
         row[links] = np.arange(links.size)
-        for b, those, vals in [
-            *self._records,
-            (self._cur, links, self.busy_s[links] - self._mark[links]),
-        ]:
+        pieces = self._bins()
+        current = pieces.setdefault(self._cur, [])
+        epoch_now = len(self._caps) - 1
+        current.extend((epoch_now, item.col, item.value) for item in self._acc.values())
+        for b, parts in pieces.items():
+            if b >= n_bins:
+                continue
+            for epoch, col, integral in parts:
+                those, counts = self._within(col)
+                rows = row[those]
+                mine = rows >= 0
+                if mine.any():
+                    inv = self._epoch_inv(epoch)[those[mine]]
+                    out[rows[mine], b] += counts[mine] * integral * inv
+        for b, those, vals in self._spread:
             rows = row[those]
             mine = rows >= 0
             if b < n_bins:
                 out[rows[mine], b] += vals[mine]
-        for first, last, those, util in self._runs:
-            rows = row[those]
-            mine = rows >= 0
-            out[rows[mine], first : min(last, n_bins)] += util[mine, None] * w
         series: Floats = out / w
         return edges, series
 
@@ -323,14 +503,3 @@ class LinkStats:
             edges_s=edges,
             series=series,
         )
-
-
-def _sum_by_key(keys: Ints, vals: Floats) -> tuple[Ints, Floats]:
-    """Unique keys and the sum of the values of each."""
-    if not keys.size:
-        return keys, vals
-    uniq, inverse = np.unique(keys, return_inverse=True)
-    sums: Floats = np.bincount(inverse.ravel(), weights=vals, minlength=uniq.size).astype(
-        np.float64
-    )
-    return uniq, sums

@@ -111,7 +111,7 @@ def _solve_columns(
         cap_nz = cap[g.links]
         per = g.counts if times is None else g.counts * times[0]
         rate = min(float((cap_nz / per).min()), g.rate_cap_Bps)
-        return np.asarray([rate]), _pattern(hbm_base, g.links, per * rate, cap_nz)
+        return np.asarray([rate]), LoadPattern((g,), (rate if times is None else rate * times[0],))
     capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
     nnz = np.asarray([g.links.size for g in groups], dtype=np.int64)
     counts = np.concatenate([g.counts for g in groups])
@@ -128,21 +128,15 @@ def _solve_columns(
     indptr = np.zeros(len(groups) + 1, dtype=np.int64)
     np.cumsum(nnz, out=indptr[1:])
     rates = maxmin_rates_csc(indptr, rows, counts, capacity)
-    load = np.bincount(rows, weights=counts * np.repeat(rates, nnz), minlength=capacity.size)
     n = loaded.size
-    return rates, _pattern(
-        hbm_base, loaded.astype(np.int64), load[:n].astype(np.float64), capacity[:n]
-    )
-
-
-def _pattern(
-    hbm_base: int | None,
-    links: NDArray[np.int64],
-    load: NDArray[np.float64],
-    capacity: NDArray[np.float64],
-) -> LoadPattern:
-    """The load on the topology's links (HBM is left out of the link statistics)."""
-    if hbm_base is not None and links.size and links[-1] >= hbm_base:
-        keep = links < hbm_base
-        return LoadPattern(links[keep], load[keep], capacity[keep])
-    return LoadPattern(links, load, capacity)
+    # The links that several groups load: their utilisation, for the peaks (HBM left out).
+    shared = np.flatnonzero(np.bincount(rows, minlength=capacity.size)[:n] > 1)
+    if hbm_base is not None and shared.size:
+        shared = shared[loaded[shared] < hbm_base]
+    util = np.zeros(shared.size)
+    if shared.size:
+        load = np.bincount(rows, weights=counts * np.repeat(rates, nnz), minlength=capacity.size)
+        cap_s = capacity[shared]
+        np.divide(load[shared], cap_s, out=util, where=cap_s > 0)
+    per = rates[: len(groups)] if times is None else rates[: len(groups)] * times
+    return rates, LoadPattern(groups, per.tolist(), loaded[shared].astype(np.int64), util)

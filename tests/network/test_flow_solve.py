@@ -52,13 +52,13 @@ def test_transfers_of_one_group_share_like_distinct_ones() -> None:
 
 
 def test_the_solve_memo_forgets_the_least_recently_used_solution() -> None:
-    """Solutions of 1, 1 and 2 links over a budget of 3: each new one pushes out the one
-    used longest ago (b, then c), never a, solved first but used in between; the budget
-    counts what is kept."""
+    """Solutions of 1, 1 and 2 links, two kept at most: each new one pushes out the one
+    used longest ago (b, then c), never a, solved first but used in between; the link
+    budget counts what the solutions hold of their own."""
     topo = line(4)
     env = simpy.Environment()
     net = FlowNetwork(env, topo)
-    net.max_memo_links = 3
+    net.max_memo_entries = 2
     a, b, c = net.group(((0, 1),)), net.group(((1, 2),)), net.group(((1, 3),))
     solved = []
     orig = net._solve_groups
@@ -71,7 +71,7 @@ def test_the_solve_memo_forgets_the_least_recently_used_solution() -> None:
     for group in (a, b, a, c, a, b):
         env.run(until=net.transfer_group(group, 1e6, 0.0))
     assert solved == [(a,), (b,), (c,), (b,)]
-    assert net._memo_links == sum(p.links.size for _, p in net._memo.values()) <= 3
+    assert net._memo_links == sum(p.size for _, p in net._memo.values())
     assert list(net._memo) == [(a,), (b,)]
 
 
@@ -107,16 +107,32 @@ def test_repeated_groups_solve_as_the_whole_system(seed: int) -> None:
     want = maxmin_rates_reference(sp.csr_matrix(dense), np.asarray(cap))
     np.testing.assert_allclose(rates, want, rtol=1e-9)
     load = dense[:n] @ want
-    np.testing.assert_allclose(load[pattern.links], pattern.load, rtol=1e-9)
-    assert set(pattern.links.tolist()) == set(np.flatnonzero(load).tolist())
+    got = np.zeros(n)
+    for col, rate in zip(pattern.columns, pattern.rates, strict=True):
+        got[col.links] += col.counts * rate
+    np.testing.assert_allclose(got, load, rtol=1e-9)
+    # The links several distinct groups cross, with their utilisation.
+    crossing = np.zeros(n)
+    for col in pattern.columns:
+        crossing[col.links] += 1
+    np.testing.assert_array_equal(pattern.shared, np.flatnonzero(crossing > 1))
+    shared_cap = topo.capacity_Bps[pattern.shared]
+    np.testing.assert_allclose(pattern.shared_util, load[pattern.shared] / shared_cap, rtol=1e-9)
 
 
-def test_bins_close_over_every_link_a_pattern_touched() -> None:
-    """A bin records each link once, however many patterns (and repeats) touched it."""
-    stats = LinkStats(10, start_s=0.0, max_bins=4)
-    cap = np.full(3, 2.0)
-    a = LoadPattern(np.asarray([1, 4, 7]), np.asarray([1.0, 1.0, 2.0]), cap)
-    b = LoadPattern(np.asarray([4, 5, 9]), np.asarray([2.0, 1.0, 1.0]), cap)
+class _Col:
+    def __init__(self, links: list[int], counts: list[float]) -> None:
+        self.links = np.asarray(links, dtype=np.int64)
+        self.counts = np.asarray(counts, dtype=np.float64)
+
+
+def test_bins_add_up_each_columns_load_on_its_links() -> None:
+    """Two patterns over columns that share link 4, one held twice at once: each link's
+    busy time is the sum of its columns' loads over capacity, times how long."""
+    stats = LinkStats(10, start_s=0.0, max_bins=4, capacity_Bps=np.full(10, 2.0))
+    x, y = _Col([1, 4, 7], [1.0, 1.0, 2.0]), _Col([4, 5, 9], [2.0, 1.0, 1.0])
+    a = LoadPattern((x,), (1.0,))
+    b = LoadPattern((y,), (1.0,))
     stats.hold(0, 0.0, a)
     stats.hold(1, 0.0, b)
     stats.hold(0, 1.0, b)  # the same pattern held twice at once
@@ -128,18 +144,51 @@ def test_bins_close_over_every_link_a_pattern_touched() -> None:
     np.testing.assert_allclose(
         stats.busy_s, [0, 0.5, 0, 0, 0.5 + 8 + 7, 4 + 3.5, 0, 1.0, 0, 4 + 3.5], rtol=1e-12
     )
+    np.testing.assert_allclose(stats.bytes, 2.0 * stats.busy_s, rtol=1e-12)
+    np.testing.assert_allclose(stats.peak, [0, 0.5, 0, 0, 1.0, 0.5, 0, 1.0, 0, 0.5])
 
 
+def test_peaks_of_shared_links_come_from_the_pattern() -> None:
+    """Where two columns of one pattern meet, the peak is their sum (as the solve gives it);
+    elsewhere each column's highest rate."""
+    stats = LinkStats(4, start_s=0.0, max_bins=4, capacity_Bps=np.full(4, 4.0))
+    x, y = _Col([0, 1], [1.0, 1.0]), _Col([1, 2], [1.0, 2.0])
+    stats.hold(0, 0.0, LoadPattern((x, y), (1.0, 1.0), np.asarray([1]), np.asarray([0.5])))
+    stats.hold(0, 1.0, LoadPattern((x,), (3.0,)))
+    stats.hold(0, 2.0, None)
+    stats.settle()
+    np.testing.assert_allclose(stats.peak, [0.75, 0.75, 0.5, 0.0])
+    np.testing.assert_allclose(stats.bytes, [4.0, 5.0, 2.0, 0.0])
+
+
+def test_capacity_changes_close_an_epoch() -> None:
+    """Utilisation integrates load over the capacity of the time, through a change."""
+    stats = LinkStats(2, start_s=0.0, max_bins=4, capacity_Bps=np.asarray([2.0, 2.0]))
+    pattern = LoadPattern((_Col([0, 1], [1.0, 1.0]),), (1.0,))
+    stats.hold(0, 0.0, pattern)
+    stats.advance_to(1.0)
+    stats.set_capacity(np.asarray([1.0, 0.0]))  # link 1 is down: no utilisation there
+    stats.hold(0, 3.0, None)
+    stats.settle()
+    np.testing.assert_allclose(stats.busy_s, [0.5 + 2.0, 0.5])
+    edges, series = stats.series(np.arange(2))
+    np.testing.assert_allclose(series @ np.diff(edges), stats.busy_s, rtol=1e-12)
+
+
+@pytest.mark.parametrize("spread", [False, True])
 @pytest.mark.parametrize("n_links", [20, 5000])
-def test_series_keep_every_links_integral_as_bins_double(n_links: int) -> None:
-    """Bins merge pairwise as the run grows (by a dense sum over few links, by a sort
-    over many); every link's series still integrates to its busy time."""
+def test_series_keep_every_links_integral_as_bins_double(n_links: int, spread: bool) -> None:
+    """Bins merge pairwise as the run grows; every link's series still integrates to its
+    busy time, also once the bins are spread over their links (a budget of columns)."""
     rng = np.random.default_rng(n_links)
-    stats = LinkStats(n_links, start_s=0.0, max_bins=4)
+    stats = LinkStats(n_links, start_s=0.0, max_bins=4, capacity_Bps=np.ones(n_links))
+    if spread:
+        stats.max_pinned_links = 16
     patterns = []
     for _ in range(5):
         links = np.unique(rng.choice(n_links, size=8, replace=False)).astype(np.int64)
-        patterns.append(LoadPattern(links, rng.uniform(0.1, 1.0, links.size), np.ones(links.size)))
+        col = _Col(links.tolist(), rng.uniform(0.1, 1.0, links.size).tolist())
+        patterns.append(LoadPattern((col,), (float(rng.uniform(0.5, 2.0)),)))
     t = 0.0
     for k in range(60):
         stats.hold(k % 3, t, patterns[int(rng.integers(5))])
@@ -150,6 +199,8 @@ def test_series_keep_every_links_integral_as_bins_double(n_links: int) -> None:
     edges, series = stats.series(np.arange(n_links))
     assert series.shape[1] <= 4
     np.testing.assert_allclose(series @ np.diff(edges), stats.busy_s, rtol=1e-9, atol=1e-12)
+    if spread:
+        assert stats._spread and stats._pinned_links <= 16
 
 
 @pytest.mark.parametrize("only", [[3], [0, 5], list(range(9))])  # counted one by one; gathered
