@@ -13,14 +13,15 @@ loaded link belongs to exactly one component. When an entity joins, the
 components its links touch merge with it; when one leaves, only its component
 is re-solved; the components a join touches are found through the groups in
 flight, which know whether they share a link (:mod:`.live`), not by marking its
-links. So a change costs work in proportion to the component it
-touches, not to everything in flight: in a folded run most entities are alone
-on their links (stages and groups on disjoint links), and their rate is that of
-their tightest link. A component is not split when an entity leaves (solving
-two independent parts together gives the same rates). Solves of a component
-are remembered by the groups in it, so a repeated pattern of transfers (the
-same collective in every microbatch) costs a dictionary lookup; repeats of one
-group in a component are one column of the solve (:mod:`.solve`).
+links. So a change costs work in proportion to the component it touches, not to
+everything in flight: in a folded run most entities are alone on their links
+(stages and groups on disjoint links), and their rate is that of their tightest
+link. A component is not split when an entity leaves (solving two independent
+parts together gives the same rates). Solves of a component are remembered by
+the groups in it, so a repeated pattern of transfers (the same collective in
+every microbatch) costs a dictionary lookup; repeats of one group in a component
+are one column of the solve (:mod:`.solve`), which runs over the links the
+groups share and each group's tightest class of private links (:mod:`.classes`).
 
 Joins and departures at one simulated instant are batched: the first change
 schedules a solve at the same time (a zero-delay timeout), and every change
@@ -46,8 +47,7 @@ when a chip turns hot the entities on it move to the variant with its row at tha
 instant. A listener hears of every chip that turns hot (and cools), so compute
 leaves its fast path only then.
 
-**Observability.** :class:`~clustersim.network.linkstats.LinkStats` keeps per-link
-bytes, utilisation and a binned series (:meth:`FlowNetwork.link_utilisation`).
+**Observability.** :class:`~.linkstats.LinkStats`: per-link bytes, utilisation, series.
 """
 
 from __future__ import annotations
@@ -78,8 +78,6 @@ __all__ = ["FlowGroup", "FlowNetwork", "LinkUtilisation", "link_counts"]
 
 Chain = tuple[Sequence[tuple[FlowGroup, float, float]], int] | None
 """The steps of a chain still to run after a transfer (:meth:`FlowNetwork.transfer_chain`)."""
-
-_Solved = Solved
 
 
 class FlowNetwork(HbmFlows):
@@ -134,7 +132,7 @@ class FlowNetwork(HbmFlows):
         self._next_comp = 0
         self._dirty: dict[int, None] = {}
         """Components to re-solve at the next solve (an ordered set)."""
-        self._memo: dict[tuple[FlowGroup, ...], _Solved] = {}
+        self._memo: dict[tuple[FlowGroup, ...], Solved] = {}
         self._memo_links = 0
         self._dead: dict[FlowGroup, bool] = {}
         """Whether a group crosses a link of zero capacity (cached until capacities change)."""
@@ -320,6 +318,7 @@ class FlowNetwork(HbmFlows):
             self._resize()
         self.stats.advance_to(float(self.env.now))
         self.stats.set_capacity(self.topology.capacity_Bps)
+        self._scratch.classes.clear()
         self._memo.clear()
         self._memo_links = 0
         self._dead.clear()
@@ -497,10 +496,10 @@ class FlowNetwork(HbmFlows):
                 self._pushes += 1
                 heapq.heappush(heap, (now + ent.remaining / rate, self._pushes, ent.stamp, ent))
 
-    def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> _Solved:
+    def _solve_groups(self, groups: tuple[FlowGroup, ...]) -> Solved:
         """Max-min rates of entities routed as ``groups``, with their links' loads."""
-        base = self.hbm.base if self.hbm is not None else None
-        return solve_groups(groups, self._cap(), base, self._names, self._scratch)
+        cap, base = self._cap(), self.hbm.base if self.hbm is not None else None
+        return solve_groups(groups, cap, base, self._names, self._scratch, common=self._live.common)
 
     def _schedule_wake(self, now: float) -> None:
         """One wake-up, for the earliest predicted completion."""

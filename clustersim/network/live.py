@@ -5,7 +5,8 @@ joining entity touches by marking its links costs work per link at every join
 and departure, and a folded step at 10^6 chips crosses 10^5 links or more. But
 the entities in flight are routed as a few hundred distinct groups: whether two
 groups share a link is decided once per pair (one pass over their links) and
-remembered, and every join then looks only at the groups in flight. Two
+remembered (the links they share, which the solve of their component reads:
+:mod:`.classes`), and every join then looks only at the groups in flight. Two
 entities of one group share every link of it, so they are always in the same
 component: the component is kept per group.
 """
@@ -17,7 +18,28 @@ from numpy.typing import NDArray
 
 from clustersim.network.entity import Component, FlowGroup
 
-__all__ = ["LiveGroups"]
+__all__ = ["LiveGroups", "Shared"]
+
+
+class Shared:
+    """The links two groups both cross (sorted), and where each group has them."""
+
+    __slots__ = ("_at", "links")
+
+    def __init__(self, links: NDArray[np.int64]) -> None:
+        self.links = links
+        self._at: dict[int, NDArray[np.int64]] = {}
+
+    def at(self, group: FlowGroup) -> NDArray[np.int64]:
+        """The positions of :attr:`links` in ``group.links`` (one of the two groups)."""
+        found = self._at.get(id(group))
+        if found is None:
+            found = np.searchsorted(group.links, self.links).astype(np.int64)
+            self._at[id(group)] = found  # the pair's entry holds both groups alive
+        return found
+
+
+_NOTHING = Shared(np.zeros(0, dtype=np.int64))
 
 
 class _Slot:
@@ -35,11 +57,15 @@ class LiveGroups:
     max_pairs: int = 1 << 18
     """The pair cache is cleared when it holds this many pairs (it keeps the groups alive)."""
 
+    max_shared_links: int = 1 << 24
+    """... or when the links the pairs share pass this many entries."""
+
     def __init__(self, size: int) -> None:
         self._live: dict[FlowGroup, _Slot] = {}
         """Each group with entities in components: how many, and their component."""
-        self._shares: dict[FlowGroup, dict[FlowGroup, bool]] = {}
+        self._shares: dict[FlowGroup, dict[FlowGroup, Shared]] = {}
         self._pairs = 0
+        self._shared_links = 0
         self._mark: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
         self._stamp = 0
 
@@ -80,9 +106,7 @@ class LiveGroups:
         live = self._live
         if not live or not group.links.size:
             return []
-        if self._pairs > self.max_pairs:
-            self._shares.clear()
-            self._pairs = 0
+        self._bound()
         shares = self._shares.get(group)
         if shares is None:
             shares = self._shares[group] = {}
@@ -91,25 +115,52 @@ class LiveGroups:
             self._learn(group, shares, unknown)
         found: dict[int, Component] = {}
         for other, slot in live.items():
-            if shares[other]:
+            if shares[other].links.size:
                 found[slot.comp.ident] = slot.comp
         if len(found) < 2:
             return list(found.values())
         return [found[i] for i in sorted(found)]
 
+    def common(self, a: FlowGroup, b: FlowGroup) -> Shared:
+        """The links that groups ``a`` and ``b`` both cross (remembered)."""
+        found = self._shares.get(a, {}).get(b)
+        if found is not None:
+            return found
+        self._bound()
+        shares = self._shares.get(a)
+        if shares is None:
+            shares = self._shares[a] = {}
+        self._learn(a, shares, [b])
+        return shares[b]
+
+    def _bound(self) -> None:
+        if self._pairs > self.max_pairs or self._shared_links > self.max_shared_links:
+            self._shares.clear()
+            self._pairs = self._shared_links = 0
+
     def _learn(
-        self, group: FlowGroup, shares: dict[FlowGroup, bool], others: list[FlowGroup]
+        self,
+        group: FlowGroup,
+        shares: dict[FlowGroup, Shared],
+        others: list[FlowGroup],
     ) -> None:
-        """Whether ``group`` shares a link with each of ``others``: its links are marked
-        once, and each other group's looked up."""
+        """The links ``group`` shares with each of ``others``: its links are marked once,
+        and each other group's looked up."""
         self._stamp += 1
         stamp = self._stamp
         mark = self._mark
         mark[group.links] = stamp
         for other in others:
-            hit = other is group or bool((mark[other.links] == stamp).any())
-            shares[other] = hit
+            if other is group:
+                both = Shared(group.links)
+            else:
+                hit = np.flatnonzero(mark[other.links] == stamp)
+                both = Shared(other.links[hit]) if hit.size else _NOTHING
+                if hit.size:
+                    both._at[id(other)] = hit
+            shares[other] = both
+            self._shared_links += 3 * both.links.size
             back = self._shares.get(other)
             if back is not None:
-                back[group] = hit
+                back[group] = both
         self._pairs += len(others)

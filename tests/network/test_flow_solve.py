@@ -8,12 +8,13 @@ import scipy.sparse as sp
 import simpy
 from simpy_helpers import finish_times
 
+from clustersim.network.classes import classes_of
 from clustersim.network.entity import FlowGroup
 from clustersim.network.flows import FlowNetwork
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LoadPattern
 from clustersim.network.maxmin import maxmin_rates_reference
-from clustersim.network.solve import Scratch, union
+from clustersim.network.solve import Scratch, solve_groups, union
 from clustersim.network.topology import Topology, chip_node
 
 CAP = 1e9
@@ -214,3 +215,58 @@ def test_hbm_counts_on_a_few_chips_are_those_on_every_chip(only: list[int]) -> N
     mine = np.isin(every_links, [4, 7, *(100 + c for c in only)])
     np.testing.assert_array_equal(got[0], every_links[mine])
     np.testing.assert_array_equal(got[1], every_counts[mine])
+
+
+def _random_groups(
+    rng: np.random.Generator, n_links: int, n_groups: int, kinds: int
+) -> tuple[FlowGroup, ...]:
+    """Groups over overlapping random links, with counts from ``kinds`` values (so links
+    fall into few classes), some with a rate ceiling."""
+    out = []
+    for _ in range(n_groups):
+        size = int(rng.integers(1, n_links // 2))
+        links = np.unique(rng.choice(n_links, size=size, replace=False)).astype(np.int64)
+        counts = rng.integers(1, kinds + 1, size=links.size).astype(np.float64)
+        ceiling = float(rng.uniform(0.05, 0.5) * CAP) if rng.random() < 0.25 else np.inf
+        out.append(FlowGroup(links, counts, int(counts.sum()), 0.0, (), ceiling))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("kinds", [1, 3, 200])  # few classes; many (past MAX_CLASSES)
+@pytest.mark.parametrize("seed", range(8))
+def test_the_class_solve_is_the_per_link_solve(seed: int, kinds: int) -> None:
+    """Over the shared links and each group's tightest class of private links, the rates
+    and loads are those of progressive filling over every link, to the last bit."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    cap = rng.choice([CAP, 2 * CAP, 0.5 * CAP], size=n)
+    distinct = _random_groups(rng, n, int(rng.integers(2, 6)), kinds)
+    groups = tuple(distinct[i] for i in rng.integers(0, len(distinct), size=7))
+    base = 380 if seed % 2 else None  # the last links as HBM rows: left out of the loads
+    want_rates, want = solve_groups(groups, cap, base, lambda x: [], Scratch())
+    got_rates, got = solve_groups(groups, cap, base, lambda x: [], Scratch(), classes=True)
+    np.testing.assert_array_equal(got_rates, want_rates)
+    np.testing.assert_array_equal(got.shared, want.shared)
+    np.testing.assert_array_equal(got.shared_util, want.shared_util)
+    assert got.rates == want.rates and got.columns == want.columns
+
+
+def test_links_of_one_class_are_not_merged_when_one_is_shared() -> None:
+    """Group a crosses links 1 and 2 alike (one class), and b crosses link 2: link 2 is
+    shared and holds both at half its capacity, though link 1 of the same class is a's
+    alone. Link 3 has a's ratio of capacity to flows but another capacity: its own class."""
+    cap = np.asarray([CAP, CAP, CAP, 2 * CAP])
+    a = FlowGroup(np.asarray([1, 2]), np.asarray([1.0, 1.0]), 1, 0.0)
+    b = FlowGroup(np.asarray([2, 3]), np.asarray([1.0, 2.0]), 1, 0.0)
+    for classes in (False, True):
+        rates, pattern = solve_groups((a, b), cap, None, lambda x: [], classes=classes)
+        np.testing.assert_array_equal(rates, [CAP / 2, CAP / 2])
+        np.testing.assert_array_equal(pattern.shared, [2])
+        np.testing.assert_array_equal(pattern.shared_util, [1.0])
+    (found,) = [classes_of(cap[g.links], g.counts) for g in (a,)]
+    assert found is not None and found.size.tolist() == [2]  # links 1 and 2: one class
+    other = classes_of(cap[b.links], b.counts)
+    assert other is not None and other.size.tolist() == [1, 1]  # same ratio, two classes
+    # Three of a's entities and one of b: a is held by link 2 at a quarter each.
+    rates, _ = solve_groups((a, a, a, b), cap, None, lambda x: [], classes=True)
+    np.testing.assert_array_equal(rates, [CAP / 4] * 4)
