@@ -31,9 +31,10 @@ its columns' integrals times their counts, worked out when it is read
   read off the columns that cross it (:meth:`LinkStats.series`, for the few
   busiest links of :meth:`LinkStats.summary`).
 
-The bins keep their columns alive. When the columns they hold pass
-``max_pinned_links`` entries (columns that no cache holds any more), the bins are
-spread over their links as per-link records, and the columns released.
+The bins keep their columns alive (the routing caches hold most of them anyway).
+When the columns they hold pass as many link entries as per-link records of half
+the bins over every link would (:attr:`LinkStats.max_pinned_links`), the bins are
+spread over their links as such records, and the columns released.
 
 The sums are those of a per-link accumulation in another order: equal to
 rounding. :meth:`LinkStats.summary` packs them into a :class:`LinkUtilisation`:
@@ -139,8 +140,9 @@ _Acc = dict[int, _Sum]
 class LinkStats:
     """Accumulators of per-link bytes, utilisation and a binned time series, per column."""
 
-    max_pinned_links: int = 1 << 26
-    """Link entries of the columns the bins may hold before they are spread over links."""
+    max_pinned_links: int | None = None
+    """Link entries of the columns the bins may hold before they are spread over links
+    (default: ``max_bins x n_links / 2``, and at least 2^24)."""
 
     def __init__(
         self,
@@ -279,7 +281,10 @@ class LinkStats:
         t_s = self.start_s + last * w
         self._held = {h: (pattern, t_s) for h, (pattern, _) in self._held.items()}
         self._cur = last
-        if self._pinned_links > self.max_pinned_links:
+        budget = self.max_pinned_links
+        if budget is None:
+            budget = max(1 << 24, self.max_bins * self.n_links // 2)
+        if self._pinned_links > budget:
             self._spread_bins()
 
     def settle(self) -> None:
