@@ -34,6 +34,7 @@ __all__ = [
     "hop_shared_s",
     "in_turn",
     "link_ratio",
+    "op_ready_times",
     "own_flows",
     "shared_backward_s",
     "shares_links",
@@ -286,3 +287,29 @@ def hop_shared_s(
     )
     # ... and no longer than their bytes hold the link (work conservation)
     return min(wire * theirs / flows * on_link * there / per, left * there, tail_s)
+
+
+def op_ready_times(
+    est: Estimator, layout: Layout, stage: int, ready: Mapping[str, Ready]
+) -> tuple[dict[tuple[int, str], float], float]:
+    """When each gradient piece of the stage's last backward is complete, from its
+    start (the LM head, the layers in reverse, the embedding, each block's pieces at
+    their ops' ends, ``search.buckets.ready_offsets``), and the backward's length."""
+    model = est.model
+    out: dict[tuple[int, str], float] = {}
+    t = 0.0
+
+    def lay(key: int, name: str) -> None:
+        nonlocal t
+        total, pieces = ready[name]
+        for piece, offset in pieces:
+            out[(key, piece)] = t + offset
+        t += total
+
+    if stage == layout.pp - 1:
+        lay(-1, "head")
+    for k in reversed(stage_layers(model, layout, stage)):
+        lay(k, "moe" if is_moe_layer(model, k) else "bf16" if _bf16(est, k) else "dense")
+    if stage == 0:
+        lay(-1, "embed")
+    return out, t

@@ -56,7 +56,13 @@ from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.search.buckets import block_readies, grad_tail_s
-from clustersim.search.drain import hop_shared_s, link_ratio, shared_backward_s, shares_links
+from clustersim.search.drain import (
+    hop_shared_s,
+    link_ratio,
+    op_ready_times,
+    shared_backward_s,
+    shares_links,
+)
 from clustersim.search.experts import grad_streams_s, layer_kinds
 from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.parts import Blocks, Estimate, blocks_times
@@ -484,7 +490,8 @@ class Estimator:
                 if par.zero == 3:
                     grads = unit_streams(model, par, layout, stage, times)
                 else:
-                    grads = bucket_streams(model, layout, stage, bucket, times)
+                    at = op_ready_times(self, layout, stage, blk.ready)
+                    grads = bucket_streams(model, layout, stage, bucket, times, op_ready=at)
                 exposed, gather = dp_tail(
                     par,
                     layout,

@@ -392,10 +392,14 @@ def bucket_streams(
     stage: int,
     bucket_bytes: float,
     times: dict[str, Passes],
+    *,
+    op_ready: tuple[dict[tuple[int, str], float], float] | None = None,
 ) -> list[GradStream]:
     """ZeRO-2's buckets of the last microbatch: the dense stream over ``dp_shard``, an
     MoE model's routed experts over their group; a bucket is ready when the layer (or
-    the head, or the embedding) holding its last byte ends its backward."""
+    the head, or the embedding) holding its last byte ends its backward, or with
+    ``op_ready`` (each piece's time in the backward, and its length) when the op
+    completing that byte has run."""
     pieces = stage_pieces(model, layout, stage)
     embed = {name for name, _ in embed_pieces(model, layout.tp)}
     done: dict[tuple[int, str], float] = {}
@@ -407,6 +411,10 @@ def bucket_streams(
             current = unit
         done[(layer, name)] = clock
     total = clock or 1.0
+    if op_ready is not None and op_ready[1] > 0:
+        at, length = op_ready
+        done = {key: at.get(key, t / total * length) for key, t in done.items()}
+        total = length
     moe = model.moe is not None
     groups = [(layout.span("dp_shard"), False if moe else None)]
     if moe:

@@ -97,7 +97,11 @@ MOE_CASES: list[object] = [
     # complete them, so the experts' are done before the embedding's (1.019; 1.033
     # while the expert stream's last bucket was taken for exposed)
     ["parallelism.zero=2", "parallelism.pp=1"],
-    # HSDP, a shard group per node: ep 8 and ep 4 (1.001 and 0.996)
+    # HSDP, a shard group per node: ZeRO-2, each piece's shard all-reduced over the
+    # replicas once the op completing the next piece has run (0.994; 1.034 while the
+    # pieces were taken ready at their layers' ends), and ZeRO-3 at ep 8 and ep 4
+    # (1.001 and 0.996)
+    ["parallelism.zero=2", "parallelism.pp=1", "parallelism.dp_shard=8"],
     ["parallelism.zero=3", "parallelism.pp=1", "parallelism.dp_shard=8"],
     ["parallelism.zero=3", "parallelism.pp=1", "parallelism.dp_shard=8", "parallelism.ep=4"],
 ]
