@@ -110,8 +110,11 @@ class Calibration(Strict):
     - ``attention_efficiency``: the same for a fused flash-attention core's matmuls (at
       its precision's peak, BF16 under an FP8 recipe); ``tensor_efficiency`` when not set.
     - ``tile``: the systolic array (or MMA) tile; matmul dimensions are padded up to it.
-    - ``matmul_latency_s``: fixed cost of one matmul (pipeline fill, weight load); it makes
-      small matmuls latency-bound.
+    - ``matmul_latency_s``: fixed cost of a matmul op (pipeline fill, weight load; on a GPU
+      a GEMM kernel's prologue and wave tail); it makes small matmuls latency-bound.
+    - ``matmul_latency_scope``: what pays it: ``matmul``, each of an op's ``count`` matmuls
+      (a systolic array running each as its own instruction stream); ``kernel``, the op
+      once, its problems tiled over the SMs together (a batched GEMM, fused attention).
     - ``hbm_efficiency``: fraction of HBM peak that streaming kernels sustain.
     - ``op_overhead_s``: issue overhead per op (kernel launch, instruction dispatch).
     - ``link_efficiency``: fraction of link peak that collectives achieve on the wire.
@@ -122,6 +125,7 @@ class Calibration(Strict):
     attention_efficiency: Fraction | None = None
     tile: tuple[PositiveInt, PositiveInt] = (128, 128)
     matmul_latency_s: Duration = 0.0
+    matmul_latency_scope: Literal["matmul", "kernel"] = "matmul"
     hbm_efficiency: Fraction
     op_overhead_s: Duration = 0.0
     link_efficiency: Fraction = 1.0

@@ -60,6 +60,7 @@ class ChipModel:
         }
         self._tile_k, self._tile_n = cal.tile
         self._mm_latency_s = cal.matmul_latency_s
+        self._latency_per_kernel = cal.matmul_latency_scope == "kernel"
         self._vector_Bps = core.vector_tflops * 1e12 * lnc
         self._scalar_Bps = core.scalar_tflops * 1e12 * lnc
         # Cores without a GPSIMD engine run custom operators on the vector engine.
@@ -75,27 +76,44 @@ class ChipModel:
         """Dense peak of the whole chip at ``precision`` (the MFU denominator)."""
         return self.spec.chip_tflops.get(precision) * 1e12
 
-    def matmul_s(self, m: int, k: int, n: int, precision: str = "bf16") -> float:
-        """One matmul on one rank's tensor engines.
+    def matmul_s(
+        self, m: int, k: int, n: int, precision: str = "bf16", *, count: int = 1, kernel: str = ""
+    ) -> float:
+        """``count`` matmuls (m, k, n) of one op on one rank's tensor engines.
 
         The contraction (k) and output (n) dimensions map onto the systolic
-        array (or the GPU's MMA tile) and are padded up to its size. A matmul
-        never takes less than the array's fixed latency, so small ones are
-        latency-bound.
+        array (or the GPU's MMA tile) and are padded up to its size. The op
+        never takes less than the fixed latency (``matmul_latency_s``), so small
+        ones are latency-bound. ``matmul_latency_scope`` says what pays it:
+        ``matmul``, each of the op's ``count`` matmuls, ``count * max(flops /
+        rate, latency)`` (a NeuronCore's one systolic array runs each as its own
+        instruction stream; and, as shipped, GPUs: see the catalog's source);
+        ``kernel``, the op once, ``max(count * flops / rate, latency)``: its
+        problems are one launch tiled over the SMs together (a batched or
+        grouped GEMM, a fused attention kernel's (sequence, head) problems).
+        ``kernel == "attention"`` runs at the fused attention kernel's
+        efficiency; under ``matmul`` that scales the floored time too, as the
+        shipped fits were made.
         """
         k_pad = math.ceil(k / self._tile_k) * self._tile_k
         n_pad = math.ceil(n / self._tile_n) * self._tile_n
         flops = 2.0 * m * k_pad * n_pad
-        rate = self._tensor_peak[precision] * self._tensor_eff[precision]
-        return max(flops / rate, self._mm_latency_s)
+        eff = self._tensor_eff[precision]
+        attention = kernel == "attention" and self._attention_eff is not None
+        if self._latency_per_kernel:
+            if attention:
+                eff = self._attention_eff or eff
+            return max(count * flops / (self._tensor_peak[precision] * eff), self._mm_latency_s)
+        seconds = count * max(flops / (self._tensor_peak[precision] * eff), self._mm_latency_s)
+        if attention:
+            seconds *= eff / (self._attention_eff or eff)
+        return seconds
 
     def op_time(self, work: Work) -> OpTime:
         tensor_s = 0.0
         if work.matmul is not None:
             m, k, n = work.matmul
-            tensor_s = work.count * self.matmul_s(m, k, n, work.precision)
-            if work.kernel == "attention" and self._attention_eff is not None:
-                tensor_s *= self._tensor_eff[work.precision] / self._attention_eff
+            tensor_s = self.matmul_s(m, k, n, work.precision, count=work.count, kernel=work.kernel)
         times = (
             tensor_s,
             work.vector_ops / self._vector_Bps,

@@ -62,3 +62,52 @@ def test_gpu_uses_same_abstraction() -> None:
     t = h100.op_time(Work(matmul=(8192, 8192, 8192)))
     assert RESOURCES[t.bound] == "tensor"
     assert h100.peak_flops("bf16") == pytest.approx(989e12)
+
+
+def _h100(scope: str) -> ChipModel:
+    spec = catalog.chip("h100")
+    cal = spec.calibration.model_copy(update={"matmul_latency_scope": scope})
+    return ChipModel(spec.model_copy(update={"calibration": cal}), 1)
+
+
+def test_batched_kernel_pays_its_fixed_latency_once() -> None:
+    """Under ``kernel`` a GPU kernel of ``count`` problems costs max(count * flops / rate,
+    floor): its problems share one launch's prologue and wave tail."""
+    h100 = _h100("kernel")
+    cal = h100.spec.calibration
+    m, k, n, count = 512, 128, 256, 64  # one problem well under the floor
+    rate = h100.spec.core.tensor_tflops.bf16 * 1e12 * cal.tensor_efficiency
+    one_s = 2 * m * k * n / rate
+    assert one_s < cal.matmul_latency_s
+    t = h100.op_time(Work(matmul=(m, k, n), count=count))
+    assert t.engine_s[0] == pytest.approx(max(count * one_s, cal.matmul_latency_s), rel=1e-12)
+    few = h100.op_time(Work(matmul=(m, k, n), count=2))
+    assert few.engine_s[0] == pytest.approx(cal.matmul_latency_s, rel=1e-12)
+    # as shipped (matmul), each problem pays the floor
+    per = _h100("matmul").op_time(Work(matmul=(m, k, n), count=count))
+    assert per.engine_s[0] == pytest.approx(count * cal.matmul_latency_s, rel=1e-12)
+
+
+def test_attention_kernel_floor_is_not_scaled_by_its_efficiency() -> None:
+    """Under ``kernel`` the fused attention kernel's problems run at its efficiency and
+    its floor stays the floor."""
+    h100 = _h100("kernel")
+    cal = h100.spec.calibration.model_copy(update={"attention_efficiency": 0.4})
+    h100 = ChipModel(h100.spec.model_copy(update={"calibration": cal}), 1)
+    m, k, n, count = 4096, 128, 2048, 256
+    rate = h100.spec.core.tensor_tflops.bf16 * 1e12 * 0.4
+    t = h100.op_time(Work(matmul=(m, k, n), count=count, kernel="attention"))
+    expected = max(count * 2 * m * k * n / rate, cal.matmul_latency_s)
+    assert t.engine_s[0] == pytest.approx(expected, rel=1e-12)
+    tiny = h100.op_time(Work(matmul=(128, 128, 128), count=1, kernel="attention"))
+    assert tiny.engine_s[0] == pytest.approx(cal.matmul_latency_s, rel=1e-12)
+
+
+def test_systolic_array_pays_its_latency_per_matmul(trn2: ChipModel) -> None:
+    """A NeuronCore runs each of an op's matmuls as its own instruction stream:
+    count * max(flops / rate, floor)."""
+    cal = trn2.spec.calibration
+    assert cal.matmul_latency_scope == "matmul"
+    count = 16
+    t = trn2.op_time(Work(matmul=(1, 128, 128), count=count))
+    assert t.engine_s[0] == pytest.approx(count * cal.matmul_latency_s, rel=1e-12)
