@@ -143,6 +143,10 @@ class ParallelismCfg(Strict):
     # forward of another microbatch run as one unit, each one's expert all-to-alls
     # hidden behind the other's compute (clustersim.workload.overlap).
     overlap_moe_a2a: bool = False
+    # The size at which a gradient bucket closes (after the whole parameter that
+    # reaches it: workload.transformer.grad_buckets). 64 MiB names no source;
+    # Megatron-Core's DDP default is max(40M, 1M x dp) elements (80 MB of bf16
+    # gradients up to dp 40), and PyTorch DDP's bucket_cap_mb is 25 MiB.
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)

@@ -86,7 +86,14 @@ def grad_tail_s(
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"
     for k, group in enumerate(groups):
         experts = (k > 0) if moe else None
-        keyed, _ = grad_buckets(model, layout, stage, par.grad_bucket_bytes, experts=experts)
+        keyed, _ = grad_buckets(
+            model,
+            layout,
+            stage,
+            par.grad_bucket_bytes,
+            experts=experts,
+            shared_embedding=par.zero == 1,
+        )
         for key, sizes in keyed.items():
             queue.extend((ready.get(key, t), group, size) for size in sizes)
     free = 0.0

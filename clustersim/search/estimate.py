@@ -89,11 +89,9 @@ from clustersim.workload import (
     validate,
 )
 from clustersim.workload.dims import (
-    EXPERT_PIECES,
     layer_pieces,
     optimizer_params,
     stage_layers,
-    stage_pieces,
 )
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
@@ -293,14 +291,11 @@ class Estimator:
         b_wire = b_comm * _wire_share(blk.layer_bwd_comms, blk.layer_bwd[1])
         shard = layout.span("dp_shard")
         if par.zero == 2:
-            pieces = stage_pieces(self.model, layout, stage)
-            expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
-            dense = sum(n for _, _, n in pieces) - expert
             edp = expert_shard_group(layout)
             busy = sum(
                 self.coll_s(*group, "reduce_scatter", b)
-                for group, n in ((shard, dense), (edp, expert))
-                for b in _buckets(float(n * ACT_BYTES), par.grad_bucket_bytes)
+                for group, experts in ((shard, False), (edp, True))
+                for b in _buckets(self.model, layout, stage, par.grad_bucket_bytes, experts=experts)
             )
             f_x, b_x = 0.0, max(busy - (b_comp + b_comm), 0.0)
             in_flight[-1] = (0.0, busy)
@@ -434,7 +429,9 @@ class Estimator:
         hop_extra = [0.0] * pp  # the part that delays its last hop back
         bucket = par.grad_bucket_bytes
         for stage in range(pp):
-            dp_s, gather, _, streams = grad_streams_s(model, layout, stage, par, self.coll_s)
+            dp_s, gather, first_bucket, streams = grad_streams_s(
+                model, layout, stage, par, self.coll_s
+            )
             exposed = 0.0
             if dp_s > 0 and par.zero < 2:
                 # The buckets still queued when the last backward ends (``search.buckets``).
@@ -479,7 +476,7 @@ class Estimator:
             if par.zero == 1 and par.overlap_param_gather and gather > 0:
                 # Under the forward: the first bucket blocks, the rest hide behind
                 # the stage's forwards (see workload.transformer).
-                first = self.coll_s(*streams[0][0], "all_gather", min(bucket, streams[0][1]))
+                first = self.coll_s(*streams[0][0], "all_gather", first_bucket)
                 hidden = min(gather - first, n_mb * fwd[stage])
                 lost += sm_lost_s(sm, hidden, n_mb * f_comp, n_mb * f_comm)
                 gather = gather - hidden

@@ -7,15 +7,13 @@ dense parameters over ``dp``, routed experts over ``edp``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
-from clustersim.workload import Layout
-from clustersim.workload.dims import EXPERT_PIECES, is_moe_layer, stage_pieces
-from clustersim.workload.ops import ACT_BYTES
+from clustersim.workload import Layout, grad_buckets
+from clustersim.workload.dims import is_moe_layer
 
 
 class Level(Protocol):
@@ -84,28 +82,34 @@ def _grad_group(layout: Layout, zero: int) -> Group:
 
 def grad_streams_s(
     model: ModelSpec, layout: Layout, stage: int, par: ParallelismCfg, coll_s: CollS
-) -> tuple[float, float, int, list[tuple[Group, float]]]:
-    """A stage's gradient reduction: (seconds, ZeRO-1 all-gather seconds, buckets, and
-    each stream's (group, gradient bytes), the dense one first)."""
-    pieces = stage_pieces(model, layout, stage)
-    expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
-    dense = sum(n for _, _, n in pieces) - expert
-    streams: list[tuple[Group, float]] = [(_grad_group(layout, par.zero), float(dense * ACT_BYTES))]
-    if expert:
-        group = (layout.etp * layout.ep, layout.expert_shard)  # edp, or edp_shard (HSDP)
-        streams.append((group, float(expert * ACT_BYTES)))
+) -> tuple[float, float, float, list[tuple[Group, float]]]:
+    """A stage's gradient reduction: (seconds, ZeRO-1 all-gather seconds, the bytes of
+    the dense stream's first bucket in the forward, and each stream's (group, gradient
+    bytes), the dense one first). The buckets are the simulator's (``grad_buckets``:
+    whole parameters)."""
+    groups = [(_grad_group(layout, par.zero), False)]
+    if model.moe is not None:
+        groups.append(((layout.etp * layout.ep, layout.expert_shard), True))  # edp(_shard)
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"
-    bucket = par.grad_bucket_bytes
-    dp_s = gather = 0.0
-    buckets = 0
-    for group, grad_bytes in streams:
-        full, rest = divmod(grad_bytes, bucket)
-        dp_s += full * coll_s(*group, op, bucket) + coll_s(*group, op, rest)
-        buckets += max(1, math.ceil(grad_bytes / bucket))
+    dp_s = gather = first = 0.0
+    streams: list[tuple[Group, float]] = []
+    for group, experts in groups:
+        _, sizes = grad_buckets(
+            model,
+            layout,
+            stage,
+            par.grad_bucket_bytes,
+            experts=experts,
+            shared_embedding=par.zero == 1,
+        )
+        if not sizes:
+            continue
+        streams.append((group, float(sum(sizes))))
+        first = first or float(sizes[-1])
+        dp_s += sum(coll_s(*group, op, float(b)) for b in sizes)
         if par.zero == 1:
-            gather += full * coll_s(*group, "all_gather", bucket)
-            gather += coll_s(*group, "all_gather", rest)
-    return dp_s, gather, buckets, streams
+            gather += sum(coll_s(*group, "all_gather", float(b)) for b in sizes)
+    return dp_s, gather, first, streams
 
 
 def layer_kinds(model: ModelSpec, layers: Sequence[int]) -> tuple[int, int]:

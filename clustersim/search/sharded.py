@@ -559,10 +559,12 @@ def overlap_s(comms: tuple[tuple[float, float], ...], window_s: float) -> float:
     return sum(max(min(t + d, window_s) - t, 0.0) for t, d in comms)
 
 
-def buckets(nbytes: float, bucket: float) -> list[float]:
-    """``nbytes`` of gradients cut into buckets of ``bucket`` bytes (the last one short)."""
-    full, rest = divmod(nbytes, bucket)
-    return [bucket] * int(full) + ([rest] if rest else [])
+def buckets(
+    model: ModelSpec, layout: Layout, stage: int, bucket: float, *, experts: bool
+) -> list[float]:
+    """The stage's gradient buckets of the routed experts (``experts``) or of the rest,
+    cut as the simulator cuts them (whole parameters, ``grad_buckets``)."""
+    return [float(b) for b in grad_buckets(model, layout, stage, bucket, experts=experts)[1]]
 
 
 AXIS_TIERS = ("x", "y", "domain")

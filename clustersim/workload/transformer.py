@@ -13,8 +13,9 @@ stage (its TP, CP and DP peers) runs it. A program is:
    ``2*microbatch + 1`` for gradients (times ``v``, plus the local chunk);
 2. before each layer's backward, its recompute (``parallelism.recompute``):
    ``selective`` reruns the attention core, ``full`` the whole layer forward;
-3. data-parallel gradient reduction in buckets of ``grad_bucket_bytes`` (bf16
-   gradients of the rank's parameters), each started asynchronously right after
+3. data-parallel gradient reduction in buckets of about ``grad_bucket_bytes`` (bf16
+   gradients of the rank's parameters, whole parameters as Megatron-Core cuts them:
+   ``grad_buckets``), each started asynchronously right after
    the last microbatch's backward op that completes it, so it overlaps with the
    rest of the backward: an all-reduce, or a reduce-scatter under ZeRO-1;
 4. a wait for those buckets, the Adam step (on 1/dp of the parameters under
@@ -92,35 +93,72 @@ def grad_buckets(
     bucket_bytes: float,
     *,
     experts: bool | None = None,
+    shared_embedding: bool = False,
 ) -> tuple[dict[BucketKey, list[int]], list[int]]:
-    """Cut the stage's gradient stream into buckets.
+    """Cut the stage's gradients into buckets as Megatron-Core's gradient buffer does.
 
-    The rank's bf16 gradients, taken in the order the backward completes them,
-    are cut into buckets of ``bucket_bytes`` (the last one smaller); a bucket is
-    ready when the piece holding its last byte is. Returns the bucket sizes
-    keyed by that piece, and all sizes in order. ``experts`` keeps only the
-    routed experts' pieces (True: reduced over ``edp``) or only the others
-    (False: over ``dp``), as Megatron-Core keeps two gradient buffers.
+    ``_ParamAndGradBuffer`` (megatron/core/distributed/param_and_grad_buffer.py, as
+    recalled) walks the parameters in the reverse of their order in the model, which
+    is about the order the backward completes them, and keeps each one whole: a
+    bucket closes after the parameter that brings it to ``bucket_bytes`` or more, so
+    buckets vary in size and the last one may be short. A routed experts' piece is one
+    parameter per local expert (Transformer Engine's grouped linear holds ``weight0``,
+    ``weight1``, ...); every other piece is one parameter. Each model chunk has a
+    buffer of its own (one ``DistributedDataParallel`` per chunk), so no bucket spans
+    two chunks. Under the distributed optimizer (``shared_embedding``, for a tied
+    model with pp > 1) the embedding and the LM head, which share their weights
+    across the first and last stages, each get a bucket of their own
+    (``_does_param_require_new_bucket``). Megatron also pads each
+    bucket to a multiple of lcm(dp, 128) elements under the distributed optimizer: at
+    most a few hundred KiB, left out. A bucket is ready when the piece holding its
+    last parameter is. Returns the bucket sizes keyed by that piece, and all sizes in
+    order. ``experts`` keeps only the routed experts' pieces (True: reduced over
+    ``edp``) or only the others (False: over ``dp``), as Megatron-Core keeps two
+    gradient buffers.
     """
     size = max(int(bucket_bytes), 1)
     ready: dict[BucketKey, list[int]] = {}
     order: list[int] = []
     open_bytes = 0
     key: BucketKey = (-1, "")
+    tied = shared_embedding and model.tied_embeddings and layout.pp > 1
+    own = {"embed", "lm_head"} if tied else set()
+    local = model.moe.experts // layout.ep if model.moe is not None else 1
+    chunk_of = {k: c for c in range(layout.vp) for k in chunk_layers(model, layout, stage, c)}
+    ends = {layout.global_chunk(stage, c): c for c in range(layout.vp)}
+    heads = {name for name, _ in head_pieces(model, layout.tp)}
+    chunk = -1
+
+    def close() -> None:
+        nonlocal open_bytes
+        ready.setdefault(key, []).append(open_bytes)
+        order.append(open_bytes)
+        open_bytes = 0
+
     for layer, name, params in stage_pieces(model, layout, stage):
         if experts is not None and (name in EXPERT_PIECES) != experts:
             continue
+        if layer >= 0:
+            here = chunk_of.get(layer, chunk)
+        else:  # the head's chunk is the model's last, the embedding's its first
+            here = ends.get(layout.chunks - 1 if name in heads else 0, chunk)
+        if (here != chunk or (name in own and layer < 0)) and open_bytes:
+            close()  # a new model chunk, or a shared weight: the open bucket ends
+        chunk = here
         key = (layer, name)
-        left = params * ACT_BYTES
-        while open_bytes + left >= size:
-            left -= size - open_bytes
-            open_bytes = 0
-            ready.setdefault(key, []).append(size)
-            order.append(size)
-        open_bytes += left
+        count = local if name in EXPERT_PIECES else 1
+        each = params * ACT_BYTES // count
+        if open_bytes + count * each < size:  # the whole piece fits in the open bucket
+            open_bytes += count * each
+        else:
+            for _ in range(count):
+                open_bytes += each
+                if open_bytes >= size:
+                    close()
+        if open_bytes and name in own and layer < 0:
+            close()
     if open_bytes:
-        ready.setdefault(key, []).append(open_bytes)
-        order.append(open_bytes)
+        close()
     return ready, order
 
 
@@ -197,7 +235,13 @@ def _build(
         dp_group = layout.grad_group(par.zero)  # dp_cp under context parallelism
         collective = "reduce_scatter" if par.zero >= 1 else "all_reduce"
         syncs = _grad_syncs(
-            model, layout, stage, par.grad_bucket_bytes, collective=collective, dp_group=dp_group
+            model,
+            layout,
+            stage,
+            par.grad_bucket_bytes,
+            collective=collective,
+            dp_group=dp_group,
+            shared_embedding=par.zero == 1,  # Megatron's distributed optimizer
         )
         sync = _Syncs(syncs)
         dp_on = bool(syncs)
@@ -371,6 +415,7 @@ def _grad_syncs(
     *,
     collective: str,
     dp_group: str,
+    shared_embedding: bool = False,
 ) -> list[_GradSync]:
     """The gradient streams of a stage: over ``dp_group``, and the routed experts'
     over their shard group (MoE models: ``edp``, or one replica's ``edp_shard`` under
@@ -384,7 +429,9 @@ def _grad_syncs(
     for group, size, experts in streams:
         if size <= 1:
             continue
-        ready, sizes = grad_buckets(model, layout, stage, bucket_bytes, experts=experts)
+        ready, sizes = grad_buckets(
+            model, layout, stage, bucket_bytes, experts=experts, shared_embedding=shared_embedding
+        )
         out.append(_GradSync(ready, collective, group, sizes))
     return out
 

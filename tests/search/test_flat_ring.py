@@ -50,8 +50,10 @@ def test_flat_ring_matches_the_simulated_gather() -> None:
     groups at once: the estimate's price of one is the simulated one's."""
     res = load_scenario(LANE_LOSS, ["failures={}", "training.steps=1"])
     frame = simulate(res).trace_frame()
-    gathers = frame[(frame["op"] == "dp.all_gather") & (frame["bytes"] == 64 * 2**20)]
-    simulated = float((gathers["end_s"] - gathers["start_s"]).median())
+    gathers = frame[frame["op"] == "dp.all_gather"]
+    size = float(gathers["bytes"].mode()[0])  # the commonest bucket (whole parameters)
+    same = gathers[gathers["bytes"] == size]
+    simulated = float((same["end_s"] - same["start_s"]).median())
     net = _net(LANE_LOSS)
     est = Estimator(res.model, res.scenario.training, ChipModel(res.chip, res.lnc), net)
-    assert est.coll_s(8, 32, "all_gather", 64 * 2**20) == pytest.approx(simulated, rel=0.005)
+    assert est.coll_s(8, 32, "all_gather", size) == pytest.approx(simulated, rel=0.005)

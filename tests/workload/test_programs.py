@@ -277,6 +277,18 @@ _COMPLETES = {
 }
 
 
+def _tiny_buckets(stage: int, *, shared_embedding: bool = False) -> list[float]:
+    """Hand count: tiny()'s 1 MiB buckets over pp 2, in gradient order."""
+    b = {k: 2.0 * v for k, v in _TINY_PIECES.items()}
+    down, up, attn, norm = b["mlp.down"], b["mlp.up"], b["attn.out"] + b["attn.qkv"], b["attn.norm"]
+    layer = [up, b["mlp.norm"] + attn]  # after the down projection
+    if stage == 1:  # the head, then layers 7..4
+        body = [b["lm_head"], b["final_norm"] + down, *layer]
+        return body + [norm + down, *layer] * 3 + [norm]
+    tail = [norm, b["embed"]] if shared_embedding else [norm + b["embed"]]
+    return [down, *layer] + [norm + down, *layer] * 3 + tail
+
+
 @pytest.mark.parametrize("zero", [0, 1])
 def test_dp_buckets(zero: int) -> None:
     model = tiny()
@@ -290,8 +302,10 @@ def test_dp_buckets(zero: int) -> None:
         assert {i.collective for i in buckets} == {"reduce_scatter" if zero else "all_reduce"}
         assert {(i.group, i.phase) for i in buckets} == {("dp", Phase.GRAD_SYNC)}
         assert sum(i.nbytes for i in buckets) == grads
-        assert len(buckets) == math.ceil(grads / bucket)
-        assert all(i.nbytes == bucket for i in buckets[:-1])
+        # Whole parameters, as Megatron-Core cuts them: a bucket closes after the
+        # parameter that brings it to 1 MiB (the LM head and the embedding, 4 MiB, the
+        # MLP's up projection, 3 MiB, alone; the 1 KiB attention norm opens the next).
+        assert [i.nbytes for i in buckets] == _tiny_buckets(prog.stage)
         # A bucket starts once its gradients are complete, and as soon as they are,
         # during the last microbatch's backward.
         done = started = 0.0
