@@ -48,7 +48,10 @@ def test_interleaving_shrinks_the_bubble_by_the_number_of_chunks(chunks: int) ->
     assert s["layout"]["virtual_stages"] == chunks
     expected = (pp - 1) / chunks / (m + (pp - 1) / chunks)
     bubble = s["breakdown_s"]["bubble"] / s["step_time_s"]
-    assert bubble == pytest.approx(expected, rel=0.05)
+    # Within 6%: the measured bubble also holds what the pipeline's sends wait behind
+    # the DP buckets' collectives (v = 4: +4.5% with 64 MiB byte-cut buckets, +5.5%
+    # with whole-parameter ones, whose chunk-final buckets are larger).
+    assert bubble == pytest.approx(expected, rel=0.06)
     plain = simulate(load_scenario(PIPE, ["model.layers=16"]), record=False).summary
     assert s["step_time_s"] < plain["step_time_s"]
     assert s["breakdown_s"]["compute"] == pytest.approx(plain["breakdown_s"]["compute"], rel=1e-9)
