@@ -155,7 +155,9 @@ def shared_backward_s(
     there = tier_wire_s(est, inner, "reduce_scatter", probe, tiers & est.tiers(*group))
     ratio = link_ratio(est, layout, group, group[1]) * (there / alone if alone > 0 else 1.0)
     experts = False if model.moe is not None else None
-    keyed, _ = grad_buckets(model, layout, stage, bucket_bytes, experts=experts)
+    keyed, _ = grad_buckets(
+        model, layout, stage, bucket_bytes, experts=experts, shared_embedding=zero == 1
+    )
     dense_len, offsets = ready["dense"]
     layers = list(reversed(stage_layers(model, layout, stage)))
     arrivals: list[tuple[float, float]] = []  # (time, seconds on the shared links)
