@@ -94,11 +94,11 @@ MOE_CASES: list[object] = [
     ["parallelism.zero=3", "parallelism.pp=1"],
     ["parallelism.zero=3", "parallelism.pp=1", "parallelism.ep=4"],
     # ZeRO-2 over both nodes: the last microbatch's buckets queued from the ops that
-    # complete them, so the experts' are done before the embedding's (1.019; 1.033
+    # complete them, so the experts' are done before the embedding's (1.012; 1.033
     # while the expert stream's last bucket was taken for exposed)
     ["parallelism.zero=2", "parallelism.pp=1"],
     # HSDP, a shard group per node: ZeRO-2, each piece's shard all-reduced over the
-    # replicas once the op completing the next piece has run (0.994; 1.034 while the
+    # replicas once the op completing the next piece has run (0.996; 1.034 while the
     # pieces were taken ready at their layers' ends), and ZeRO-3 at ep 8 and ep 4
     # (1.001 and 0.996)
     ["parallelism.zero=2", "parallelism.pp=1", "parallelism.dp_shard=8"],
