@@ -471,25 +471,28 @@ def _replica_tail(
 
     Each stream's last-microbatch reduce-scatters run one after another from their
     pieces' ready times. A piece's shard is all-reduced over ``dp_replicate`` once its
-    reduce-scatter is done and the next piece's starts (the last one's at the end);
-    the all-reduces of every stream share the replicas' links, their bytes
-    (``wire_s``) served in the order they start, each done its runtime's fixed
-    costs (the rest of ``coll_s``) after its bytes, which the all-reduces in flight
-    pay at once. ZeRO-2 exposes all of it beyond the backward; ZeRO-3 what outlasts
-    its reduce-scatters' drain, which ``fsdp_overhead`` already counts.
+    reduce-scatter is done and the next piece's starts; the last one's after the
+    backward, once its stream's reduce-scatters and those of the streams whose
+    reduce-scatters began before it are done (the program's waits). The
+    all-reduces of every stream share the replicas' links, their bytes (``wire_s``)
+    served in the order they start, each done its runtime's fixed costs (the rest
+    of ``coll_s``) after its bytes, which the all-reduces in flight pay at once.
+    ZeRO-2 exposes all of it beyond the backward; ZeRO-3 what outlasts its
+    reduce-scatters' drain, which ``fsdp_overhead`` already counts.
     """
     replicate = (layout.tp * layout.cp * layout.shard, layout.replicas)
-    rs_end = 0.0
+    rs_end = final = 0.0
     issues: list[tuple[float, float, int]] = []
-    for s in streams:
+    for s in sorted((s for s in streams if s.pieces), key=lambda s: s.ready[0]):
         link = 0.0
         ends = []
         for b, f in zip(s.pieces, s.ready, strict=True):
             link = max(link, f * last_bwd_s) + coll_s(*s.group, "reduce_scatter", b)
             ends.append(link)
         rs_end = max(rs_end, link)
+        final = max(final, last_bwd_s, ends[-1])
         for i, b in enumerate(s.pieces):
-            at = max(ends[i], s.ready[i + 1] * last_bwd_s) if i + 1 < len(ends) else ends[i]
+            at = max(ends[i], s.ready[i + 1] * last_bwd_s) if i + 1 < len(ends) else final
             shard = math.ceil(b / s.group[1])
             issues.append((at, coll_s(*replicate, "all_reduce", shard), shard))
     link = end = 0.0
