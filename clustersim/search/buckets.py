@@ -25,7 +25,14 @@ from clustersim.workload import Layout, grad_buckets
 from clustersim.workload.dims import is_moe_layer, stage_layers
 from clustersim.workload.ops import Block, Tpl
 
-__all__ = ["Ready", "block_readies", "grad_tail_s", "ready_offsets"]
+__all__ = [
+    "Ready",
+    "backward_ready",
+    "block_readies",
+    "grad_tail_s",
+    "is_bf16_layer",
+    "ready_offsets",
+]
 
 Ready = tuple[float, tuple[tuple[str, float], ...]]
 """A block's backward seconds (recompute included), and each piece's ready offset."""
@@ -49,6 +56,45 @@ def block_readies(blocks: Mapping[str, Block], tpls_s: TplsS) -> dict[str, Ready
     return {name: ready_offsets(block, tpls_s) for name, block in blocks.items()}
 
 
+def is_bf16_layer(model: ModelSpec, train: TrainingCfg, layer: int) -> bool:
+    """Whether an FP8 recipe keeps ``layer`` in BF16 (its first and last ``bf16_layers``)."""
+    n = train.fp8.bf16_layers if train.precision == "fp8" else 0
+    return n > 0 and (layer < n or layer >= model.layers - n)
+
+
+def backward_ready(
+    model: ModelSpec,
+    train: TrainingCfg,
+    layout: Layout,
+    stage: int,
+    blocks: Mapping[str, Ready],
+) -> tuple[dict[tuple[int, str], float], float]:
+    """When each gradient piece of the stage's last backward is complete, from its
+    start (the LM head, the layers in reverse, the embedding, each block's pieces at
+    their ops' ends, :func:`ready_offsets`), and the backward's length.
+
+    ``blocks`` holds the :func:`ready_offsets` of ``dense``, ``moe``, ``bf16``,
+    ``embed`` and ``head``."""
+    ready: dict[tuple[int, str], float] = {}
+    t = 0.0
+
+    def lay(key: int, name: str) -> None:
+        nonlocal t
+        total, pieces = blocks[name]
+        for piece, offset in pieces:
+            ready[(key, piece)] = t + offset
+        t += total
+
+    if stage == layout.pp - 1:
+        lay(-1, "head")
+    for k in reversed(stage_layers(model, layout, stage)):
+        bf16 = is_bf16_layer(model, train, k)
+        lay(k, "moe" if is_moe_layer(model, k) else "bf16" if bf16 else "dense")
+    if stage == 0:
+        lay(-1, "embed")
+    return ready, t
+
+
 def grad_tail_s(
     run: tuple[ModelSpec, TrainingCfg, ParallelismCfg, Layout],
     stage: int,
@@ -63,24 +109,7 @@ def grad_tail_s(
     ``embed`` and ``head``; ``groups`` each gradient stream's group, the dense one
     first (an MoE model's routed experts second)."""
     model, train, par, layout = run
-    ready: dict[tuple[int, str], float] = {}
-    t = 0.0
-
-    def lay(key: int, name: str) -> None:
-        nonlocal t
-        total, pieces = blocks[name]
-        for piece, offset in pieces:
-            ready[(key, piece)] = t + offset
-        t += total
-
-    if stage == layout.pp - 1:
-        lay(-1, "head")
-    n = train.fp8.bf16_layers if train.precision == "fp8" else 0
-    for k in reversed(stage_layers(model, layout, stage)):
-        bf16 = n > 0 and (k < n or k >= model.layers - n)
-        lay(k, "moe" if is_moe_layer(model, k) else "bf16" if bf16 else "dense")
-    if stage == 0:
-        lay(-1, "embed")
+    ready, t = backward_ready(model, train, layout, stage, blocks)
     queue: list[tuple[float, Group, int]] = []
     moe = model.moe is not None
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"

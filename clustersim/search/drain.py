@@ -26,6 +26,7 @@ from typing import Protocol
 from clustersim.catalog.schema import ModelSpec
 from clustersim.network.nccl import NcclRuntime
 from clustersim.scenario.models import TrainingCfg
+from clustersim.search.buckets import Ready, backward_ready, is_bf16_layer
 from clustersim.search.netmodel import TORUS, NetModel, collective_wire_s
 from clustersim.workload import Layout, grad_buckets
 from clustersim.workload.dims import is_moe_layer, stage_layers
@@ -42,7 +43,6 @@ __all__ = [
 ]
 
 Group = tuple[int, int]
-Ready = tuple[float, tuple[tuple[str, float], ...]]
 
 
 class Estimator(Protocol):
@@ -173,9 +173,7 @@ def shared_backward_s(
 
 
 def _bf16(est: Estimator, layer: int) -> bool:
-    train = est.train
-    n = train.fp8.bf16_layers if train.precision == "fp8" else 0
-    return n > 0 and (layer < n or layer >= est.model.layers - n)
+    return is_bf16_layer(est.model, est.train, layer)
 
 
 def in_turn(est: Estimator) -> bool:
@@ -294,24 +292,6 @@ def hop_shared_s(
 def op_ready_times(
     est: Estimator, layout: Layout, stage: int, ready: Mapping[str, Ready]
 ) -> tuple[dict[tuple[int, str], float], float]:
-    """When each gradient piece of the stage's last backward is complete, from its
-    start (the LM head, the layers in reverse, the embedding, each block's pieces at
-    their ops' ends, ``search.buckets.ready_offsets``), and the backward's length."""
-    model = est.model
-    out: dict[tuple[int, str], float] = {}
-    t = 0.0
-
-    def lay(key: int, name: str) -> None:
-        nonlocal t
-        total, pieces = ready[name]
-        for piece, offset in pieces:
-            out[(key, piece)] = t + offset
-        t += total
-
-    if stage == layout.pp - 1:
-        lay(-1, "head")
-    for k in reversed(stage_layers(model, layout, stage)):
-        lay(k, "moe" if is_moe_layer(model, k) else "bf16" if _bf16(est, k) else "dense")
-    if stage == 0:
-        lay(-1, "embed")
-    return out, t
+    """When each gradient piece of the stage's last backward is complete, and the
+    backward's length (``search.buckets.backward_ready`` on the estimator's model)."""
+    return backward_ready(est.model, est.train, layout, stage, ready)
