@@ -137,6 +137,16 @@ _Acc = dict[int, _Sum]
 """Per column (by id; the entry holds the column, so its id is not reused)."""
 
 
+def _accumulate(sums: _Acc, pattern: LoadPattern, seconds: float) -> None:
+    """Add each of ``pattern``'s columns' rate held for ``seconds`` to ``sums``."""
+    for col, rate in zip(pattern.columns, pattern.rates, strict=True):
+        found = sums.get(id(col))
+        if found is None:
+            sums[id(col)] = _Sum(col, rate * seconds)
+        else:
+            found.value += rate * seconds
+
+
 class LinkStats:
     """Accumulators of per-link bytes, utilisation and a binned time series, per column."""
 
@@ -302,23 +312,11 @@ class LinkStats:
         """``pattern`` was held for ``seconds`` more in the bin in progress."""
         if seconds <= 0:
             return
-        acc = self._acc
-        for col, rate in zip(pattern.columns, pattern.rates, strict=True):
-            found = acc.get(id(col))
-            if found is None:
-                acc[id(col)] = _Sum(col, rate * seconds)
-            else:
-                found.value += rate * seconds
+        _accumulate(self._acc, pattern, seconds)
         self._add_total(pattern, seconds)
 
     def _add_total(self, pattern: LoadPattern, seconds: float) -> None:
-        total = self._total
-        for col, rate in zip(pattern.columns, pattern.rates, strict=True):
-            found = total.get(id(col))
-            if found is None:
-                total[id(col)] = _Sum(col, rate * seconds)
-            else:
-                found.value += rate * seconds
+        _accumulate(self._total, pattern, seconds)
 
     def _within(self, col: Column) -> tuple[Ints, Floats]:
         """The entries of ``col`` on links (not past them: HBM rows)."""
