@@ -128,7 +128,7 @@ def family_intervals(ctx: Context) -> str:
     """Each calibrated family's 90% interval and its two parts (``catalog.fits``)."""
     import math
 
-    from clustersim.catalog.fits import calibration, half_width, residual_basis, spread
+    from clustersim.catalog.fits import calibration, half_width, model_spread, residual_basis
 
     cal = calibration()
     out = [
@@ -140,10 +140,10 @@ def family_intervals(ctx: Context) -> str:
         loo = residual_basis(name, cal)
         inside = [r for k, f in sorted(cal.fits.items()) if k.startswith(f"{name}/")
                   for r in f.residuals.values()]  # fmt: skip
-        model = spread(loo)
+        model, what = model_spread(name, cal)
         noise = fam.reference_noise.spread
-        if model is None:
-            model = math.log1p(fam.default_spread)
+        floored = " (pooled floor)" if "floored" in what else ""
+        if len(loo) < 2:
             counts = "none (declared default)"
             rms_in = rms_out = "-"
         else:
@@ -152,7 +152,7 @@ def family_intervals(ctx: Context) -> str:
             rms_out = f"{math.sqrt(sum(e * e for e in loo) / len(loo)):.1%}"
         half = half_width(model, noise)
         out.append(
-            f"| {name} | {counts} | {rms_in} | {rms_out} | ±{math.expm1(model):.1%} | "
+            f"| {name} | {counts} | {rms_in} | {rms_out} | ±{math.expm1(model):.1%}{floored} | "
             f"±{noise:.1%} | -{-math.expm1(-half):.1%} / +{math.expm1(half):.1%} |"
         )
     return "\n".join(out)

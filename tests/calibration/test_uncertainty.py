@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from scipy.special import stdtrit
 
 from clustersim.catalog.fits import CalibrationFile, Fit, calibration, interval, spread
 from clustersim.scenario import load_scenario
@@ -100,3 +101,30 @@ def test_summary_carries_the_interval() -> None:
     t_low, t_high = s["uncertainty"]["tokens_per_s"]
     assert t_low < s["tokens_per_s"] < t_high
     assert s["uncertainty"]["basis"].startswith("h100:")
+
+
+def test_a_family_is_never_narrower_than_every_familys_rows_together() -> None:
+    # a100: five rows left out at ±1%; h100: five at ±10%. Pooled: sqrt((5e-4 + 5e-2) / 10).
+    def fit(rms: float) -> Fit:
+        loo = {f"r{i}": rms * (1 if i % 2 else -1) for i in range(5)}
+        return Fit(constants={"c": 0.5}, fitted="2026-12-01", rows=tuple(loo),
+                   residuals=loo, loo_residuals=loo, rms=rms)  # fmt: skip
+
+    base = calibration()
+    families = {
+        name: fam.model_copy(
+            update={"reference_noise": fam.reference_noise.model_copy(update={"spread": 0.0})}
+        )
+        for name, fam in base.families.items()
+    }
+    cal = base.model_copy(
+        update={"fits": {"a100/x": fit(0.01), "h100/y": fit(0.10)}, "families": families}
+    )
+    pooled = spread([0.01] * 5 + [0.10] * 5)
+    assert pooled == pytest.approx(stdtrit(9, 0.95) * math.sqrt((5 * 0.01**2 + 5 * 0.10**2) / 10))
+    _, high, basis = interval("a100", 10.0, cal)
+    assert math.log(high / 10.0) == pytest.approx(pooled)
+    assert "floored at every family's 10 rows'" in basis
+    _, high, basis = interval("h100", 10.0, cal)  # its own spread is wider: kept
+    assert math.log(high / 10.0) == pytest.approx(spread([0.10] * 5))
+    assert "floored" not in basis
