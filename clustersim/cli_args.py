@@ -181,6 +181,12 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument(
         "--quick", action="store_true", help="leave out the slow end-to-end rows (large clusters)"
     )
+    val.add_argument(
+        "--jobs", type=_positive, metavar="N",
+        help="references run at once, each in a worker process, the longest first "
+        "(default: the CPUs this process may use; 1 runs them here, one after another); "
+        "the rows are the same either way",
+    )  # fmt: skip
 
     cal = sub.add_parser(
         "calibrate", help="fit the chip families' constants, or your cluster's from measurements"
@@ -308,7 +314,10 @@ def _chip_model(parser: argparse.ArgumentParser) -> None:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer (got {text})")
     return value

@@ -57,8 +57,10 @@ class Context:
                 self._cache["validation"] = data["rows"]
             else:
                 from clustersim.validation import validate
+                from clustersim.validation.parallel import default_jobs
 
-                self._cache["validation"] = [r.as_dict() for r in validate()]
+                checked = validate(jobs=default_jobs())
+                self._cache["validation"] = [r.as_dict() for r in checked]
         rows: list[dict[str, Any]] = self._cache["validation"]
         return rows
 

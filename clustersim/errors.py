@@ -39,6 +39,10 @@ class ScenarioError(ClusterSimError):
         where = path or "<scenario>"
         super().__init__(f"{where}: {problem} (got {shown})" if shown else f"{where}: {problem}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its three parts (it crosses process boundaries: validate --jobs)."""
+        return (type(self), (self.path, self.value, self.problem))
+
 
 class CatalogError(ScenarioError):
     """An unknown or malformed catalog entry."""
@@ -64,6 +68,9 @@ def _short_repr(value: Any, limit: int = 80) -> str:
 class _Missing:
     def __repr__(self) -> str:
         return "<missing>"
+
+    def __reduce__(self) -> str:
+        return "_MISSING"  # unpickled as the one sentinel, not a copy
 
 
 _MISSING: Any = _Missing()

@@ -19,18 +19,17 @@ its error and never fails.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from clustersim.errors import ScenarioError
-from clustersim.validation.analytic import closed_form_s, run_collective_row
-from clustersim.validation.measured import measured_rows
-from clustersim.validation.reliability import run_reliability_row
+from clustersim.validation.analytic import closed_form_s
+from clustersim.validation.parallel import Progress, Reference, Status, run_references
 from clustersim.validation.rows import Row, references
-from clustersim.validation.training import run_training
 
 __all__ = [
     "MEAN_TOLERANCE",
     "Row",
+    "Status",
     "closed_form_s",
     "mean_training_error",
     "passed",
@@ -59,12 +58,16 @@ def validate(
     only: Iterable[str] | None = None,
     *,
     quick: bool = False,
-    progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
+    progress: Progress | None = None,
 ) -> list[Row]:
     """Check the references named in ``only`` (default: all; ``quick``: the fast subset).
 
     An unknown name raises :class:`~clustersim.errors.ScenarioError` on ``--only``.
-    ``progress`` is called with each reference's name before it runs.
+    ``jobs`` above 1 runs the references in that many worker processes at once
+    (:mod:`clustersim.validation.parallel`); the rows are the same, in the same order.
+    ``progress`` is called with the run's :class:`~clustersim.validation.parallel.Status`
+    whenever a reference starts or finishes.
     """
     refs = references()
     wanted = reference_names(quick=quick)
@@ -75,28 +78,11 @@ def validate(
                 valid = ", ".join(refs.names())
                 raise ScenarioError("--only", name, f"unknown reference; valid: {valid}")
         wanted = [n for n in refs.names() if n in chosen]
-    rows: list[Row] = []
-    for ref in refs.training:
-        if ref.name in wanted:
-            if progress is not None:
-                progress(ref.name)
-            rows.append(run_training(ref))
-    for cref in refs.collectives:
-        if cref.name in wanted:
-            if progress is not None:
-                progress(cref.name)
-            rows.append(run_collective_row(cref))
-    for mref in refs.measured_collectives:
-        if mref.name in wanted:
-            if progress is not None:
-                progress(mref.name)
-            rows.extend(measured_rows(mref))
-    for rref in refs.reliability:
-        if rref.name in wanted:
-            if progress is not None:
-                progress(rref.name)
-            rows.append(run_reliability_row(rref))
-    return rows
+    keep = set(wanted)
+    every: list[Reference] = [
+        *refs.training, *refs.collectives, *refs.measured_collectives, *refs.reliability
+    ]  # fmt: skip
+    return run_references([r for r in every if r.name in keep], jobs=jobs, progress=progress)
 
 
 def mean_training_error(rows: Iterable[Row]) -> float | None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import time
+from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -14,11 +16,13 @@ from clustersim.terminal import console
 from clustersim.validation import (
     MEAN_TOLERANCE,
     Row,
+    Status,
     mean_training_error,
     passed,
     role_errors,
     validate,
 )
+from clustersim.validation.parallel import default_jobs
 
 __all__ = ["rows_table", "validate_command"]
 
@@ -101,16 +105,85 @@ def holdout_coverage(rows: list[Row]) -> dict[str, int] | None:
     return {"rows": len(known), "inside": inside}
 
 
+class Display:
+    """validate's progress on stderr. On a terminal, a bar: references done of all, and
+    the running ones, longest running first, with their times. Anywhere else (a CI log),
+    a line as each reference starts. It keeps the largest peak memory of a row's process."""
+
+    SHOWN = 3
+    """Running references named on the bar; the others are counted."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+        self.bar: Any = None
+        self.task: Any = None
+        self.started: set[str] = set()
+        self.peak_bytes, self.peak_name = 0, ""
+
+    def __call__(self, st: Status) -> None:
+        if st.finished is not None and st.finished_peak_bytes > self.peak_bytes:
+            self.peak_bytes, self.peak_name = st.finished_peak_bytes, st.finished
+        if not self.err.is_terminal:
+            for name in st.running:
+                if name not in self.started:
+                    self.started.add(name)
+                    self.err.print(f"  {name} ...", markup=False)
+            return
+        if self.bar is None:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            # Parallel runs fork their workers: no refresh thread then, this draws on each
+            # call (at least once a second); a serial run may keep rich's own.
+            self.bar = Progress(
+                TextColumn("validate"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TextColumn("{task.description}"),
+                console=self.err, transient=True, auto_refresh=st.jobs == 1,
+            )  # fmt: skip
+            self.bar.start()
+            self.task = self.bar.add_task("", total=st.total)
+        now = time.perf_counter()
+        running = sorted(st.running.items(), key=lambda kv: kv[1])
+        label = ", ".join(f"{name} {now - t0:.0f} s" for name, t0 in running[: self.SHOWN])
+        if len(running) > self.SHOWN:
+            label += f" and {len(running) - self.SHOWN} more"
+        self.bar.update(self.task, completed=st.done, total=st.total, description=label)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+def _peak_line(display: Display, jobs: int) -> str:
+    """The run's peak memory: the largest row process's, or this process's."""
+    if jobs > 1 and display.peak_bytes:
+        return (
+            f"{jobs} worker processes; the largest peaked at "
+            f"{display.peak_bytes / 2**30:.2f} GiB ({display.peak_name})"
+        )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return f"one process; peak memory {peak / 2**30:.2f} GiB"
+
+
 def validate_command(args: argparse.Namespace) -> int:
-    """Handler of ``clustersim validate [--json] [--only NAME ...] [--quick]``."""
+    """Handler of ``clustersim validate [--json] [--only NAME ...] [--quick] [--jobs N]``."""
     err = console(stderr=True)
     t0 = time.perf_counter()
-
-    def progress(name: str) -> None:
-        if not args.json:
-            err.print(f"  {name} ...", markup=False)
-
-    rows = validate(args.only, quick=args.quick, progress=progress)
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    display = Display(err)
+    try:
+        rows = validate(
+            args.only, quick=args.quick, jobs=jobs, progress=None if args.json else display
+        )
+    finally:
+        display.close()
     wall = time.perf_counter() - t0
     ok = passed(rows)
     mean = mean_training_error(rows)
@@ -157,4 +230,5 @@ def validate_command(args: argparse.Namespace) -> int:
     misses = sum(not r.passed for r in rows)
     verdict = "passed" if ok else f"FAILED ({misses} of {len(rows)} rows out of tolerance)"
     con.print(f"{len(rows)} references {verdict} in {wall:.1f} s", markup=False)
+    con.print(_peak_line(display, min(jobs, len(rows))), markup=False)
     return 0 if ok else 1

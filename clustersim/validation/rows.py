@@ -83,6 +83,8 @@ class TrainingRef(Strict):
     gap: str = ""
     fidelity: Literal["auto", "detailed", "folded"] = "auto"
     slow: bool = False
+    cost_s: float = Field(default=0.0, ge=0)
+    """About how many seconds of one core the row takes: the order of ``--jobs``."""
     note: str = ""
 
     @model_validator(mode="after")
