@@ -139,6 +139,7 @@ class Network:
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
+        self._caps: dict[tuple[int, float], tuple[FlowGroup, FlowGroup]] = {}
         self._digests: dict[int, tuple[_IntArray, bytes]] = {}
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
         self._plans_version = topology.version
@@ -281,6 +282,7 @@ class Network:
         if self._plans_version != self.topology.version:
             self._plans.clear()
             self._folded.clear()
+            self._caps.clear()
             self._plans_version = self.topology.version
 
     def _plan(
@@ -313,7 +315,7 @@ class Network:
             k = step.repeats
             bound = proto.message_cap_Bps(pipelined=step.pipelined, reduces=step.reduces)
             if bound < group.rate_cap_Bps:
-                group = replace(group, rate_cap_Bps=bound)
+                group = self._capped(group, bound)
             latency_s = proto.step_latency_s(
                 step, pairs, domain[src] != domain[dst], group.latency_s
             )
@@ -324,6 +326,24 @@ class Network:
         plan = tuple(out)
         self._plans[key] = (replicas, plan)
         return plan
+
+    def _capped(self, group: FlowGroup, bound: float) -> FlowGroup:
+        """``group`` with the rate cap ``bound``, one object per group and cap (cached).
+
+        Collectives over one group that differ only in size (a stage's gradient
+        buckets) then run each step on one group: the solve memo, the groups in
+        flight, the HBM variants and the link statistics know it once, not once per
+        bucket (a folded step on a switched fabric crosses 10^5 links).
+        """
+        key = (id(group), bound)
+        found = self._caps.get(key)
+        if found is not None and found[0] is group:
+            return found[1]
+        if len(self._caps) >= self.max_cached_plans:
+            self._caps.clear()
+        capped = replace(group, rate_cap_Bps=bound)
+        self._caps[key] = (group, capped)
+        return capped
 
     def _folded_group(
         self, replicas: ArrayLike, ranks: Sequence[int], pairs: _IntArray, what: str

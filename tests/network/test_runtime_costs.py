@@ -321,3 +321,28 @@ def test_nccl_rings_across_nodes_spread_over_every_nic() -> None:
     assert run_collective("p5.48xlarge", 2, "all_reduce", [n])[0]["algorithm"] == "double_tree"
     rt = _nccl()
     assert rt.choose("all_gather", 2, n, _nodes(2, 1), "auto")[0] == "ring"
+
+
+def test_buckets_of_other_sizes_share_the_capped_groups_of_their_steps() -> None:
+    """Collectives over one group that differ only in size (the gradient buckets of a
+    stage) run their steps on the same routed groups, capped alike: the solve memo, the
+    link statistics and the HBM variants see one group per step, not one per bucket."""
+    chip, inst = catalog.chip("trn2"), catalog.instance("trn2.48xlarge")
+    topo = build_topology(inst, chip, 1)
+    proto = neuron_protocol(chip)
+    env = simpy.Environment()
+    net = Network(
+        env,
+        topo,
+        list(range(16)),
+        {"all_gather": "halving_doubling"},
+        runtime=NeuronRuntime(proto),
+    )
+    ranks = (0, 1, 2, 3)
+    small = net._plan("all_gather", ranks, 1 * MIB, None)
+    large = net._plan("all_gather", ranks, 3 * MIB, None)
+    assert len(small) == len(large) == 2
+    cap = proto.message_cap_Bps(pipelined=False, reduces=False)
+    for (a, bytes_a, _), (b, bytes_b, _) in zip(small, large, strict=True):
+        assert a is b and a.rate_cap_Bps == cap
+        assert bytes_b == pytest.approx(3 * bytes_a)
