@@ -399,16 +399,27 @@ class LinkStats:
 
     def _spread_bins(self) -> None:
         """Spread the closed bins over their links (utilisation integrals per link), and
-        release their columns."""
-        pieces: dict[int, list[tuple[Ints, Floats]]] = {}
+        release their columns. One bin at a time, through one dense row of the links:
+        however many columns the bins hold, the work is their entries plus a pass over
+        the links per bin, and it holds one bin's figures at a time besides."""
+        spread: dict[int, list[tuple[Ints, Floats]]] = {}
         for b, links, vals in self._spread:
-            pieces.setdefault(b, []).append((links, vals))
-        for b, parts in self._bins().items():
-            for epoch, col, integral in parts:
+            spread.setdefault(b, []).append((links, vals))
+        bins = self._bins()
+        invs: dict[int, Floats] = {}
+        row = np.zeros(self.n_links)
+        out: list[tuple[int, Ints, Floats]] = []
+        for b in sorted(spread.keys() | bins.keys()):
+            for links, vals in spread.get(b, ()):
+                row[links] += vals
+            for epoch, col, integral in bins.get(b, ()):
+                inv = invs.get(epoch)
+                if inv is None:
+                    inv = invs[epoch] = self._epoch_inv(epoch)
                 links, counts = self._within(col)
-                inv = self._epoch_inv(epoch)
-                pieces.setdefault(b, []).append((links, counts * integral * inv[links]))
-        self._spread = [(j, *self._sum_by_link(pieces[j])) for j in sorted(pieces)]
+                row[links] += counts * integral * inv[links]
+            out.append((b, *self._take(row)))
+        self._spread = out
         self._records, self._runs = [], []
         self._pinned, self._pinned_links = {}, 0
 
@@ -420,11 +431,26 @@ class LinkStats:
         np.divide(1.0, cap, out=inv, where=cap > 0)
         return inv
 
+    @staticmethod
+    def _take(row: Floats) -> tuple[Ints, Floats]:
+        """The links where ``row`` is not zero (sorted) and its values there; ``row`` is
+        all zero again after."""
+        links = np.flatnonzero(row).astype(np.int64)
+        vals = row[links]
+        row[links] = 0.0
+        return links, vals
+
     def _sum_by_link(self, pieces: list[tuple[Ints, Floats]]) -> tuple[Ints, Floats]:
         """The links of ``pieces`` (each with distinct links), sorted, and the sum of their
-        values on each."""
+        values on each (added in the order of ``pieces``)."""
         if len(pieces) == 1:
             return pieces[0]
+        size = sum(links.size for links, _ in pieces)
+        if size > self.n_links // 8:  # a dense row of the links, not a sort of every entry
+            row = np.zeros(self.n_links)
+            for links, vals in pieces:
+                row[links] += vals
+            return self._take(row)
         keys = np.concatenate([links for links, _ in pieces])
         vals = np.concatenate([vals for _, vals in pieces])
         if not keys.size:

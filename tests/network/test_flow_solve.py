@@ -204,6 +204,40 @@ def test_series_keep_every_links_integral_as_bins_double(n_links: int, spread: b
         assert stats._spread and stats._pinned_links <= 16
 
 
+@pytest.mark.parametrize("n_links", [20, 5000])  # merged through a dense row; sorted
+def test_spread_bins_read_as_the_columns_do(n_links: int) -> None:
+    """Bins spread over their links (one bin at a time) give every link's series and
+    totals as the bins that keep their columns do, and hold each link once per bin."""
+    rng = np.random.default_rng(7)
+    cols = []
+    for _ in range(6):
+        links = np.unique(rng.choice(n_links, size=12, replace=False)).astype(np.int64)
+        cols.append(_Col(links.tolist(), rng.uniform(0.1, 1.0, links.size).tolist()))
+    runs = []
+    for budget in (None, 24):
+        stats = LinkStats(n_links, start_s=0.0, max_bins=8, capacity_Bps=np.full(n_links, 2.0))
+        stats.max_pinned_links = budget
+        t, draw = 0.0, np.random.default_rng(3)
+        for k in range(80):
+            pick = draw.choice(6, size=2, replace=False)
+            rates = draw.uniform(0.5, 2.0, 2).tolist()
+            pattern = LoadPattern([cols[int(i)] for i in pick], rates)
+            stats.hold(k % 4, t, pattern)
+            t += float(draw.uniform(0.01, 0.3)) * (1 + k // 20)
+        stats.hold(0, t, None)
+        stats.advance_to(t)
+        stats.settle()
+        runs.append((stats, *stats.series(np.arange(n_links))))
+    (kept, edges, series), (spread, edges_s, series_s) = runs
+    assert not kept._spread and spread._spread
+    for _, links, _ in spread._spread:
+        assert np.all(np.diff(links) > 0)
+    np.testing.assert_array_equal(edges, edges_s)
+    np.testing.assert_allclose(series_s, series, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(spread.busy_s, kept.busy_s, rtol=1e-12)
+    np.testing.assert_array_equal(spread.peak, kept.peak)
+
+
 @pytest.mark.parametrize("only", [[3], [0, 5], list(range(9))])  # counted one by one; gathered
 def test_hbm_counts_on_a_few_chips_are_those_on_every_chip(only: list[int]) -> None:
     hbm = SharedHbm(100, 1e12, 10)
