@@ -144,12 +144,26 @@ class ParallelismCfg(Strict):
     # hidden behind the other's compute (clustersim.workload.overlap).
     overlap_moe_a2a: bool = False
     # The size at which a gradient bucket closes (after the whole parameter that
-    # reaches it: workload.transformer.grad_buckets). 64 MiB names no source;
+    # reaches it: workload.gradbuckets.grad_buckets). 64 MiB names no source;
     # Megatron-Core's DDP default is max(40M, 1M x dp) elements (80 MB of bf16
     # gradients up to dp 40), and PyTorch DDP's bucket_cap_mb is 25 MiB.
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)
+    # Which model chunks cut their gradients at grad_bucket_bytes (ZeRO 0 and 1).
+    # first_chunk: Megatron-Core's DistributedDataParallel, only the first pipeline
+    # stage's first model chunk; every other chunk's gradients are one bucket, reduced
+    # once its last backward has run (workload.gradbuckets.first_chunk_buckets).
+    # every_chunk (the default): every chunk of every stage. first_chunk is not the
+    # default on GPUs yet: on the shipped rows it moves G7 -1.1% -> -6.1% and G12 (B200,
+    # catalog defaults) -9.8% -> -13.6%, and G11 only +8.7% -> +8.3% (README, Validation).
+    grad_bucketing: Literal["first_chunk", "every_chunk"] = "every_chunk"
+    # Megatron's --overlap-grad-reduce (ZeRO 0 and 1): each bucket's reduction starts
+    # in the last backward as soon as its gradients are complete. false: every model
+    # chunk's gradients are one bucket, reduced after the whole forward-backward of all
+    # microbatches (Megatron-LM before 2023: workload.gradbuckets.grad_bucket_size).
+    # The SC'21 rows keep true: false widens the A100 fit's residuals (README, Validation).
+    overlap_grad_reduce: bool = True
 
 
 @register_model

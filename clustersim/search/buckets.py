@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
-from clustersim.workload import Layout, grad_buckets
+from clustersim.workload import Layout, first_chunk_buckets, grad_bucket_size, grad_buckets
 from clustersim.workload.dims import is_moe_layer, stage_layers
 from clustersim.workload.ops import Block, Tpl
 
@@ -119,12 +119,14 @@ def grad_tail_s(
             model,
             layout,
             stage,
-            par.grad_bucket_bytes,
+            grad_bucket_size(par),
             experts=experts,
             shared_embedding=par.zero == 1,
+            first_only=first_chunk_buckets(par),
         )
         for key, sizes in keyed.items():
-            queue.extend((ready.get(key, t), group, size) for size in sizes)
+            at = ready.get(key, t) if par.overlap_grad_reduce else t  # or after it
+            queue.extend((at, group, size) for size in sizes)
     free = 0.0
     for at, group, size in sorted(queue, key=lambda q: q[0]):
         free = max(free, at) + coll_s(*group, op, float(size))

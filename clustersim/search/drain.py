@@ -123,6 +123,7 @@ def shared_backward_s(
     bucket_bytes: float,
     ready: Mapping[str, Ready],
     layer_comms: Sequence[tuple[float, float]],
+    first_only: bool = False,
 ) -> float:
     """Seconds the layers' TP and CP collectives lose in the stage's last backward to
     the dense gradient buckets on their links; see the module doc.
@@ -130,7 +131,8 @@ def shared_backward_s(
     ``ready`` holds the dense layer's :func:`~clustersim.search.buckets.ready_offsets`
     and ``layer_comms`` its collectives' (start, seconds on the links), both from the
     start of its recompute. Only dense layers count; an MoE layer (or one the FP8
-    recipe keeps in BF16) passes its time.
+    recipe keeps in BF16) passes its time. ``first_only``: the buckets are cut as
+    Megatron-Core cuts them (``workload.first_chunk_buckets``).
     """
     group = layout.span(layout.grad_group(zero))
     if group[1] <= 1 or not layer_comms or not shares_links(est, layout, group):
@@ -156,7 +158,13 @@ def shared_backward_s(
     ratio = link_ratio(est, layout, group, group[1]) * (there / alone if alone > 0 else 1.0)
     experts = False if model.moe is not None else None
     keyed, _ = grad_buckets(
-        model, layout, stage, bucket_bytes, experts=experts, shared_embedding=zero == 1
+        model,
+        layout,
+        stage,
+        bucket_bytes,
+        experts=experts,
+        shared_embedding=zero == 1,
+        first_only=first_only,
     )
     dense_len, offsets = ready["dense"]
     layers = list(reversed(stage_layers(model, layout, stage)))

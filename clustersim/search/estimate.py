@@ -82,6 +82,7 @@ from clustersim.search.sharded import wire_share as _wire_share
 from clustersim.search.templates_time import sm_lost_s, templates_s
 from clustersim.workload import (
     Layout,
+    first_chunk_buckets,
     make_dims,
     make_layout,
     microbatches,
@@ -448,7 +449,7 @@ class Estimator:
             extra.append(0.0)
             sm_last.append(0.0)
             lost = 0.0
-            if par.zero < 2 and dp_s > 0:
+            if par.zero < 2 and dp_s > 0 and par.overlap_grad_reduce:
                 # The reduction in flight takes SMs, and TP links (``search.drain``).
                 sm_last[-1] = sm_lost_s(sm, min(dp_s, bwd[stage]), b_comp, b_comm)
                 extra[-1] = sm_last[-1] + shared_backward_s(
@@ -459,6 +460,7 @@ class Estimator:
                     bucket_bytes=bucket,
                     ready=blk.ready,
                     layer_comms=blk.layer_bwd_comms,
+                    first_only=first_chunk_buckets(par),
                 )
                 hop_x = hop_shared_s(
                     self,
@@ -467,7 +469,10 @@ class Estimator:
                     tail_s=exposed,
                     streams=streams,
                     op="reduce_scatter" if par.zero == 1 else "all_reduce",
-                    bucket_bytes=bucket,
+                    # one bucket per model chunk past the first stage (Megatron-Core)
+                    bucket_bytes=bucket
+                    if stage == 0 or not first_chunk_buckets(par)
+                    else max(b for _, b in streams) / layout.vp,
                 )
                 extra[-1] += hop_x  # the stage before waits for it (not this one)
                 hop_extra[stage] = hop_x

@@ -12,7 +12,7 @@ from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
-from clustersim.workload import Layout, grad_buckets
+from clustersim.workload import Layout, first_chunk_buckets, grad_bucket_size, grad_buckets
 from clustersim.workload.dims import is_moe_layer
 
 
@@ -98,9 +98,10 @@ def grad_streams_s(
             model,
             layout,
             stage,
-            par.grad_bucket_bytes,
+            grad_bucket_size(par),
             experts=experts,
             shared_embedding=par.zero == 1,
+            first_only=first_chunk_buckets(par),
         )
         if not sizes:
             continue

@@ -26,7 +26,13 @@ from clustersim.workload.schedules import (
     register_schedule,
     schedule_names,
 )
-from clustersim.workload.transformer import build_programs, grad_buckets, microbatches
+from clustersim.workload.transformer import (
+    build_programs,
+    first_chunk_buckets,
+    grad_bucket_size,
+    grad_buckets,
+    microbatches,
+)
 
 __all__ = [
     "GROUP_NAMES",
@@ -39,7 +45,9 @@ __all__ = [
     "Program",
     "build_programs",
     "check_fits",
+    "first_chunk_buckets",
     "get_schedule",
+    "grad_bucket_size",
     "grad_buckets",
     "layer_activation_bytes",
     "make_dims",

@@ -34,21 +34,26 @@ does with pp > 1).
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.work import Work
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.workload.dims import (
-    EXPERT_PIECES,
     Dims,
     chunk_layers,
     head_pieces,
     make_dims,
     optimizer_params,
     stage_layers,
-    stage_pieces,
+)
+from clustersim.workload.gradbuckets import (
+    Emit,
+    Syncs,
+    first_chunk_buckets,
+    grad_bucket_size,
+    grad_buckets,
+    grad_syncs,
 )
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout, validate
@@ -64,6 +69,8 @@ __all__ = [
     "ADAM_SCALAR_OPS_PER_PARAM",
     "ADAM_VECTOR_OPS_PER_PARAM",
     "build_programs",
+    "first_chunk_buckets",
+    "grad_bucket_size",
     "grad_buckets",
     "microbatches",
 ]
@@ -81,85 +88,6 @@ ADAM_SCALAR_OPS_PER_PARAM = 2
 def microbatches(par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> int:
     """Microbatches per step on each DP replica: global batch / (dp * microbatch size)."""
     return train.global_batch_size // (layout.dp * par.microbatch_size)
-
-
-BucketKey = tuple[int, str]  # (layer, piece)
-
-
-def grad_buckets(
-    model: ModelSpec,
-    layout: Layout,
-    stage: int,
-    bucket_bytes: float,
-    *,
-    experts: bool | None = None,
-    shared_embedding: bool = False,
-) -> tuple[dict[BucketKey, list[int]], list[int]]:
-    """Cut the stage's gradients into buckets as Megatron-Core's gradient buffer does.
-
-    ``_ParamAndGradBuffer`` (megatron/core/distributed/param_and_grad_buffer.py, as
-    recalled) walks the parameters in the reverse of their order in the model, which
-    is about the order the backward completes them, and keeps each one whole: a
-    bucket closes after the parameter that brings it to ``bucket_bytes`` or more, so
-    buckets vary in size and the last one may be short. A routed experts' piece is one
-    parameter per local expert (Transformer Engine's grouped linear holds ``weight0``,
-    ``weight1``, ...); every other piece is one parameter. Each model chunk has a
-    buffer of its own (one ``DistributedDataParallel`` per chunk), so no bucket spans
-    two chunks. Under the distributed optimizer (``shared_embedding``, for a tied
-    model with pp > 1) the embedding and the LM head, which share their weights
-    across the first and last stages, each get a bucket of their own
-    (``_does_param_require_new_bucket``). Megatron also pads each
-    bucket to a multiple of lcm(dp, 128) elements under the distributed optimizer: at
-    most a few hundred KiB, left out. A bucket is ready when the piece holding its
-    last parameter is. Returns the bucket sizes keyed by that piece, and all sizes in
-    order. ``experts`` keeps only the routed experts' pieces (True: reduced over
-    ``edp``) or only the others (False: over ``dp``), as Megatron-Core keeps two
-    gradient buffers.
-    """
-    size = max(int(bucket_bytes), 1)
-    ready: dict[BucketKey, list[int]] = {}
-    order: list[int] = []
-    open_bytes = 0
-    key: BucketKey = (-1, "")
-    tied = shared_embedding and model.tied_embeddings and layout.pp > 1
-    own = {"embed", "lm_head"} if tied else set()
-    local = model.moe.experts // layout.ep if model.moe is not None else 1
-    chunk_of = {k: c for c in range(layout.vp) for k in chunk_layers(model, layout, stage, c)}
-    ends = {layout.global_chunk(stage, c): c for c in range(layout.vp)}
-    heads = {name for name, _ in head_pieces(model, layout.tp)}
-    chunk = -1
-
-    def close() -> None:
-        nonlocal open_bytes
-        ready.setdefault(key, []).append(open_bytes)
-        order.append(open_bytes)
-        open_bytes = 0
-
-    for layer, name, params in stage_pieces(model, layout, stage):
-        if experts is not None and (name in EXPERT_PIECES) != experts:
-            continue
-        if layer >= 0:
-            here = chunk_of.get(layer, chunk)
-        else:  # the head's chunk is the model's last, the embedding's its first
-            here = ends.get(layout.chunks - 1 if name in heads else 0, chunk)
-        if (here != chunk or (name in own and layer < 0)) and open_bytes:
-            close()  # a new model chunk, or a shared weight: the open bucket ends
-        chunk = here
-        key = (layer, name)
-        count = local if name in EXPERT_PIECES else 1
-        each = params * ACT_BYTES // count
-        if open_bytes + count * each < size:  # the whole piece fits in the open bucket
-            open_bytes += count * each
-        else:
-            for _ in range(count):
-                open_bytes += each
-                if open_bytes >= size:
-                    close()
-        if open_bytes and name in own and layer < 0:
-            close()
-    if open_bytes:
-        close()
-    return ready, order
 
 
 def _stamp(out: list[Instr], tpls: tuple[Tpl, ...], layer: int, mb: int) -> None:
@@ -232,18 +160,22 @@ def _build(
         emit_at = set(last_b.values())
         if par.zero == 2:
             emit_at = {i for i, (kind, _, _) in enumerate(order) if kind == "B"}
+        late = not par.overlap_grad_reduce and par.zero < 2  # after the backward
+        if late:
+            emit_at = set()
         dp_group = layout.grad_group(par.zero)  # dp_cp under context parallelism
         collective = "reduce_scatter" if par.zero >= 1 else "all_reduce"
-        syncs = _grad_syncs(
+        syncs = grad_syncs(
             model,
             layout,
             stage,
-            par.grad_bucket_bytes,
+            grad_bucket_size(par),
             collective=collective,
             dp_group=dp_group,
             shared_embedding=par.zero == 1,  # Megatron's distributed optimizer
+            first_only=first_chunk_buckets(par),
         )
-        sync = _Syncs(syncs)
+        sync = Syncs(syncs)
         dp_on = bool(syncs)
         gather_early = par.zero == 1 and par.overlap_param_gather
         gathers = None
@@ -290,6 +222,8 @@ def _build(
             _item(ctx, unit[1], second)
             out.extend(interleave(first, second))
         if dp_on:
+            for grad_sync in syncs if late else ():
+                grad_sync.emit_all(out)
             out.append(Instr(Kind.WAIT_ASYNC, "dp.wait", Phase.GRAD_SYNC))
         params = optimizer_params(model, layout, stage, par.zero)
         if dp_on and par.zero >= 2:
@@ -405,82 +339,6 @@ def _neighbours(layout: Layout, stage: int) -> tuple[tuple[int, ...], tuple[int,
         return (-1, 0 if bottom else 1), (0 if bottom else 1, -1)
     prev, nxt = (-1 if stage > 0 else pp - 1), (1 if stage < pp - 1 else 1 - pp)
     return (prev,) * layout.vp, (nxt,) * layout.vp
-
-
-def _grad_syncs(
-    model: ModelSpec,
-    layout: Layout,
-    stage: int,
-    bucket_bytes: float,
-    *,
-    collective: str,
-    dp_group: str,
-    shared_embedding: bool = False,
-) -> list[_GradSync]:
-    """The gradient streams of a stage: over ``dp_group``, and the routed experts'
-    over their shard group (MoE models: ``edp``, or one replica's ``edp_shard`` under
-    hybrid sharding). A stream runs when its gradients have more than one holder."""
-    out = []
-    moe = model.moe is not None
-    dense_size = layout.dp * (layout.cp if dp_group in ("dp_cp", "dp_shard") else 1)
-    streams = [(dp_group, dense_size, False if moe else None)]
-    if moe:
-        streams.append((layout.expert_shard_group, layout.edp, True))
-    for group, size, experts in streams:
-        if size <= 1:
-            continue
-        ready, sizes = grad_buckets(
-            model, layout, stage, bucket_bytes, experts=experts, shared_embedding=shared_embedding
-        )
-        out.append(_GradSync(ready, collective, group, sizes))
-    return out
-
-
-class _Syncs:
-    """Emits every gradient stream's buckets that a backward op completes."""
-
-    def __init__(self, syncs: list[_GradSync]) -> None:
-        self.syncs = syncs
-
-    def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
-        for sync in self.syncs:
-            sync.emit(out, layer, mb, pieces)
-
-
-class _GradSync:
-    """Emits the gradient buckets of one stream that a backward op completes."""
-
-    def __init__(
-        self,
-        ready: dict[BucketKey, list[int]],
-        collective: str,
-        group: str = "dp",
-        sizes: list[int] | None = None,
-    ) -> None:
-        self.ready = ready
-        self.collective = collective
-        self.group = group
-        self.sizes = sizes or []
-        self.name = f"{group}.{collective}"
-
-    def emit(self, out: list[Instr], layer: int, mb: int, pieces: tuple[str, ...]) -> None:
-        for piece in pieces:
-            for nbytes in self.ready.get((layer, piece), ()):
-                out.append(
-                    Instr(
-                        Kind.ASYNC_COLLECTIVE,
-                        self.name,
-                        Phase.GRAD_SYNC,
-                        layer,
-                        mb,
-                        collective=self.collective,
-                        group=self.group,
-                        nbytes=float(nbytes),
-                    )
-                )
-
-
-Emit = Callable[[list[Instr], int, int, tuple[str, ...]], None]
 
 
 def _backward(out: list[Instr], block: Block, layer: int, mb: int, emit: Emit | None) -> None:

@@ -74,3 +74,18 @@ def test_estimate_follows_the_cp_ring() -> None:
     sim = simulate(res, record=False).summary
     assert est.compute_s == pytest.approx(sim["breakdown_s"]["compute"], rel=1e-6)
     assert est.step_time_s / float(sim["step_time_s"]) == pytest.approx(1.0, abs=0.03)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    ["grad_bucketing=first_chunk", "grad_bucketing=every_chunk", "overlap_grad_reduce=false"],
+)
+def test_estimate_follows_the_gradient_bucketing(rule: str) -> None:
+    # 32 H100s, TP 2 x PP 2 x VP 2 x DP 4: the DP group crosses the nodes
+    sets = ["parallelism.pp=2", "parallelism.tp=2", "parallelism.virtual_stages=2"]
+    sets += ["training.global_batch_size=64", "cluster.count=4", f"parallelism.{rule}"]
+    res = load_scenario(SCENARIOS / "p5-llama3-8b.yaml", ["failures={}", *sets])
+    est = estimate_resolved(res).step_time_s
+    assert est / float(simulate(res, record=False).summary["step_time_s"]) == pytest.approx(
+        1.0, abs=0.03
+    )
