@@ -145,19 +145,26 @@ class LiveGroups:
         others: list[FlowGroup],
     ) -> None:
         """The links ``group`` shares with each of ``others``: its links are marked once,
-        and each other group's looked up."""
+        and all the other groups' looked up at once (most share none; only those that do
+        cost a search of their own)."""
         self._stamp += 1
         stamp = self._stamp
         mark = self._mark
         mark[group.links] = stamp
-        for other in others:
+        sizes = [other.links.size for other in others]
+        flat = mark[np.concatenate([other.links for other in others])] == stamp
+        ends = np.cumsum(sizes)
+        before = np.concatenate([[0], np.cumsum(flat)])
+        counts = (before[ends] - before[ends - sizes]).tolist()
+        for other, end, size, count in zip(others, ends.tolist(), sizes, counts, strict=True):
             if other is group:
                 both = Shared(group.links)
+            elif not count:
+                both = _NOTHING
             else:
-                hit = np.flatnonzero(mark[other.links] == stamp)
-                both = Shared(other.links[hit]) if hit.size else _NOTHING
-                if hit.size:
-                    both._at[id(other)] = hit
+                hit = np.flatnonzero(flat[end - size : end])
+                both = Shared(other.links[hit])
+                both._at[id(other)] = hit
             shares[other] = both
             self._shared_links += 3 * both.links.size
             back = self._shares.get(other)
