@@ -176,6 +176,9 @@ class CollectiveCosts(Strict):
     - ``launch_s``: once per collective (the runtime's set-up and the first handshake).
     - ``step_s``: once per synchronous round of the algorithm (the semaphore handshake
       with the round's peers before data moves).
+    - ``ring_step_s``: once per step of a ring (its handshake with its neighbour,
+      which waits for one chunk, not for a whole round of its partners). On the
+      ``nccl`` runtime a ring's step pays what any round does.
     - ``message_s``: per message a rank posts in one round (a DMA descriptor chain on
       Trainium), so a mesh round with p - 1 peers costs p - 1 of them.
     - ``efa_message_s``: added per message that crosses the scale-out network (EFA
@@ -197,6 +200,7 @@ class CollectiveCosts(Strict):
     runtime: Literal["neuron", "nccl"] | None = None
     launch_s: Duration = Field(default=0.0, ge=0)
     step_s: Duration = Field(default=0.0, ge=0)
+    ring_step_s: Duration = Field(default=0.0, ge=0)
     message_s: Duration = Field(default=0.0, ge=0)
     efa_message_s: Duration = Field(default=0.0, ge=0)
     efa_efficiency: Fraction = 1.0

@@ -6,20 +6,34 @@ round, and the posting of each message (a DMA descriptor chain on Trainium, an
 EFA send on the scale-out network). A :class:`Protocol` prices them; a
 :class:`Runtime` chooses the algorithm and protocol of each collective
 (:func:`~.runtimes.runtime_of` builds the chip's: the Neuron runtime on Trainium,
-NCCL's tuning model on GPUs, :mod:`.nccl`). A round of ``k`` identical rounds of a step
+NCCL's tuning model on GPUs, :mod:`.nccl`). A step of ``k`` identical rounds
 with route latency ``L`` costs, where ``f`` is the fraction of its pairs that cross
 scale-up domains, ``m`` the most messages a rank posts in it and ``m_efa`` the most
 of those that cross:
 
     route = (1 - f) x route_intra x L + f x route_inter x L
-    fixed = (1 - f) x step_s + f x net_step_s + m x message_s + m_efa x efa_message_s
-    step  = k x route + (1 if pipelined and the runtime streams rings else k) x fixed
+    hand  = ring_step_s if the step is a ring's (pipelined) and the runtime prices
+            ring steps apart, else (1 - f) x step_s + f x net_step_s
+    fixed = hand + m x message_s + m_efa x efa_message_s
+    step  = k x (route + fixed)
 
 and the collective adds ``launch_s`` once. Posting is serial per rank, which is why
-a mesh round over 63 peers costs 63 messages while a ring round costs one. A ring
-whose chunks stream over fixed peers (the Neuron runtime's) hides its handshakes
-behind the data of the round before, so it pays them once, as the pipeline's fill;
-NCCL's tuning model charges a hop latency per ring step, and so does its protocol.
+a mesh round over 63 peers costs 63 messages while a ring round costs one.
+
+Every round pays a handshake, a ring's too. On the Neuron runtime a ring's step
+has a handshake of its own, ``ring_step_s``: the step waits only for its
+neighbour's chunk, where a round of halving-doubling or a mesh waits for a
+partner (or every peer) that has just finished a whole round of its own. That a
+ring step waits for the step before at all is inferred from nccom-test C1, not
+documented: C1's 1 MiB all-reduce takes 0.9 ms more than its 8-byte floor, which
+is what the 62 ring steps inside the two instances cost at the fitted 15 us a
+step, and which a ring that streams its chunks, paying one handshake as its
+pipeline's fill (the model before), cannot produce. That the two handshakes
+differ (15 us against 66 us) is the fit's, not a documented figure: one handshake
+for both fits C1 and C3 as well only with a launch of 420 us per collective,
+which Trn1 training (4,160 tensor-parallel collectives a step of
+trn1-llama2-7b) cannot absorb. NCCL's tuning model charges its hop latency per
+ring step like any other (``ring_step_s`` unset).
 
 A round that is not pipelined posts each message to a few DMA queues, so one
 message moves at most ``message_Bps`` (:meth:`Protocol.message_cap_Bps`), and at
@@ -59,10 +73,10 @@ class Protocol:
     net_step_s: float = 0.0
     message_s: float = 0.0
     efa_message_s: float = 0.0
+    ring_step_s: float | None = None
+    """The handshake of a ring's step (a pipelined one); None: what any round pays."""
     route_intra: float = 1.0
     route_inter: float = 1.0
-    streams_rings: bool = True
-    """Whether a pipelined step pays its fixed round cost once rather than per round."""
     wire_factor: float = 1.0
     message_Bps: float = math.inf
     reduce_throughput: float = 1.0
@@ -70,8 +84,18 @@ class Protocol:
     @property
     def zero(self) -> bool:
         return not (
-            self.launch_s or self.step_s or self.net_step_s or self.message_s or self.efa_message_s
+            self.launch_s
+            or self.step_s
+            or self.net_step_s
+            or self.message_s
+            or self.efa_message_s
+            or self.ring_step_s
         )
+
+    @property
+    def ring_handshake_s(self) -> float:
+        """What a ring's step pays for its handshake inside a domain."""
+        return self.step_s if self.ring_step_s is None else self.ring_step_s
 
     def step_latency_s(
         self,
@@ -82,7 +106,7 @@ class Protocol:
     ) -> float:
         """The latency of ``step`` over ``pairs`` (positions), with ``crosses[i]`` whether
         pair ``i`` crosses domains and ``route_s`` the longest route's latency."""
-        repeats, pipelined = step.repeats, step.pipelined
+        repeats = step.repeats
         if not pairs.size:
             return repeats * route_s
         if step.hops is not None:
@@ -96,12 +120,14 @@ class Protocol:
         if self.zero:
             return repeats * route
         sources = pairs[:, 0]
-        fixed = (1 - f) * self.step_s + f * self.net_step_s
+        if step.pipelined and self.ring_step_s is not None:
+            fixed = self.ring_step_s
+        else:  # a ring of NCCL's pays its hop latency like any round
+            fixed = (1 - f) * self.step_s + f * self.net_step_s
         fixed += int(np.bincount(sources).max()) * self.message_s
         if self.efa_message_s and f:
             fixed += int(np.bincount(sources[crosses]).max()) * self.efa_message_s
-        rounds = 1 if pipelined and self.streams_rings else repeats
-        return repeats * route + rounds * fixed
+        return repeats * (route + fixed)
 
     def message_cap_Bps(self, *, pipelined: bool, reduces: bool) -> float:
         """The bound on one message's rate in a round (infinite for pipelined rounds)."""
@@ -157,6 +183,7 @@ def neuron_protocol(chip: ChipSpec) -> Protocol:
         net_step_s=c.step_s,
         message_s=c.message_s,
         efa_message_s=c.efa_message_s,
+        ring_step_s=c.ring_step_s,
         message_Bps=engines if engines > 0 else math.inf,
         reduce_throughput=chip.dma_reduce_throughput,
     )

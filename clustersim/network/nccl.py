@@ -243,7 +243,6 @@ class NcclRuntime:
             net_step_s=(t.net_hop_us[table][proto] + t.net_post_us * (3 if simple else 1)) * us,
             route_intra=0.0,
             route_inter=2.0 if simple else 1.0,
-            streams_rings=False,
             wire_factor=1.0 / factor,
         )
 

@@ -15,8 +15,9 @@ them), counts how many ring pairs of all of them cross each direction of each
 torus link, and keeps the busiest link's load over its capacity. A ring round
 moves ``n / p / 2`` per pair each way, so the ring's time is
 
-    rounds x (n / p / 2 x max_l load_l / capacity_l + longest route latency)
-    + launch + one handshake (the ring streams)
+    rounds x (n / p / 2 x max_l load_l / capacity_l + longest route latency
+              + a handshake + two messages posted)
+    + launch
 
 with ``p - 1`` rounds for a reduce-scatter or all-gather and ``2(p - 1)`` for an
 all-reduce (:mod:`~clustersim.network.algorithms.ring`, :mod:`~clustersim.network.costs`).
@@ -109,7 +110,6 @@ def flat_ring_s(
     """(all of it, seconds on the links) of ``op`` on ``ring``; see the module doc."""
     rounds = 2 * (ring.p - 1) if op == "all_reduce" else ring.p - 1
     wire = rounds * nbytes / ring.p / 2 * ring.s_per_byte
-    # Each member posts to both neighbours in a round; the ring streams, so its
-    # handshake is paid once.
-    fixed = launch_s + step_s + 2 * message_s
+    # Each member posts to both neighbours in a round, and every round pays its handshake.
+    fixed = launch_s + rounds * (step_s + 2 * message_s)
     return wire + rounds * ring.route_s + fixed, wire

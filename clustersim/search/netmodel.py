@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec
 from clustersim.network.builders import torus_domain_coords
@@ -130,7 +132,7 @@ class NetModel:
             nbytes,
             ring,
             launch_s=proto.launch_s,
-            step_s=proto.step_s,
+            step_s=proto.ring_handshake_s,
             message_s=proto.message_s,
         )
 
@@ -229,33 +231,58 @@ def collective_s(
     )
 
 
-def _halving(nbytes: float, p: int) -> bool:
-    return MESH_MAX_BYTES <= nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
+def _kinds(nbytes: float, levels: list[Level]) -> list[str]:
+    """The algorithm of each level (``mesh``, ``halving`` or ``ring``), by the Neuron
+    runtime's size rule (:func:`~clustersim.network.collectives.choose`). A group over
+    several domains with more than one rank in each runs ``hierarchical``: a ring from
+    1 MB up inside the domains, and the rule on the shard across them
+    (:func:`~clustersim.network.algorithms.hierarchical.phase_algorithm`)."""
+    inner = [lv for lv in levels if lv.tier != "efa"]
+    local = math.prod(lv.size for lv in inner)
+    domains = math.prod(lv.size for lv in levels if lv.tier == "efa")
+
+    def rule(m: float, q: int, *, inside: bool) -> str:
+        if m < MESH_MAX_BYTES:
+            return "mesh"
+        if not inside and m <= HALVING_DOUBLING_MAX_BYTES and q & (q - 1) == 0:
+            return "halving"
+        return "ring"
+
+    if domains > 1 and local > 1:
+        shard = rule(nbytes / local, domains, inside=False)
+        return [shard if lv.tier == "efa" else rule(nbytes, local, inside=True) for lv in levels]
+    one = rule(nbytes, local * domains, inside=False)
+    return [one] * len(levels)
 
 
 def _latency_s(nbytes: float, levels: list[Level]) -> float:
-    """The route latencies of one phase, by the runtime's size rule."""
-    p = math.prod(lv.size for lv in levels)
-    if nbytes < MESH_MAX_BYTES:
-        return max(lv.latency_s for lv in levels)
-    if _halving(nbytes, p):
-        return math.log2(p) * max(lv.latency_s for lv in levels)
-    return sum((lv.size - 1) * lv.latency_s for lv in levels)
+    """The route latencies of one phase, by the runtime's size rule: a mesh round over
+    the levels it spans, ``log2`` rounds of halving-doubling, a ring's rounds."""
+    out = 0.0
+    for kind, run in groupby(zip(_kinds(nbytes, levels), levels, strict=True), key=itemgetter(0)):
+        lvs = [lv for _, lv in run]
+        longest = max(lv.latency_s for lv in lvs)
+        if kind == "mesh":
+            out += longest
+        elif kind == "halving":
+            out += math.log2(math.prod(lv.size for lv in lvs)) * longest
+        else:
+            out += sum((lv.size - 1) * lv.latency_s for lv in lvs)
+    return out
 
 
 def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Protocol) -> float:
     """The bandwidth part: every phase's bytes over each level's bottleneck."""
-    p = math.prod(lv.size for lv in levels)
     flows = sharing * (levels[0].size if levels[0].shared_link else 1)
-    halving = _halving(nbytes, p)
+    kinds = _kinds(nbytes, levels)
     phases = {"all_reduce": ("reduce", "copy"), "all_gather": ("copy",)}.get(op, ("reduce",))
     bw_s = 0.0
     for phase in phases:
-        cap = proto.message_cap_Bps(pipelined=not halving, reduces=phase == "reduce")
+        cap = proto.message_cap_Bps(pipelined=False, reduces=phase == "reduce")
         m = nbytes
-        for lv in levels:
+        for lv, kind in zip(levels, kinds, strict=True):
             d = lv.size
-            if halving and d & (d - 1) == 0:
+            if kind == "halving" and d & (d - 1) == 0:
                 # Round j swaps m / 2^(j+1) with the partner 2^j away; on a torus that
                 # partner is min(2^j, d - 2^j) hops off, and the hops load one direction.
                 # Each message moves no faster than the DMA queues that carry it.
@@ -276,22 +303,38 @@ def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Pro
 
 def runtime_s(proto: Protocol, nbytes: float, levels: list[Level], phases: int) -> float:
     """The Neuron runtime's fixed costs of one collective (:mod:`~clustersim.network.costs`):
-    its launch, a handshake per dependent round (once per ring phase and level, which
-    streams), and a posting cost per round that crosses EFA."""
+    its launch, and per phase a handshake per round (one for a mesh, ``log2`` for
+    halving-doubling, a ring's own per step: in a hierarchical collective one ring
+    through the ranks of each domain), the messages each round posts (a mesh's one per
+    peer, a ring's one each way) and a posting cost per round that crosses EFA."""
     if proto.zero:
         return 0.0
-    p = math.prod(lv.size for lv in levels)
-    mesh = nbytes < MESH_MAX_BYTES
-    halving = not mesh and nbytes <= HALVING_DOUBLING_MAX_BYTES and p & (p - 1) == 0
-    rounds = efa_rounds = 0.0
-    for lv in levels:
-        if lv.size < 2:
+    kinds = _kinds(nbytes, levels)
+    spans = [lv for lv in levels if lv.size > 1]
+    inner = [lv for lv in spans if lv.tier != "efa"]
+    if inner and len(inner) < len(spans):  # hierarchical: a phase inside, one across
+        local = math.prod(lv.size for lv in inner)
+        parts = [(kinds[levels.index(inner[0])], local, False)]
+        parts += [(kinds[levels.index(lv)], lv.size, True) for lv in spans if lv.tier == "efa"]
+    elif kinds and kinds[0] == "mesh":
+        p = math.prod(lv.size for lv in levels)
+        parts = [("mesh", p, any(lv.tier == "efa" for lv in spans))]
+    else:
+        parts = [(kind, lv.size, lv.tier == "efa") for lv, kind in zip(levels, kinds, strict=True)]
+    fixed = efa_rounds = 0.0
+    for kind, size, efa in parts:
+        if size < 2:
             continue
-        per_phase = 1.0 if mesh or not halving else math.log2(lv.size)
-        rounds += per_phase
-        if lv.tier == "efa":
-            efa_rounds += per_phase
-    return proto.launch_s + phases * (rounds * proto.step_s + efa_rounds * proto.efa_message_s)
+        if kind == "mesh":
+            rounds, hand, messages = 1.0, proto.step_s, size - 1
+        elif kind == "halving":
+            rounds, hand, messages = math.log2(size), proto.step_s, 1
+        else:
+            rounds, hand, messages = size - 1.0, proto.ring_handshake_s, 2 if size >= 3 else 1
+        fixed += rounds * (hand + messages * proto.message_s)
+        if efa:
+            efa_rounds += rounds
+    return proto.launch_s + phases * (fixed + efa_rounds * proto.efa_message_s)
 
 
 def _nccl_s(

@@ -13,10 +13,10 @@ same whatever its magnitude. Each evaluation simulates each size once (about
 0.05 s a size), so a fit takes well under a minute.
 
 The constants are physical, shared by every chip of the family and every
-collective: a launch per collective, a handshake per round, a posting cost per
-message, an extra posting cost per EFA message, the fraction of EFA bandwidth a
-collective sustains, and the DMA engines that move one message of a round that is
-not pipelined. None belongs to one row: each row's sizes constrain
+collective: a launch per collective, a handshake per round, a ring's own handshake
+per step, a posting cost per message, an extra posting cost per EFA message, the
+fraction of EFA bandwidth a collective sustains, and the DMA engines that move one
+message of a round that is not pipelined. None belongs to one row: each row's sizes constrain
 several of them, and each of them is seen by several rows.
 """
 
@@ -41,6 +41,7 @@ PARAMETERS: tuple[tuple[str, float, float, float], ...] = (
     # name, lower bound, upper bound, scale (the unit the optimiser works in)
     ("launch_s", 0.0, 2e-3, 1e-6),
     ("step_s", 0.0, 2e-4, 1e-6),
+    ("ring_step_s", 0.0, 2e-4, 1e-6),
     ("message_s", 0.0, 1e-4, 1e-6),
     ("efa_message_s", 0.0, 1e-3, 1e-6),
     ("efa_efficiency", 0.3, 1.0, 1.0),
@@ -91,7 +92,7 @@ def fit(family: str = "trainium") -> Fit:
     scale = np.asarray([p[3] for p in PARAMETERS])
     lo = np.asarray([p[1] for p in PARAMETERS]) / scale
     hi = np.asarray([p[2] for p in PARAMETERS]) / scale
-    start = np.clip(np.asarray([20e-6, 5e-6, 2e-6, 10e-6, 0.9, 2.0]) / scale, lo, hi)
+    start = np.clip(np.asarray([20e-6, 5e-6, 5e-6, 2e-6, 10e-6, 0.9, 2.0]) / scale, lo, hi)
 
     def values_of(x: np.ndarray) -> dict[str, float]:
         return {n: float(v) for n, v in zip(names, x * scale, strict=True)}

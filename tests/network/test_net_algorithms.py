@@ -18,7 +18,7 @@ import simpy
 
 from clustersim import catalog
 from clustersim.network import GroupInfo, Network, resolve_algorithm
-from clustersim.network.algorithms.hierarchical import parallel_steps
+from clustersim.network.algorithms.hierarchical import parallel_steps, phase_algorithm
 from clustersim.network.builders import add_torus_links, torus_path
 from clustersim.network.collectives import Step
 from clustersim.network.registry import build_topology
@@ -267,19 +267,19 @@ def test_parallel_steps_run_each_step_in_every_group_in_turn() -> None:
 def hierarchical_form(specs: Any, op: str, domains: int, local: int, n: float) -> float:
     """Sum of the phases' closed forms: inside on the instance switch, across on EFA."""
 
-    def phase(sub_op: str, q: int, m: float, a: float, b: float) -> float:
-        alg = resolve_algorithm("auto", sub_op, q, m)
+    def phase(sub_op: str, q: int, m: float, a: float, b: float, *, inside: bool) -> float:
+        alg = phase_algorithm(sub_op, q, m, inside=inside)
         return star_form(alg, sub_op, q, m, a=a, b=b)
 
     a1, b1 = specs.link_latency_s, 1 / specs.link_Bps
     a2, b2 = specs.efa_latency_s, local / specs.efa_Bps  # a chip's share of the NICs
     shard = n / local
+    rs, ag = (phase(o, local, n, a1, b1, inside=True) for o in ("reduce_scatter", "all_gather"))
     if op == "all_reduce":
-        inner = phase("reduce_scatter", local, n, a1, b1) + phase("all_gather", local, n, a1, b1)
-        return inner + phase("all_reduce", domains, shard, a2, b2)
+        return rs + ag + phase("all_reduce", domains, shard, a2, b2, inside=False)
     if op == "reduce_scatter":
-        return phase(op, local, n, a1, b1) + phase(op, domains, shard, a2, b2)
-    return phase(op, domains, shard, a2, b2) + phase(op, local, n, a1, b1)
+        return rs + phase(op, domains, shard, a2, b2, inside=False)
+    return phase(op, domains, shard, a2, b2, inside=False) + ag
 
 
 _SWITCHED: dict[tuple[int, int], Topology] = {}

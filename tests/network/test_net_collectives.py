@@ -24,6 +24,7 @@ from clustersim.network import (
     resolve_algorithm,
 )
 from clustersim.network import collectives as registry
+from clustersim.network.algorithms.hierarchical import phase_algorithm
 from clustersim.network.groups import torus_grid
 from clustersim.network.registry import build_topology
 from clustersim.network.topology import Topology, chip_node
@@ -112,6 +113,57 @@ def test_hierarchical_and_torus_steps() -> None:
     x_rs, y_rs = collective_steps("reduce_scatter", 6, 6.0, "torus", grid)
     assert (x_rs.repeats, x_rs.bytes_per_flow, len(x_rs.pairs)) == (2, 1.0, 12)
     assert (y_rs.repeats, y_rs.bytes_per_flow, len(y_rs.pairs)) == (1, 1.0, 6)
+
+
+def _c1_steps(nbytes: float) -> list[tuple[int, bool, int, float]]:
+    """auto's all-reduce over 2 x trn1.32xlarge, 64 ranks (two a chip), as nccom-test C1:
+    each step's (rounds, pipelined, flows, bytes a flow moves a round)."""
+    inst, chip = catalog.instance("trn1.32xlarge"), catalog.chip("trn1")
+    net = Network(simpy.Environment(), build_topology(inst, chip, 2), [r // 2 for r in range(64)])
+    info = net.group_info(range(64))
+    assert choose("all_reduce", 64, nbytes, info) == "hierarchical"
+    steps = collective_steps("all_reduce", 64, nbytes, "auto", info)
+    return [(s.repeats, s.pipelined, len(s.pairs), s.bytes_per_flow) for s in steps]
+
+
+@pytest.mark.parametrize(
+    ("nbytes", "across"),
+    [
+        # the shard is n / 32: a mesh of two ranks below 1 MB, halving-doubling to 56 MB
+        (MIB, [(1, False, 64, MIB / 64)] * 2),
+        (16 * MIB, [(1, False, 64, MIB / 4)] * 2),
+        (64 * MIB, [(1, False, 64, MIB)] * 2),
+        (1024 * MIB, [(1, False, 64, 16 * MIB)] * 2),
+        # a shard above 56 MB: a ring of two, one way round
+        (4096 * MIB, [(2, True, 64, 64 * MIB)]),
+    ],
+)
+def test_c1_runs_rings_inside_the_instances_at_every_size_from_1_mb(
+    nbytes: float, across: list[tuple[int, bool, int, float]]
+) -> None:
+    """Across instances the in-instance phases run a ring of the 32 ranks from 1 MB up
+    (no halving-doubling range, no step at 56 MB): 31 rounds of n / 32, half each way
+    round, in both instances at once; across, the Neuron size rule on the shard."""
+    ring = (31, True, 128, nbytes / 32 / 2)
+    assert _c1_steps(nbytes) == [ring, *across, ring]
+
+
+def test_c1_small_messages_run_meshes() -> None:
+    inside = (1, False, 2 * 32 * 31, 8.0 / 32)
+    across = (1, False, 64, 8.0 / 32 / 2)  # the shard, halved between the two instances
+    assert _c1_steps(8.0) == [inside, across, across, inside]
+
+
+def test_phase_algorithms_of_a_hierarchical_collective() -> None:
+    for op in ("reduce_scatter", "all_gather"):
+        assert phase_algorithm(op, 32, 8.0, inside=True) == "mesh"
+        assert phase_algorithm(op, 32, MIB, inside=True) == "ring"
+        assert phase_algorithm(op, 32, 16 * MIB, inside=True) == "ring"  # flat: HD
+        assert choose(op, 32, 16 * MIB, GroupInfo.flat(32)) == "halving_doubling"
+    assert phase_algorithm("all_reduce", 2, 32e3, inside=False) == "mesh"
+    assert phase_algorithm("all_reduce", 2, 2 * MIB, inside=False) == "halving_doubling"
+    assert phase_algorithm("all_reduce", 2, 64 * MIB, inside=False) == "ring"
+    assert phase_algorithm("all_reduce", 6, 2 * MIB, inside=False) == "ring"  # no power of 2
 
 
 # -- registry -------------------------------------------------------------------------------------

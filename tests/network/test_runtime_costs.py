@@ -42,10 +42,14 @@ def test_round_costs_closed_form() -> None:
     repeated = Step(tuple(map(tuple, ring)), 1.0, 6)
     expected = 6 * (1 * US + 0.5 * 10 * US + 0.5 * 30 * US + 2 * US)
     assert proto.step_latency_s(repeated, ring, across, 1 * US) == pytest.approx(expected)
-    # a streaming ring pays its handshake once, as the pipeline's fill
+    # a ring's rounds stream over fixed peers, and each still pays its handshake: what any
+    # round pays (NCCL), or the ring's own (Neuron)
     streamed = Step(tuple(map(tuple, ring)), 1.0, 6, pipelined=True)
-    fill = 0.5 * 10 * US + 0.5 * 30 * US + 2 * US
-    assert proto.step_latency_s(streamed, ring, across, 1 * US) == pytest.approx(6 * US + fill)
+    assert proto.step_latency_s(streamed, ring, across, 1 * US) == pytest.approx(expected)
+    neuron = replace(proto, ring_step_s=4 * US)
+    ring_s = 6 * (1 * US + 4 * US + 2 * US)
+    assert neuron.step_latency_s(streamed, ring, across, 1 * US) == pytest.approx(ring_s)
+    assert neuron.step_latency_s(repeated, ring, across, 1 * US) == pytest.approx(expected)
 
 
 def test_a_collective_costs_its_launch_rounds_and_wire() -> None:
@@ -61,7 +65,8 @@ def test_a_collective_costs_its_launch_rounds_and_wire() -> None:
     t = _elapsed(env, net.collective("all_gather", ranks, 64 * MIB))
     a, bw = inst.fabric.link_latency_s, inst.fabric.link_bw_Bps * chip.calibration.link_efficiency
     wire = 3 * a + 3 / 4 * 64 * MIB / bw
-    assert t == pytest.approx(proto.launch_s + proto.step_s + wire, rel=1e-9)
+    rounds = 3 * (proto.ring_step_s + proto.message_s)  # one message to the successor a round
+    assert t == pytest.approx(proto.launch_s + rounds + wire, rel=1e-9)
 
 
 def test_halving_doubling_messages_are_bound_by_their_dma_queues() -> None:
@@ -108,7 +113,8 @@ def test_two_ranks_on_one_chip_move_through_dma_and_hbm() -> None:
     # the one chip's DMA path, then the runtime's costs
     proto = neuron_protocol(chip)
     wire = 2 * (latency + 2.0**30 / 2 / (capacity / 2))
-    assert row["time_s"] == pytest.approx(wire + proto.launch_s + proto.step_s, rel=1e-6)
+    rounds = 2 * (proto.ring_step_s + proto.message_s)
+    assert row["time_s"] == pytest.approx(wire + proto.launch_s + rounds, rel=1e-6)
     assert row["busbw_GBps"] < 200
 
 

@@ -11,13 +11,33 @@ order among its domain's ranks in the group. With an ``n``-byte buffer:
 - reduce-scatter: the first two phases, with a reduce-scatter across;
 - all-gather: all-gather of n/L across, then of n inside.
 
-Each phase runs the algorithm ``auto`` would pick for its size (``mesh``,
-``halving_doubling`` or ``ring`` on L or D ranks), so the time is the sum of
-those algorithms' costs on the domain fabric and on the scale-out one. For large
-buffers, with a ring inside (``a1``, ``b1``) and across (``a2``, ``b2``):
+Each phase runs :func:`phase_algorithm`: inside the domains, ``mesh`` below
+the Neuron runtime's 1 MB and a ring (in group order) from there up, at every
+size; across them, what ``auto`` picks for the shard (``mesh``,
+``halving_doubling`` or ``ring`` on D ranks). The time is the sum of those
+algorithms' costs on the domain fabric and on the scale-out one. With a ring
+inside (``a1``, ``b1``) and across (``a2``, ``b2``):
 ``T = 2 T_rs(L, n; a1, b1) + T_ar(D, n/L; a2, b2)``: EFA carries n/L per rank,
 not the ~2n of a flat ring. Groups that are not spread like this fall back to
 ``ring``.
+
+Why no halving-doubling inside. The Neuron runtime's size rule (mesh below 1 MB,
+recursive halving-doubling to 56 MB, rings above; ``neuron-runtime/about/
+collectives.rst``) is documented for a collective; which algorithm the
+in-instance phases of a collective across instances run is not. The measured
+curve answers it: nccom-test C1 (all-reduce over 2 x trn1.32xlarge, 64 ranks) is
+one latency and one rate from 4 MiB to 1 GiB (about 1.4 ms + n / 24 GB/s), flat
+from 1 MiB to 4 MiB, with no step at 56 MB. Halving-doubling inside up to 56 MB
+and rings above step there (by +36% at 16 MiB and -15% at 64 MiB after the fit),
+and so does the rule applied to the phases' shards (n / L, which moves the steps
+to 32 MiB and 1.8 GB: rms 49% after the fit); a ring inside from 1 MB up, each of
+its 2(L - 1) steps paying the runtime's handshake (:mod:`..costs`), fits every
+C1 size within 9% with the same constants that fit C3 on one instance. No public
+source found says which algorithm the in-instance phases run: the Neuron pages on
+inter-node collectives (``neuron-runtime/explore/internode-collective-comm.rst``)
+are recalled to describe a phase inside each node joined over EFA, with no size
+rule of its own; that is a recollection, not re-read, so the ring here rests on
+C1's shape alone.
 """
 
 from __future__ import annotations
@@ -30,12 +50,19 @@ import numpy as np
 from clustersim.network.collectives import (
     Step,
     StepArrays,
+    choose,
     collective_steps,
     register_algorithm,
 )
 from clustersim.network.groups import GroupInfo
 
-__all__ = ["hierarchical", "hierarchical_arrays", "is_hierarchical", "parallel_steps"]
+__all__ = [
+    "hierarchical",
+    "hierarchical_arrays",
+    "is_hierarchical",
+    "parallel_steps",
+    "phase_algorithm",
+]
 
 
 def is_hierarchical(p: int, info: GroupInfo) -> bool:
@@ -64,18 +91,31 @@ def parallel_steps(steps: Sequence[Step], groups: Sequence[Sequence[int]]) -> li
     return out
 
 
-def _phase(op: str, groups: Sequence[Sequence[int]], nbytes: float) -> list[Step]:
-    q = len(groups[0])
-    return parallel_steps(collective_steps(op, q, nbytes, "auto", GroupInfo.flat(q)), groups)
+def phase_algorithm(op: str, q: int, nbytes: float, *, inside: bool) -> str:
+    """The algorithm of a phase of ``op`` over ``q`` ranks on ``nbytes`` (the buffer the
+    phase works on): inside the domains the size rule without its halving-doubling
+    range (``mesh`` below 1 MB, ``ring`` above), across them ``auto``'s choice."""
+    name = choose(op, q, nbytes, GroupInfo.flat(q))
+    return "ring" if inside and name == "halving_doubling" else name
 
 
-def _phase_arrays(op: str, groups: Sequence[Sequence[int]], nbytes: float) -> StepArrays:
+def _phase_steps(op: str, q: int, nbytes: float, inside: bool) -> list[Step]:
+    name = phase_algorithm(op, q, nbytes, inside=inside)
+    return collective_steps(op, q, nbytes, name, GroupInfo.flat(q))
+
+
+def _phase(op: str, groups: Sequence[Sequence[int]], nbytes: float, inside: bool) -> list[Step]:
+    return parallel_steps(_phase_steps(op, len(groups[0]), nbytes, inside), groups)
+
+
+def _phase_arrays(
+    op: str, groups: Sequence[Sequence[int]], nbytes: float, inside: bool
+) -> StepArrays:
     """:func:`_phase` with each step's pairs as an array (one gather, no tuples)."""
-    q = len(groups[0])
     table = np.asarray(groups, dtype=np.int64)
     return [
         (replace(step, pairs=()), table[:, np.asarray(step.pairs, dtype=np.int64)].reshape(-1, 2))
-        for step in collective_steps(op, q, nbytes, "auto", GroupInfo.flat(q))
+        for step in _phase_steps(op, len(groups[0]), nbytes, inside)
     ]
 
 
@@ -109,7 +149,7 @@ def hierarchical_arrays(op: str, p: int, nbytes: float, info: GroupInfo) -> Step
     inner, outer = _groups(info)
     out: StepArrays = []
     for name, inside, size in phases:
-        out += _phase_arrays(name, inner if inside else outer, size)
+        out += _phase_arrays(name, inner if inside else outer, size, inside)
     return out
 
 
@@ -125,5 +165,5 @@ def hierarchical(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     inner, outer = _groups(info)
     out: list[Step] = []
     for name, inside, size in phases:
-        out += _phase(name, inner if inside else outer, size)
+        out += _phase(name, inner if inside else outer, size, inside)
     return out
