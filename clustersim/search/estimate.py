@@ -21,8 +21,10 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   one flat ring, priced on its busiest link (``search/flatring.py``). The
   runtime's fixed costs are added as the
   simulator adds them (``network/costs.py``): on Trainium a launch, a handshake per
-  halving-doubling or mesh round (once per ring level), a posting cost per round
-  over EFA, and halving-doubling messages no faster than their DMA queues; on
+  halving-doubling or mesh round and a ring's own per ring step (across scale-up
+  domains one ring through each domain's ranks from 1 MB up, as ``hierarchical``
+  runs it), a posting cost per message and per round over EFA, and
+  halving-doubling messages no faster than their DMA queues; on
   GPUs NCCL's choice of algorithm and protocol and its latency (``network/nccl.py``).
   Sharing a link slows only the bytes on it, not those fixed costs.
 - **Compute** follows the scenario's attention kernel (``parallelism.attention``,

@@ -215,10 +215,12 @@ def collective_s(
             return wire * proto.wire_factor + runtime.predict_s(
                 op, p, 0.0, info, (algo, proto.name)
             )
-        # One mesh round: each message of n/p no faster than its DMA queues.
+        # One mesh round: each message of n/p no faster than its DMA queues, a rank
+        # posting one to each peer (an EFA one to each peer in another domain).
         cap = proto.message_cap_Bps(pipelined=False, reduces=False)
-        efa = any(lv.tier == "efa" and lv.size > 1 for lv in levels)
-        fixed = proto.launch_s + proto.step_s + (proto.efa_message_s if efa else 0.0)
+        local = p // math.prod(lv.size for lv in levels if lv.tier == "efa")
+        fixed = proto.launch_s + proto.step_s + (p - 1) * proto.message_s
+        fixed += (p - local) * proto.efa_message_s
         return max(wire, nbytes / p / cap) + fixed
     if isinstance(runtime, NcclRuntime):
         return _nccl_s(op, nbytes, levels, sharing, runtime)
