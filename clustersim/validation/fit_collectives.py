@@ -39,7 +39,6 @@ __all__ = ["PARAMETERS", "Fit", "fit", "main"]
 
 PARAMETERS: tuple[tuple[str, float, float, float], ...] = (
     # name, lower bound, upper bound, scale (the unit the optimiser works in)
-    ("launch_s", 0.0, 2e-3, 1e-6),
     ("step_s", 0.0, 2e-4, 1e-6),
     ("ring_step_s", 0.0, 2e-4, 1e-6),
     ("message_s", 0.0, 1e-4, 1e-6),
@@ -48,6 +47,10 @@ PARAMETERS: tuple[tuple[str, float, float, float], ...] = (
     ("message_engines", 0.5, 16.0, 1.0),
 )
 """The fitted fields of ``collectives``, with their bounds."""
+
+HELD: tuple[str, ...] = ("launch_s",)
+"""Fields the fit reads from the catalog and does not move: the measured rows do not
+identify them (see the module doc)."""
 
 
 @dataclass(frozen=True)
@@ -92,10 +95,12 @@ def fit(family: str = "trainium") -> Fit:
     scale = np.asarray([p[3] for p in PARAMETERS])
     lo = np.asarray([p[1] for p in PARAMETERS]) / scale
     hi = np.asarray([p[2] for p in PARAMETERS]) / scale
-    start = np.clip(np.asarray([20e-6, 5e-6, 5e-6, 2e-6, 10e-6, 0.9, 2.0]) / scale, lo, hi)
+    start = np.clip(np.asarray([5e-6, 5e-6, 2e-6, 10e-6, 0.9, 2.0]) / scale, lo, hi)
+
+    held = {n: v for n, v in _shipped(family).items() if n in HELD}
 
     def values_of(x: np.ndarray) -> dict[str, float]:
-        return {n: float(v) for n, v in zip(names, x * scale, strict=True)}
+        return {**held, **{n: float(v) for n, v in zip(names, x * scale, strict=True)}}
 
     def fun(x: np.ndarray) -> np.ndarray:
         res = _residuals(values_of(x), refs)
@@ -112,7 +117,7 @@ def _shipped(family: str) -> dict[str, float]:
         chip = catalog.chip(name)
         if chip.family == family:
             c = chip.collectives
-            return {p[0]: float(getattr(c, p[0])) for p in PARAMETERS}
+            return {n: float(getattr(c, n)) for n in (*HELD, *(p[0] for p in PARAMETERS))}
     raise ValueError(f"no chip of family {family!r}")
 
 
@@ -135,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         off = {
             n: (shipped[n], v)
             for n, v in result.values.items()
-            if not math.isclose(shipped[n], v, rel_tol=0.02, abs_tol=2e-7)
+            if n not in HELD
+            and not math.isclose(shipped[n], v, rel_tol=0.02, abs_tol=2e-7)
         }
         for n, (have, want) in off.items():
             print(f"catalog {n} = {have:.4g}, fit gives {want:.4g}", file=sys.stderr)
