@@ -26,14 +26,14 @@ neighbour's chunk, where a round of halving-doubling or a mesh waits for a
 partner (or every peer) that has just finished a whole round of its own. That a
 ring step waits for the step before at all is inferred from nccom-test C1, not
 documented: C1's 1 MiB all-reduce takes 0.9 ms more than its 8-byte floor, which
-is what the 62 ring steps inside the two instances cost at the fitted 15 us a
-step, and which a ring that streams its chunks, paying one handshake as its
+is what the 62 ring steps inside the two instances add over the 8-byte meshes
+(about 18 us a step: the fitted 12 us handshake, a message posted each way, the
+hop), and which a ring that streams its chunks, paying one handshake as its
 pipeline's fill (the model before), cannot produce. That the two handshakes
-differ (15 us against 66 us) is the fit's, not a documented figure: one handshake
-for both fits C1 and C3 as well only with a launch of 420 us per collective,
-which Trn1 training (4,160 tensor-parallel collectives a step of
-trn1-llama2-7b) cannot absorb. NCCL's tuning model charges its hop latency per
-ring step like any other (``ring_step_s`` unset).
+differ is the fit's, not a documented figure, and how much they differ depends
+on the launch, which C1 and C3 leave open (``validation/fit_collectives.py``):
+at a launch of 420 us both are 13 us. NCCL's tuning model charges its hop
+latency per ring step like any other round (``ring_step_s`` unset).
 
 A round that is not pipelined posts each message to a few DMA queues, so one
 message moves at most ``message_Bps`` (:meth:`Protocol.message_cap_Bps`), and at
