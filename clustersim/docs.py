@@ -301,7 +301,7 @@ FIGURES: tuple[Figure, ...] = (
     ),
     Figure(
         "hardware-intervals-usd480",
-        r"at\s+about\s+\$480/h\s+they\s+all\s+but\s+touch,\s+"
+        r"at\s+about\s+\$480/h,\s+"
         r"(\d+\.\d+-\d+\.\d+ against \d+\.\d+-\d+\.\d+)",
         hardware_intervals("usd480"),
         what="the same at about $480/h",
