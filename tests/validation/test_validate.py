@@ -146,6 +146,9 @@ def test_a_row_out_of_tolerance_fails() -> None:
     assert below.passed
     assert mean_training_error([ok, below]) == pytest.approx(0.09)
     assert not passed([ok, below])
+    # rows picked by name (--only) are held to their own tolerances, not the set's mean
+    assert passed([ok, below], whole_set=False)
+    assert not passed([row, ok], whole_set=False)
 
 
 # -- CLI ------------------------------------------------------------------------------------------
