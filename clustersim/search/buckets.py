@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
-from clustersim.workload import Layout, first_chunk_buckets, grad_bucket_size, grad_buckets
+from clustersim.workload import Layout
 from clustersim.workload.dims import is_moe_layer, stage_layers
+from clustersim.workload.gradbuckets import par_grad_buckets
 from clustersim.workload.ops import Block, Tpl
 
 __all__ = [
@@ -115,15 +116,7 @@ def grad_tail_s(
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"
     for k, group in enumerate(groups):
         experts = (k > 0) if moe else None
-        keyed, _ = grad_buckets(
-            model,
-            layout,
-            stage,
-            grad_bucket_size(par),
-            experts=experts,
-            shared_embedding=par.zero == 1,
-            first_only=first_chunk_buckets(par),
-        )
+        keyed, _ = par_grad_buckets(model, layout, stage, par, experts=experts)
         for key, sizes in keyed.items():
             at = ready.get(key, t) if par.overlap_grad_reduce else t  # or after it
             queue.extend((at, group, size) for size in sizes)

@@ -12,8 +12,9 @@ from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
-from clustersim.workload import Layout, first_chunk_buckets, grad_bucket_size, grad_buckets
+from clustersim.workload import Layout
 from clustersim.workload.dims import is_moe_layer
+from clustersim.workload.gradbuckets import par_grad_buckets
 
 
 class Level(Protocol):
@@ -94,15 +95,7 @@ def grad_streams_s(
     dp_s = gather = first = 0.0
     streams: list[tuple[Group, float]] = []
     for group, experts in groups:
-        _, sizes = grad_buckets(
-            model,
-            layout,
-            stage,
-            grad_bucket_size(par),
-            experts=experts,
-            shared_embedding=par.zero == 1,
-            first_only=first_chunk_buckets(par),
-        )
+        _, sizes = par_grad_buckets(model, layout, stage, par, experts=experts)
         if not sizes:
             continue
         streams.append((group, float(sum(sizes))))

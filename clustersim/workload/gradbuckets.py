@@ -28,6 +28,7 @@ __all__ = [
     "grad_bucket_size",
     "grad_buckets",
     "grad_syncs",
+    "par_grad_buckets",
 ]
 
 BucketKey = tuple[int, str]  # (layer, piece)
@@ -157,6 +158,23 @@ def grad_buckets(
     if open_bytes:
         close()
     return ready, order
+
+
+def par_grad_buckets(
+    model: ModelSpec, layout: Layout, stage: int, par: ParallelismCfg, *, experts: bool | None
+) -> tuple[dict[BucketKey, list[int]], list[int]]:
+    """:func:`grad_buckets` cut as ``par`` runs them: its bucket size
+    (:func:`grad_bucket_size`), the shared embedding alone under Megatron's distributed
+    optimizer (ZeRO-1) and :func:`first_chunk_buckets`."""
+    return grad_buckets(
+        model,
+        layout,
+        stage,
+        grad_bucket_size(par),
+        experts=experts,
+        shared_embedding=par.zero == 1,
+        first_only=first_chunk_buckets(par),
+    )
 
 
 def grad_syncs(
