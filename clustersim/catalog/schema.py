@@ -191,7 +191,8 @@ class CollectiveCosts(Strict):
       Zero: no bound.
     - ``nvls``: the scale-up switch reduces in the network (NVLink SHARP), so NCCL can
       run ``nvls`` inside one node; ``nvls_efficiency`` is the fraction of the link
-      rate an NVLS all-reduce sustains.
+      rate an NVLS all-reduce sustains (the switch's: on NVLS-tree it bounds the
+      flows through the switch, and the shards that cross nodes run at EFA's rate).
 
     On the ``nccl`` runtime the protocol's own latencies (NCCL's tuning tables,
     ``network/nccl.py``) are added as well; these fields then default to zero.

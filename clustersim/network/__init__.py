@@ -313,12 +313,14 @@ class Network:
             else:
                 group = self.flows.group(np.stack([src, dst], axis=1))
             k = step.repeats
+            crosses = domain[src] != domain[dst]
             bound = proto.message_cap_Bps(pipelined=step.pipelined, reduces=step.reduces)
+            if proto.switch_Bps < math.inf and not crosses.all():
+                inside = int(np.bincount(pairs[~crosses, 0]).max())
+                bound = min(bound, proto.switch_cap_Bps(inside))
             if bound < group.rate_cap_Bps:
                 group = self._capped(group, bound)
-            latency_s = proto.step_latency_s(
-                step, pairs, domain[src] != domain[dst], group.latency_s
-            )
+            latency_s = proto.step_latency_s(step, pairs, crosses, group.latency_s)
             out.append((group, k * step.bytes_per_flow * proto.wire_factor, latency_s))
         if out and proto.launch_s:
             group, nbytes_first, latency_s = out[0]

@@ -80,6 +80,9 @@ class Protocol:
     wire_factor: float = 1.0
     message_Bps: float = math.inf
     reduce_throughput: float = 1.0
+    switch_Bps: float = math.inf
+    """What a scale-up switch that reduces (NVLink SHARP) serves one rank in a step of
+    NVLS-tree: that rank's flows inside its domain share it (:meth:`switch_cap_Bps`)."""
 
     @property
     def zero(self) -> bool:
@@ -134,6 +137,15 @@ class Protocol:
         if pipelined or self.message_Bps == math.inf:
             return math.inf
         return self.message_Bps * (self.reduce_throughput if reduces else 1.0)
+
+    def switch_cap_Bps(self, inside_flows: int) -> float:
+        """The bound on each flow's rate in a step where a rank has ``inside_flows`` flows
+        through its domain's reducing switch (infinite without one). The step's flows that
+        cross domains carry no more than those inside, so the bound never slows them past
+        the switch's own time."""
+        if self.switch_Bps == math.inf or inside_flows < 1:
+            return math.inf
+        return self.switch_Bps / inside_flows
 
 
 class Runtime(TypingProtocol):

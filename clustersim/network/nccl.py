@@ -18,8 +18,9 @@ rank's bandwidth inside its node and across (``intra_Bps``, ``inter_Bps``):
   that cross nodes; tree ``base + 2((ppn - 1) x intra_hop + log2(nodes) x net_hop)``;
   NVLS its hop alone;
 - bandwidth: the intra-node one on one node, the smaller one across nodes, times the
-  protocol's factor; bus to algorithm bandwidth: ring by the collective's busbw
-  factor, tree x 0.5, NVLS x 5/6.
+  protocol's factor (NVLS-tree: the smaller of the switch's share of NVLink, NVLS's
+  efficiency, and the node's NICs, halved beyond two nodes); bus to algorithm
+  bandwidth: ring by the collective's busbw factor, tree x 0.5, NVLS x 5/6.
 
 Across nodes NCCL's tuning is offered LL and Simple only (``network_protocols``):
 NCCL does not run LL128 over EFA by default. NVLS runs only on one node of chips
@@ -172,15 +173,17 @@ class NcclRuntime:
         elif algo == "double_tree":
             bus = min(self.intra_Bps, self.inter_Bps * ppn)
         elif algo == "nvls_tree":
-            # the node's NICs carry its shards; beyond two nodes a tree's inner node halves it
-            bus = min(self.intra_Bps, self.inter_Bps * ppn / (1 if nodes <= 2 else 2))
+            # the switch serves its share of NVLink (NVLS's efficiency), the node's NICs carry
+            # its shards; beyond two nodes a tree's inner node halves the NICs' share
+            nics = self.inter_Bps * ppn / (1 if nodes <= 2 else 2)
+            bus = min(self.intra_Bps * self.nvls_efficiency, nics)
         elif algo in ("ring", "ring_channels") and self._channel_rings(op, info):
             # a channel per rank of a node: every rank's NIC carries one ring's share
             bus = min(self.intra_Bps, self.inter_Bps * ppn)
         else:
             bus = min(self.intra_Bps, self.inter_Bps)
         bus *= t.bandwidth_factor[table][proto]
-        if algo in ("nvls", "nvls_tree"):
+        if algo == "nvls" or (algo == "nvls_tree" and nodes == 1):
             bus *= self.nvls_efficiency
         alg = bus * t.bus_to_alg[table] if table in t.bus_to_alg else bus / busbw_factor(op, p)
         return latency + nbytes / alg
@@ -234,8 +237,11 @@ class NcclRuntime:
         table = _TABLE.get(algo, "ring")
         us = 1e-6
         simple = proto == "Simple"
-        nvls = algo in ("nvls", "nvls_tree")
-        factor = t.bandwidth_factor[table][proto] * (self.nvls_efficiency if nvls else 1)
+        # NVLS's efficiency is the switch's: on one node every byte goes through it (the
+        # wire factor holds it); NVLS-tree's shards cross the NICs beside it, so there it
+        # caps the rate of the rank's flows through the switch instead (``switch_Bps``).
+        factor = t.bandwidth_factor[table][proto] * (self.nvls_efficiency if algo == "nvls" else 1)
+        switch = self.intra_Bps * self.nvls_efficiency if algo == "nvls_tree" else math.inf
         return Protocol(
             f"{proto}",
             launch_s=t.base_us[table][proto] * us,
@@ -244,6 +250,7 @@ class NcclRuntime:
             route_intra=0.0,
             route_inter=2.0 if simple else 1.0,
             wire_factor=1.0 / factor,
+            switch_Bps=switch * t.bandwidth_factor[table][proto],
         )
 
     def _net_hop_s(self, table: str, proto: str) -> float:

@@ -256,7 +256,10 @@ def test_nccl_runs_no_ll128_across_nodes_unless_forced() -> None:
 
 def test_nvls_tree_loads_and_its_closed_form() -> None:
     """NVLS-tree over 2 nodes of 4: every rank's switch link carries n each way, its
-    NIC n / L each way; forced on 2 x p5 the NIC share binds, after NCCL's latency."""
+    NIC n / L each way. The switch's efficiency (NVLS's) bounds the flows through it
+    alone; the NICs run at their own rate. On 2 x p5 the switch binds, as on one node;
+    on 4 the NICs do: the root of a heap over 4 nodes sends its shard's half to two
+    children in one tree and to its parent in the mirror, 1.5 shards."""
     (step,) = collective_steps("all_reduce", 8, 16.0, "nvls_tree", _nodes(2, 4))
     assert step.pipelined and step.reduces and step.hops == (1, 2)
     sent: dict[tuple[int, bool], float] = {}
@@ -266,15 +269,20 @@ def test_nvls_tree_loads_and_its_closed_form() -> None:
     assert [sent[(r, False)] for r in range(8)] == pytest.approx([16.0] * 8)
     assert [sent[(r, True)] for r in range(8)] == pytest.approx([16.0 / 4] * 8)
     n = 2.0**34
-    (row,) = run_collective("p5.48xlarge", 2, "all_reduce", [n], algorithm="nvls_tree")
-    assert (row["algorithm"], row["protocol"]) == ("nvls_tree", "Simple")
     chip, inst = catalog.chip("h100"), catalog.instance("p5.48xlarge")
     nic = inst.efa.bandwidth_Bps / inst.chips * chip.efa_link_efficiency
+    switch = inst.fabric.link_bw_Bps * chip.calibration.link_efficiency
+    switch *= chip.collectives.nvls_efficiency
     t = nccl_tables()
     net = (t.net_hop_us["nvls_tree"]["Simple"] + 3 * t.net_post_us) * US + 2 * inst.efa.latency_s
-    latency = t.intra_hop_us["nvls_tree"]["Simple"] * US + 2 * net
-    wire = n / 8 / (nic * chip.collectives.nvls_efficiency)
-    assert row["time_s"] == pytest.approx(latency + wire, rel=1e-3)
+    for nodes, shards in ((2, 1.0), (4, 1.5)):
+        (row,) = run_collective("p5.48xlarge", nodes, "all_reduce", [n], algorithm="nvls_tree")
+        assert (row["algorithm"], row["protocol"]) == ("nvls_tree", "Simple")
+        latency = t.intra_hop_us["nvls_tree"]["Simple"] * US + 2 * math.log2(nodes) * net
+        wire = max(n / switch, shards * n / 8 / nic)
+        assert row["time_s"] == pytest.approx(latency + wire, rel=1e-3)
+    # 2 nodes: bound by the switch, not the NICs (busbw 512 GB/s; measured 487 at 16 GiB)
+    assert n / switch > n / 8 / nic
     # auto keeps the tree: the tuning tables would pick NVLS-tree from a few MB
     (auto,) = run_collective("p5.48xlarge", 2, "all_reduce", [n])
     assert auto["algorithm"] == "double_tree"
@@ -282,6 +290,18 @@ def test_nvls_tree_loads_and_its_closed_form() -> None:
     assert one["algorithm"] == "nvls"
     with pytest.raises(ScenarioError, match="NCCL"):
         NeuronRuntime().choose("all_reduce", 4, 1.0, GroupInfo.flat(4), "nvls_tree")
+
+
+def test_nvls_tree_tuning_prices_the_switch_and_the_nics_apart() -> None:
+    """NCCL's tuning model: NVLS-tree's bandwidth is the smaller of the switch's share
+    (NVLink x NVLS's efficiency) and the node's NICs (halved beyond two nodes), x 5/6."""
+    rt = _nccl()
+    for nodes, nics in ((2, 8 * 40e9), (4, 8 * 40e9 / 2)):
+        info = _nodes(nodes, 8)
+        zero = rt.predict_s("all_reduce", 8 * nodes, 0.0, info, ("nvls_tree", "Simple"))
+        n = 2.0**30
+        got = rt.predict_s("all_reduce", 8 * nodes, n, info, ("nvls_tree", "Simple"))
+        assert got - zero == pytest.approx(n / (min(360e9 * 0.76, nics) * 0.8333))
 
 
 def test_no_bandwidth_makes_the_tuning_model_turn_from_tree_to_nvls_tree() -> None:

@@ -27,7 +27,12 @@ multicasts the result (each rank's down link carries ``n``). NCCL pipelines the
 three phases chunk by chunk, so it is simulated as one pipelined step: every flow
 moves ``n / 2L``, the pairs inside a node repeated ``2L`` times, and the tree
 edges across nodes once each (a rank's NIC carries ``n / L`` each way on two nodes).
-The latency is NCCL's: one NVLS hop and ``2 log2(nodes)`` network hops.
+NVLS's efficiency is the switch's, so NCCL's protocol for it caps the flows through
+the switch at the rank's share of it (``Protocol.switch_Bps``) rather than adding
+wire bytes to every flow, and the NICs run at their own rate: uncontended,
+``t = latency + n max(1 / (B_nvlink e_nvls), c / (L B_nic))`` with ``c = 1`` on two
+nodes (1.5 at the root of a heap over four, up to 2 beyond). The latency is NCCL's:
+one NVLS hop and ``2 log2(nodes)`` network hops.
 
 ``ring_channels`` (NCCL's rings across nodes, for reduce-scatter and all-gather):
 ``L`` rings (channels) over the nodes in turn, the ``L`` ranks of each node in
