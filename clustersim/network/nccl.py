@@ -36,7 +36,7 @@ bandwidth`` a size at which NVLS-tree wins makes it win at every smaller size,
 whatever the channel counts, per-channel bandwidths and caps. The switch comes from
 outside the built-in model (NCCL also takes a tuner plugin; which one the benchmark
 ran is not published). Offered to ``auto``, NVLS-tree wins from about 4 MB and runs
-8 MiB and 128 MiB about 30% faster than measured.
+8 MiB and 128 MiB 25-30% faster than measured.
 Reduce-scatter and all-gather rings across nodes run one channel per rank of a
 node (``ring_channels``), so the tuning prices them at the node's NICs together.
 Not modelled: NCCL's per-channel bandwidth caps and channel counts (they cannot
