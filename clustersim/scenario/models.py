@@ -189,6 +189,14 @@ class TrainingCfg(Strict):
     global_batch_size: int = Field(ge=1, le=1_000_000_000)
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     fp8: Fp8Cfg = Field(default_factory=Fp8Cfg)
+    # The dtype the model's parameters, and so their gradients, are held in (ZeRO 0
+    # and 1). bf16: Megatron's mixed precision (bf16 weights and gradients, an FP32
+    # copy in the optimizer). fp32: torch.autocast (NeuronX Distributed's BF16
+    # autocast), which casts each matmul's inputs and leaves the parameters FP32, so
+    # the data-parallel gradient reduction and ZeRO-1's parameter all-gather move
+    # 4 B an element (torch-xla's ZeroRedundancyOptimizer reduce-scatters param.grad
+    # in its own dtype and gathers shards cast to param.dtype). workload.gradbuckets.
+    param_dtype: Literal["bf16", "fp32"] = "bf16"
     steps: int = Field(default=1, ge=1, le=1000)
 
 

@@ -23,7 +23,7 @@ from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload import Layout
 from clustersim.workload.dims import is_moe_layer, stage_layers
-from clustersim.workload.gradbuckets import par_grad_buckets
+from clustersim.workload.gradbuckets import par_grad_buckets, param_bytes
 from clustersim.workload.ops import Block, Tpl
 
 __all__ = [
@@ -116,7 +116,9 @@ def grad_tail_s(
     op = "reduce_scatter" if par.zero == 1 else "all_reduce"
     for k, group in enumerate(groups):
         experts = (k > 0) if moe else None
-        keyed, _ = par_grad_buckets(model, layout, stage, par, experts=experts)
+        keyed, _ = par_grad_buckets(
+            model, layout, stage, par, experts=experts, elem_bytes=param_bytes(train)
+        )
         for key, sizes in keyed.items():
             at = ready.get(key, t) if par.overlap_grad_reduce else t  # or after it
             queue.extend((at, group, size) for size in sizes)

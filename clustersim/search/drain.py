@@ -30,6 +30,7 @@ from clustersim.search.buckets import Ready, backward_ready, is_bf16_layer
 from clustersim.search.netmodel import TORUS, NetModel, collective_wire_s
 from clustersim.workload import Layout, grad_buckets
 from clustersim.workload.dims import is_moe_layer, stage_layers
+from clustersim.workload.gradbuckets import param_bytes
 
 __all__ = [
     "hop_shared_s",
@@ -165,6 +166,7 @@ def shared_backward_s(
         experts=experts,
         shared_embedding=zero == 1,
         first_only=first_only,
+        elem_bytes=param_bytes(est.train),
     )
     dense_len, offsets = ready["dense"]
     layers = list(reversed(stage_layers(model, layout, stage)))

@@ -96,16 +96,12 @@ from clustersim.workload.dims import (
     optimizer_params,
     stage_layers,
 )
+from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.overlap import a2a_overlap
 from clustersim.workload.program import Kind
-from clustersim.workload.transformer import (
-    ADAM_HBM_BYTES_PER_PARAM,
-    ADAM_SCALAR_OPS_PER_PARAM,
-    ADAM_VECTOR_OPS_PER_PARAM,
-    pipeline_message_bytes,
-)
+from clustersim.workload.transformer import adam_work, pipeline_message_bytes
 
 __all__ = [
     "Estimate",
@@ -433,7 +429,7 @@ class Estimator:
         bucket = par.grad_bucket_bytes
         for stage in range(pp):
             dp_s, gather, first_bucket, streams = grad_streams_s(
-                model, layout, stage, par, self.coll_s
+                model, layout, stage, par, self.coll_s, elem_bytes=param_bytes(self.train)
             )
             exposed = 0.0
             if dp_s > 0 and par.zero < 2:
@@ -479,7 +475,7 @@ class Estimator:
                 extra[-1] += hop_x  # the stage before waits for it (not this one)
                 hop_extra[stage] = hop_x
             opt_params = optimizer_params(model, layout, stage, par.zero)
-            opt_s = self.work_s(_adam(opt_params))
+            opt_s = self.work_s(adam_work(opt_params, param_bytes(self.train)))
             if par.zero == 1 and par.overlap_param_gather and gather > 0:
                 # Under the forward: the first bucket blocks, the rest hide behind
                 # the stage's forwards (see workload.transformer).
@@ -557,11 +553,3 @@ def estimate_resolved(res: Resolved) -> Estimate:
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
     return Estimator(res.model, sc.training, chip, net)(sc.parallelism, layout)
-
-
-def _adam(params: int) -> Work:
-    return Work(
-        vector_ops=float(ADAM_VECTOR_OPS_PER_PARAM * params),
-        scalar_ops=float(ADAM_SCALAR_OPS_PER_PARAM * params),
-        hbm_bytes=float(ADAM_HBM_BYTES_PER_PARAM * params),
-    )

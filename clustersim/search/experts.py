@@ -82,12 +82,18 @@ def _grad_group(layout: Layout, zero: int) -> Group:
 
 
 def grad_streams_s(
-    model: ModelSpec, layout: Layout, stage: int, par: ParallelismCfg, coll_s: CollS
+    model: ModelSpec,
+    layout: Layout,
+    stage: int,
+    par: ParallelismCfg,
+    coll_s: CollS,
+    *,
+    elem_bytes: int = 2,
 ) -> tuple[float, float, float, list[tuple[Group, float]]]:
     """A stage's gradient reduction: (seconds, ZeRO-1 all-gather seconds, the bytes of
     the dense stream's first bucket in the forward, and each stream's (group, gradient
     bytes), the dense one first). The buckets are the simulator's (``grad_buckets``:
-    whole parameters)."""
+    whole parameters, ``elem_bytes`` a gradient)."""
     groups = [(_grad_group(layout, par.zero), False)]
     if model.moe is not None:
         groups.append(((layout.etp * layout.ep, layout.expert_shard), True))  # edp(_shard)
@@ -95,7 +101,9 @@ def grad_streams_s(
     dp_s = gather = first = 0.0
     streams: list[tuple[Group, float]] = []
     for group, experts in groups:
-        _, sizes = par_grad_buckets(model, layout, stage, par, experts=experts)
+        _, sizes = par_grad_buckets(
+            model, layout, stage, par, experts=experts, elem_bytes=elem_bytes
+        )
         if not sizes:
             continue
         streams.append((group, float(sum(sizes))))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clustersim.catalog.schema import ModelSpec
-from clustersim.scenario.models import ParallelismCfg
+from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload.dims import EXPERT_PIECES, chunk_layers, head_pieces, stage_pieces
 from clustersim.workload.layout import Layout
 from clustersim.workload.ops import ACT_BYTES
@@ -29,9 +29,31 @@ __all__ = [
     "grad_buckets",
     "grad_syncs",
     "par_grad_buckets",
+    "param_bytes",
 ]
 
 BucketKey = tuple[int, str]  # (layer, piece)
+
+PARAM_BYTES = {"bf16": ACT_BYTES, "fp32": 4}
+
+
+def param_bytes(train: TrainingCfg) -> int:
+    """Bytes of one parameter, and of its gradient, on the wire and in HBM
+    (``training.param_dtype``).
+
+    bf16 (Megatron's mixed precision): 2. fp32 (``torch.autocast``, as NeuronX
+    Distributed's BF16 autocast runs): 4. Autocast casts each matmul's inputs to BF16
+    and leaves the parameters FP32, and autograd accumulates a leaf's gradient in the
+    leaf's dtype. torch-xla's ``ZeroRedundancyOptimizer`` (torch_xla/distributed/
+    zero_redundancy_optimizer.py, 2.9.0; NxD's ``NeuronZero1Optimizer`` subclasses it)
+    reduce-scatters ``param.grad`` in that dtype (``_reduce_gradients``; with
+    ``higher_cc_precision`` it casts to ``optimizer_dtype``, FP32, first) and
+    all-gathers the updated shards cast to ``param.dtype``
+    (``allgather_weights_and_update_full_parameter``): both move 4 B an element.
+    optimum-neuron 0.4.5 (optimum/neuron/accelerate/accelerator.py) casts the model to
+    BF16 only in its ``FULL_BF16`` mode, never under ``AUTOCAST_BF16``.
+    """
+    return PARAM_BYTES[train.param_dtype]
 
 
 def grad_bucket_size(par: ParallelismCfg) -> float:
@@ -85,6 +107,7 @@ def grad_buckets(
     experts: bool | None = None,
     shared_embedding: bool = False,
     first_only: bool = False,
+    elem_bytes: int = ACT_BYTES,
 ) -> tuple[dict[BucketKey, list[int]], list[int]]:
     """Cut the stage's gradients into buckets as Megatron-Core's gradient buffer does.
 
@@ -108,6 +131,7 @@ def grad_buckets(
     gradient buffers. ``first_only`` (:func:`first_chunk_buckets`) cuts only the first
     pipeline stage's first model chunk at ``bucket_bytes``: every other chunk's
     gradients are one bucket, ready with the chunk's first piece in the model.
+    ``elem_bytes`` is a gradient's size (:func:`param_bytes`).
     """
     size = max(int(bucket_bytes), 1)
     whole = 1 << 62  # a bucket that never fills
@@ -145,7 +169,7 @@ def grad_buckets(
             size = max(int(bucket_bytes), 1) if here <= 0 else whole
         key = (layer, name)
         count = local if name in EXPERT_PIECES else 1
-        each = params * ACT_BYTES // count
+        each = params * elem_bytes // count
         if open_bytes + count * each < size:  # the whole piece fits in the open bucket
             open_bytes += count * each
         else:
@@ -161,11 +185,17 @@ def grad_buckets(
 
 
 def par_grad_buckets(
-    model: ModelSpec, layout: Layout, stage: int, par: ParallelismCfg, *, experts: bool | None
+    model: ModelSpec,
+    layout: Layout,
+    stage: int,
+    par: ParallelismCfg,
+    *,
+    experts: bool | None,
+    elem_bytes: int = ACT_BYTES,
 ) -> tuple[dict[BucketKey, list[int]], list[int]]:
     """:func:`grad_buckets` cut as ``par`` runs them: its bucket size
     (:func:`grad_bucket_size`), the shared embedding alone under Megatron's distributed
-    optimizer (ZeRO-1) and :func:`first_chunk_buckets`."""
+    optimizer (ZeRO-1) and :func:`first_chunk_buckets`; ``elem_bytes`` as there."""
     return grad_buckets(
         model,
         layout,
@@ -174,6 +204,7 @@ def par_grad_buckets(
         experts=experts,
         shared_embedding=par.zero == 1,
         first_only=first_chunk_buckets(par),
+        elem_bytes=elem_bytes,
     )
 
 
@@ -187,6 +218,7 @@ def grad_syncs(
     dp_group: str,
     shared_embedding: bool = False,
     first_only: bool = False,
+    elem_bytes: int = ACT_BYTES,
 ) -> list[GradSync]:
     """The gradient streams of a stage: over ``dp_group``, and the routed experts'
     over their shard group (MoE models: ``edp``, or one replica's ``edp_shard`` under
@@ -208,6 +240,7 @@ def grad_syncs(
             experts=experts,
             shared_embedding=shared_embedding,
             first_only=first_only,
+            elem_bytes=elem_bytes,
         )
         out.append(GradSync(ready, collective, group, sizes))
     return out

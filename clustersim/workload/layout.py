@@ -405,6 +405,9 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
     vocabulary is padded for TP rather than rejected.
     """
     tp, pp, cp = layout.tp, layout.pp, layout.cp
+    if train.param_dtype == "fp32" and par.zero >= 2:  # sharding.BYTES is bf16's
+        why = "FP32 parameters are modelled for zero 0 and 1 (sharded ones are bf16)"
+        raise ScenarioError("training.param_dtype", train.param_dtype, why)
     if model.moe is not None:
         _validate_moe(model, par, layout)
         if train.precision == "fp8" and train.fp8.bf16_layers:

@@ -6,7 +6,8 @@ Assumptions (mixed-precision training as in Megatron-LM and NeuronX Distributed)
   the vocabulary padded to a multiple of 128*tp; KV heads replicated when
   tp > kv_heads; norm weights replicated on every TP rank);
 - gradients: bf16, 2 B per parameter (Megatron's default ``grad_reduce_in_fp32
-  = False``). ZeRO-1 keeps the whole gradient buffer on every rank;
+  = False``). ZeRO-1 keeps the whole gradient buffer on every rank. Under
+  ``training.param_dtype: fp32`` (torch.autocast) weights and gradients take 4 B;
 - optimizer: Adam with an FP32 master copy, 4 + 4 + 4 = 12 B per parameter,
   divided over the shard group under ZeRO-1 and above (ZeRO-2 and 3, with the
   gathered units and buffers they need: ``sharding``);
@@ -35,6 +36,7 @@ from clustersim.workload.dims import (
     stage_layers,
     stage_pieces,
 )
+from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layout import Layout, validate
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
@@ -241,6 +243,7 @@ def memory_per_rank(
     ``moe`` and ``seed`` set MoE layers' token routing: the busiest rank's loads.
     """
     state = sharded_state(model, par, layout, stage)
+    scale = param_bytes(train) / WEIGHT_BYTES_PER_PARAM  # FP32 parameters (zero 0, 1)
     optimizer = state.optimizer
     if model.moe is not None:  # the experts' Adam state: over their shard group, not dp
         optimizer = float(
@@ -278,8 +281,8 @@ def memory_per_rank(
     has_moe = any(is_moe_layer(model, i) for i in stage_layers(model, layout, stage))
     transient = max(full - per_layer, (moe_full - per_moe + buffers) if has_moe else 0)
     return MemoryBreakdown(
-        weights=state.weights,
-        grads=state.grads,
+        weights=state.weights * scale,
+        grads=state.grads * scale,
         optimizer=optimizer,
         activations=float(held + transient),
     )

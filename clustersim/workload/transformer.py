@@ -13,13 +13,14 @@ stage (its TP, CP and DP peers) runs it. A program is:
    ``2*microbatch + 1`` for gradients (times ``v``, plus the local chunk);
 2. before each layer's backward, its recompute (``parallelism.recompute``):
    ``selective`` reruns the attention core, ``full`` the whole layer forward;
-3. data-parallel gradient reduction in buckets of about ``grad_bucket_bytes`` (bf16
-   gradients of the rank's parameters, whole parameters as Megatron-Core cuts them:
+3. data-parallel gradient reduction in buckets of about ``grad_bucket_bytes`` (the
+   gradients of the rank's parameters, bf16 or under ``training.param_dtype: fp32``
+   FP32, whole parameters as Megatron-Core cuts them:
    ``grad_buckets``), each started asynchronously right after
    the last microbatch's backward op that completes it, so it overlaps with the
    rest of the backward: an all-reduce, or a reduce-scatter under ZeRO-1;
 4. a wait for those buckets, the Adam step (on 1/dp of the parameters under
-   ZeRO-1), and under ZeRO-1 an all-gather of the updated bf16 parameters, in
+   ZeRO-1), and under ZeRO-1 an all-gather of the updated parameters (in their dtype), in
    the same buckets. With ``overlap_param_gather`` (Megatron's distributed
    optimizer) the gathers run under the next step's forward instead, dispatched
    as Megatron-Core dispatches them (``paramgather``): one bucket ahead of the
@@ -54,6 +55,7 @@ from clustersim.workload.gradbuckets import (
     grad_bucket_size,
     grad_buckets,
     grad_syncs,
+    param_bytes,
 )
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout, validate
@@ -68,6 +70,7 @@ __all__ = [
     "ADAM_HBM_BYTES_PER_PARAM",
     "ADAM_SCALAR_OPS_PER_PARAM",
     "ADAM_VECTOR_OPS_PER_PARAM",
+    "adam_work",
     "build_programs",
     "first_chunk_buckets",
     "grad_bucket_size",
@@ -174,6 +177,7 @@ def _build(
             dp_group=dp_group,
             shared_embedding=par.zero == 1,  # Megatron's distributed optimizer
             first_only=first_chunk_buckets(par),
+            elem_bytes=param_bytes(train),
         )
         sync = Syncs(syncs)
         dp_on = bool(syncs)
@@ -228,7 +232,14 @@ def _build(
         params = optimizer_params(model, layout, stage, par.zero)
         if dp_on and par.zero >= 2:
             shard_program(prog, model, par, layout, n_mb)
-        out.append(Instr(Kind.COMPUTE, "optimizer", Phase.OPTIMIZER, work=_adam(params)))
+        out.append(
+            Instr(
+                Kind.COMPUTE,
+                "optimizer",
+                Phase.OPTIMIZER,
+                work=adam_work(params, param_bytes(train)),
+            )
+        )
         if par.zero in (1, 2) and not gather_early:
             for grad_sync in syncs:
                 for nbytes in grad_sync.sizes:
@@ -399,9 +410,12 @@ def _tag(mb: int, boundary: int, layout: Layout, *, grad: bool) -> int:
     return 2 * (mb * layout.vp + boundary // layout.pp) + grad
 
 
-def _adam(params: int) -> Work:
+def adam_work(params: int, elem_bytes: int = 2) -> Work:
+    """The Adam step over ``params`` parameters whose weights and gradients are
+    ``elem_bytes`` each (``param_bytes``): ``ADAM_HBM_BYTES_PER_PARAM`` at 2."""
+    hbm = ADAM_HBM_BYTES_PER_PARAM + 2 * (elem_bytes - 2)  # the gradient read, the weight written
     return Work(
         vector_ops=float(ADAM_VECTOR_OPS_PER_PARAM * params),
         scalar_ops=float(ADAM_SCALAR_OPS_PER_PARAM * params),
-        hbm_bytes=float(ADAM_HBM_BYTES_PER_PARAM * params),
+        hbm_bytes=float(hbm * params),
     )
