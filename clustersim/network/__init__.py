@@ -44,6 +44,7 @@ from clustersim.network.domainpaths import distinct_pairs
 from clustersim.network.entity import NO_CHIPS
 from clustersim.network.flows import FlowGroup, FlowNetwork, link_counts
 from clustersim.network.groups import GroupInfo, group_info
+from clustersim.network.images import StageImages
 from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
 from clustersim.network.registry import build_topology, register_topology, topology_names
 from clustersim.network.topology import Topology
@@ -75,6 +76,8 @@ __all__ = [
 ]
 
 _Plan = tuple[tuple[FlowGroup, float, float], ...]
+_Steps = list[tuple[Step, NDArray[np.int64], NDArray[np.bool_]]]
+"""A collective's steps, each with its pairs (positions) and whether each crosses domains."""
 _IntArray = NDArray[np.int64]
 _SEND_PAIR: _IntArray = np.asarray([[0, 1]], dtype=np.int64)
 _PAIR_INFO = GroupInfo.flat(2)
@@ -131,10 +134,9 @@ class Network:
         for op, name in (algorithms or {}).items():
             algorithm(name, op, path=path)  # validates both names
             self.algorithms[op] = name
-        self._steps: dict[
-            tuple[str, str, float, GroupInfo], tuple[str, Protocol, list[tuple[Step, _IntArray]]]
-        ] = {}
+        self._steps: dict[tuple[str, str, float, GroupInfo], tuple[str, Protocol, _Steps]] = {}
         self._infos: dict[bytes, GroupInfo] = {}
+        self._rank_infos: dict[tuple[int, ...], GroupInfo] = {}
         self._send_protocols: dict[float, Protocol] = {}
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
@@ -142,6 +144,8 @@ class Network:
         self._caps: dict[tuple[int, float], tuple[FlowGroup, FlowGroup]] = {}
         self._digests: dict[int, tuple[_IntArray, bytes]] = {}
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
+        self._images = StageImages(topology)
+        """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
         self._pos: _IntArray = np.zeros(0, dtype=np.int64)
         """-1 per link, but during :meth:`_on_links`."""
@@ -283,6 +287,7 @@ class Network:
             self._plans.clear()
             self._folded.clear()
             self._caps.clear()
+            self._images.clear()
             self._plans_version = self.topology.version
 
     def _plan(
@@ -302,18 +307,15 @@ class Network:
             raise SimulationError(f"{op} over an empty group")
         if not (nbytes >= 0 and math.isfinite(nbytes)):
             raise SimulationError(f"{op}: nbytes must be finite and >= 0 (got {nbytes})")
-        chips = self._chips_of(ranks)
-        domain = self.topology.chip_domain
         proto, steps = self._steps_of(op, ranks, nbytes)
+        chips = self._chips_of(ranks) if replicas is None else NO_CHIPS
         out = []
-        for step, pairs in steps:
-            src, dst = chips[pairs[:, 0]], chips[pairs[:, 1]]
+        for step, pairs, crosses in steps:
             if replicas is not None:
                 group = self._folded_group(replicas, ranks, pairs, f"{op} replicas")
             else:
-                group = self.flows.group(np.stack([src, dst], axis=1))
+                group = self.flows.group(np.stack([chips[pairs[:, 0]], chips[pairs[:, 1]]], 1))
             k = step.repeats
-            crosses = domain[src] != domain[dst]
             bound = proto.message_cap_Bps(pipelined=step.pipelined, reduces=step.reduces)
             if proto.switch_Bps < math.inf and not crosses.all():
                 inside = int(np.bincount(pairs[~crosses, 0]).max())
@@ -387,6 +389,19 @@ class Network:
         rows = self._rows_chips(replicas, len(ranks), what)
         if not np.array_equal(rows[0], self._rows_chips([ranks], len(ranks), what)[0]):
             raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
+        rank_chip = self._chips
+
+        def every_pair() -> _IntArray:
+            rows = rank_chip[np.asarray(replicas, dtype=np.int64)]
+            return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
+
+        hbm, images = self.flows.hbm, self._images
+        images.hbm = None if hbm is None else (hbm.base, hbm.capacity)
+        image = images.image(
+            replicas, rows, known[1], lambda r: self._rows_chips(r, len(ranks), what), every_pair
+        )
+        if image is not None:
+            return self._keep_folded(key, replicas, image)
         rep_src, rep_dst = rows[0, pairs[:, 0]], rows[0, pairs[:, 1]]
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
         flat, weights, latency_s, union = self._reaching(src, dst, rep_src, rep_dst)
@@ -396,15 +411,9 @@ class Network:
             # Every flow's load on each of the first replica's links; other links are dropped.
             links, counts = self._on_links(topo.weighted_routes(rep_src, rep_dst)[0], flat, weights)
         used = counts > 0
-        chips = self._chips
-
-        def every_pair() -> _IntArray:
-            rows = chips[np.asarray(replicas, dtype=np.int64)]
-            return np.stack([rows[:, pairs[:, 0]].ravel(), rows[:, pairs[:, 1]].ravel()], axis=1)
-
         # HBM: every replica's flows that start or end on the first replica's chips.
         links, loads = links[used], counts[used]
-        hbm, chips = self.flows.hbm, NO_CHIPS
+        chips = NO_CHIPS
         if hbm is not None:
             # The HBM of the group's first rank's chip (both ends' of a send), with every
             # replica's flows that start or end there: by symmetry every chip's HBM is
@@ -413,6 +422,13 @@ class Network:
             links, loads = hbm.add(links, loads, src, dst, head)
             chips = hbm.chips_of(links)
         group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=chips)
+        if not union:
+            images.remember(replicas, rows, known[1], group)
+        return self._keep_folded(key, replicas, group)
+
+    def _keep_folded(
+        self, key: tuple[int, bytes], replicas: ArrayLike, group: FlowGroup
+    ) -> FlowGroup:
         if len(self._folded) >= self.max_cached_plans:
             self._folded.clear()
         self._folded[key] = (replicas, group)
@@ -515,15 +531,18 @@ class Network:
             weights = np.concatenate([weights, np.ones(up.size + down.size)])
         return np.concatenate([flat, up, down]), weights, longest, False
 
-    def _steps_of(
-        self, op: str, ranks: tuple[int, ...], nbytes: float
-    ) -> tuple[Protocol, list[tuple[Step, _IntArray]]]:
+    def _steps_of(self, op: str, ranks: tuple[int, ...], nbytes: float) -> tuple[Protocol, _Steps]:
         """The runtime's protocol and the algorithm's steps for this group, each step with
-        its pairs as an array (cached)."""
+        its pairs as an array and whether each pair crosses domains (cached)."""
         p = len(ranks)
         if p == 1:
             return NO_PROTOCOL, []
-        info = self.group_info(ranks)
+        info = self._rank_infos.get(ranks)
+        if info is None:
+            info = self.group_info(ranks)
+            if len(self._rank_infos) >= self.max_cached_plans:
+                self._rank_infos.clear()
+            self._rank_infos[ranks] = info
         # Groups placed alike have equal infos (relabelled ids): they share steps.
         key = (self.algorithms[op], op, nbytes, info)
         found = self._steps.get(key)
@@ -531,7 +550,11 @@ class Network:
             resolved, proto = self._choice(op, p, nbytes, info)
             # The pairs are kept as an array only: as tuples of Python ints, the
             # steps of a group of 10^4 ranks would hold hundreds of MB.
-            steps = collective_step_arrays(op, p, nbytes, resolved, info)
+            domain = np.asarray(info.domain, dtype=np.int64)
+            steps = [
+                (step, pairs, domain[pairs[:, 0]] != domain[pairs[:, 1]])
+                for step, pairs in collective_step_arrays(op, p, nbytes, resolved, info)
+            ]
             found = (resolved, proto, steps)
             if len(self._steps) < self.max_cached_plans:
                 self._steps[key] = found

@@ -94,25 +94,44 @@ class LocalPaths:
         in path order, and the number of links of each path (0 for a chip to itself):
         the links between the chips of :meth:`nodes`. ``find(u, v)`` gives the ids of the
         links ``u[j] -> v[j]`` between chips; the domains are ``0..n_domains-1``."""
-        hop_ptr, which, ends = self._built_hops()
+        hop_ptr, which, _ = self._built_hops()
         n = self.chips
         domain = src // n
         base = domain * n
         code = (src - base) * n + (dst - base)
         starts = hop_ptr[code]
         lengths = hop_ptr[code + 1] - starts
-        table = self._domain_links
-        if table is None:
-            table = self._domain_links = np.full((n_domains, ends.shape[1]), -1, dtype=np.int64)
-        new = np.unique(domain[table[domain, 0] < 0]) if ends.shape[1] else domain[:0]
-        if new.size:
-            at = (new * n)[:, None]
-            table[new] = find((at + ends[0]).ravel(), (at + ends[1]).ravel()).reshape(new.size, -1)
+        table = self.domain_links(domain, find, n_domains)
         first = np.zeros(lengths.size, dtype=np.int64)
         np.cumsum(lengths[:-1], out=first[1:])
         shift = np.repeat(starts - first, lengths)
         hop = which[shift + np.arange(shift.size, dtype=np.int64)]
         return table[np.repeat(domain, lengths), hop], lengths
+
+    def hop_of(self) -> Int64s:
+        """The local hop of each link ``a -> b`` between local chips, at ``a * chips + b``
+        (-1 where no path has that hop): the column of :meth:`domain_links` that holds it."""
+        _, _, ends = self._built_hops()
+        n = self.chips
+        out = np.full(n * n, -1, dtype=np.int64)
+        out[ends[0] * n + ends[1]] = np.arange(ends.shape[1], dtype=np.int64)
+        return out
+
+    def domain_links(
+        self, domains: Int64s, find: Callable[[Int64s, Int64s], Int64s], n_domains: int
+    ) -> Int64s:
+        """The table of each domain's link id per local hop (``n_domains`` rows, one
+        column per hop), with the rows of ``domains`` looked up (the others may be -1)."""
+        _, _, ends = self._built_hops()
+        n = self.chips
+        table = self._domain_links
+        if table is None:
+            table = self._domain_links = np.full((n_domains, ends.shape[1]), -1, dtype=np.int64)
+        new = np.unique(domains[table[domains, 0] < 0]) if ends.shape[1] else domains[:0]
+        if new.size:
+            at = (new * n)[:, None]
+            table[new] = find((at + ends[0]).ravel(), (at + ends[1]).ravel()).reshape(new.size, -1)
+        return table
 
 
 def distinct_pairs(

@@ -327,9 +327,17 @@ class LinkTable:
         return self._nodes[int(self._u.view[link])], self._nodes[int(self._v.view[link])]
 
     def _sort_keys(self) -> None:
+        """Sort the keys added since the last sort and merge them into the sorted ones (keys
+        are distinct, so this is the sort of every key; two sorted runs merge in one pass)."""
         keys = self._keys.view
-        order = np.argsort(keys, kind="stable").astype(np.int64)
-        self._sorted = (keys[order], order)
+        done, done_order = self._sorted
+        tail_order = np.argsort(keys[done.size :], kind="stable").astype(np.int64) + done.size
+        merged = np.concatenate([done, keys[tail_order]])
+        order = np.concatenate([done_order, tail_order])
+        if done.size:
+            run = np.argsort(merged, kind="stable")
+            merged, order = merged[run], order[run]
+        self._sorted = (merged, order)
 
     def _find(self, keys: Int64s) -> Int64s:
         """Link index of each packed ``u << 32 | v`` key, or -1."""

@@ -9,6 +9,12 @@ remembered (the links they share, which the solve of their component reads:
 :mod:`.classes`), and every join then looks only at the groups in flight. Two
 entities of one group share every link of it, so they are always in the same
 component: the component is kept per group.
+
+A group's links are also held as the blocks of :data:`BLOCK` consecutive link ids they
+fall in (a few hundred for a step's 10^5 links, which lie in few ranges of ids). Two
+groups with no block in common share no link, so only the pairs that meet on a
+block are looked up link by link: the groups of other pipeline stages, say, are on
+other chips' links.
 """
 
 from __future__ import annotations
@@ -18,7 +24,11 @@ from numpy.typing import NDArray
 
 from clustersim.network.entity import Component, FlowGroup
 
-__all__ = ["LiveGroups", "Shared"]
+__all__ = ["BLOCK", "LiveGroups", "Shared"]
+
+BLOCK_SHIFT = 10
+BLOCK = 1 << BLOCK_SHIFT
+"""Consecutive link ids per block of the pre-filter (see the module's note)."""
 
 
 class Shared:
@@ -67,12 +77,18 @@ class LiveGroups:
         self._pairs = 0
         self._shared_links = 0
         self._mark: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
+        self._block_mark: NDArray[np.int64] = np.zeros((size >> BLOCK_SHIFT) + 1, np.int64)
+        self._blocks: dict[FlowGroup, NDArray[np.int64]] = {}
+        """The blocks of each group's links (distinct, increasing)."""
         self._stamp = 0
 
     def resize(self, size: int) -> None:
         """Link indices now run up to ``size - 1``."""
         if size > self._mark.size:
             self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int64)])
+            grown = (size >> BLOCK_SHIFT) + 1 - self._block_mark.size
+            if grown > 0:
+                self._block_mark = np.concatenate([self._block_mark, np.zeros(grown, np.int64)])
 
     def add(self, group: FlowGroup, comp: Component) -> None:
         """One more entity of ``group`` in ``comp`` (that of the group's others, if any)."""
@@ -136,7 +152,19 @@ class LiveGroups:
     def _bound(self) -> None:
         if self._pairs > self.max_pairs or self._shared_links > self.max_shared_links:
             self._shares.clear()
+            self._blocks.clear()
             self._pairs = self._shared_links = 0
+
+    def _blocks_of(self, group: FlowGroup) -> NDArray[np.int64]:
+        found = self._blocks.get(group)
+        if found is None:
+            # links are sorted, so their blocks are too: the first of each run is kept.
+            blocks = group.links >> BLOCK_SHIFT
+            keep = np.ones(blocks.size, dtype=bool)
+            keep[1:] = blocks[1:] != blocks[:-1]
+            found = self._blocks[group] = blocks[keep]
+            self._pairs += 1  # held until the pair cache is cleared
+        return found
 
     def _learn(
         self,
@@ -144,19 +172,29 @@ class LiveGroups:
         shares: dict[FlowGroup, Shared],
         others: list[FlowGroup],
     ) -> None:
-        """The links ``group`` shares with each of ``others``: its links are marked once,
-        and all the other groups' looked up at once (most share none; only those that do
-        cost a search of their own)."""
+        """The links ``group`` shares with each of ``others``: its blocks and links are
+        marked once, all the other groups' blocks looked up at once, then the links of
+        those that meet it on a block (most share none; only those that do cost a
+        search of their own)."""
         self._stamp += 1
         stamp = self._stamp
+        blocks = self._blocks_of(group)
+        self._block_mark[blocks] = stamp
+        near = _meets(self._block_mark, stamp, [self._blocks_of(other) for other in others])
+        maybe = [other for other, meets in zip(others, near, strict=True) if meets]
+        for other, meets in zip(others, near, strict=True):
+            if not meets:
+                self._share(group, shares, other, _NOTHING)
+        if not maybe:
+            return
         mark = self._mark
         mark[group.links] = stamp
-        sizes = [other.links.size for other in others]
-        flat = mark[np.concatenate([other.links for other in others])] == stamp
+        sizes = [other.links.size for other in maybe]
+        flat = mark[np.concatenate([other.links for other in maybe])] == stamp
         ends = np.cumsum(sizes)
         before = np.concatenate([[0], np.cumsum(flat)])
         counts = (before[ends] - before[ends - sizes]).tolist()
-        for other, end, size, count in zip(others, ends.tolist(), sizes, counts, strict=True):
+        for other, end, size, count in zip(maybe, ends.tolist(), sizes, counts, strict=True):
             if other is group:
                 both = Shared(group.links)
             elif not count:
@@ -165,9 +203,24 @@ class LiveGroups:
                 hit = np.flatnonzero(flat[end - size : end])
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit
-            shares[other] = both
-            self._shared_links += 3 * both.links.size
-            back = self._shares.get(other)
-            if back is not None:
-                back[group] = both
-        self._pairs += len(others)
+            self._share(group, shares, other, both)
+
+    def _share(
+        self, group: FlowGroup, shares: dict[FlowGroup, Shared], other: FlowGroup, both: Shared
+    ) -> None:
+        shares[other] = both
+        self._shared_links += 3 * both.links.size
+        self._pairs += 1
+        back = self._shares.get(other)
+        if back is not None:
+            back[group] = both
+
+
+def _meets(mark: NDArray[np.int64], stamp: int, blocks: list[NDArray[np.int64]]) -> list[bool]:
+    """Whether each array of ``blocks`` has a block marked with ``stamp``."""
+    sizes = [b.size for b in blocks]
+    flat = mark[np.concatenate(blocks)] == stamp
+    ends = np.cumsum(sizes)
+    before = np.concatenate([[0], np.cumsum(flat)])
+    hits: list[bool] = (before[ends] - before[ends - sizes] > 0).tolist()
+    return hits

@@ -227,9 +227,10 @@ class Topology(LinkTable):
         """Torus coordinates of each chip within its domain (``n_chips x rank``), if a torus."""
         self.torus_dims: tuple[int, ...] = ()
         chips = np.arange(n, dtype=np.int64)
-        self._local: Int64s = self.add_links(
+        self.local_links: Int64s = self.add_links(
             chips, chips, capacity_Bps=local_bw_Bps, latency_s=local_latency_s, kind="local"
         )
+        """Each chip's ``local`` self-loop link: the route of a chip to itself."""
 
     def set_chip_coords(self, coords: ArrayLike, dims: Sequence[int]) -> None:
         """Record each chip's torus coordinates within its domain, and the torus size."""
@@ -253,7 +254,7 @@ class Topology(LinkTable):
         return self.chips_per_instance * self.domain_instances
 
     def local_link(self, chip: int) -> int:
-        return int(self._local[chip])
+        return int(self.local_links[chip])
 
     def instance_of(self, chip: int) -> int:
         return chip // self.chips_per_instance
@@ -456,7 +457,7 @@ class Topology(LinkTable):
             latency = np.add.reduceat(self.latency_s[links], starts)
         if moving.all():
             return links, latency, hops
-        local = self._local[src[~moving]]
+        local = self.local_links[src[~moving]]
         links = np.concatenate([links, local])
         return links, np.concatenate([latency, self.latency_s[local]]), hops
 
