@@ -77,6 +77,8 @@ class LiveGroups:
         self._pairs = 0
         self._shared_links = 0
         self._mark: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
+        self._pos: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
+        """Each link's position in the links of the group marked last."""
         self._block_mark: NDArray[np.int64] = np.zeros((size >> BLOCK_SHIFT) + 1, np.int64)
         self._blocks: dict[FlowGroup, NDArray[np.int64]] = {}
         """The blocks of each group's links (distinct, increasing)."""
@@ -86,6 +88,7 @@ class LiveGroups:
         """Link indices now run up to ``size - 1``."""
         if size > self._mark.size:
             self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int64)])
+            self._pos = np.zeros(size, dtype=np.int64)
             grown = (size >> BLOCK_SHIFT) + 1 - self._block_mark.size
             if grown > 0:
                 self._block_mark = np.concatenate([self._block_mark, np.zeros(grown, np.int64)])
@@ -187,8 +190,9 @@ class LiveGroups:
                 self._share(group, shares, other, _NOTHING)
         if not maybe:
             return
-        mark = self._mark
+        mark, pos = self._mark, self._pos
         mark[group.links] = stamp
+        pos[group.links] = np.arange(group.links.size, dtype=np.int64)
         sizes = [other.links.size for other in maybe]
         flat = mark[np.concatenate([other.links for other in maybe])] == stamp
         ends = np.cumsum(sizes)
@@ -203,6 +207,7 @@ class LiveGroups:
                 hit = np.flatnonzero(flat[end - size : end])
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit
+                both._at[id(group)] = pos[both.links]  # where the group has them
             self._share(group, shares, other, both)
 
     def _share(

@@ -203,7 +203,9 @@ def _solve_classes(
                 parts[i].append(both)
                 parts[j].append(both)
     # Each group's shared links (positions in its links), and all of them.
-    at_of = [_merge([s.at(g) for s in part]) for g, part in zip(groups, parts, strict=True)]
+    at_of = [
+        _merge([s.at(g) for s in part], g.links.size) for g, part in zip(groups, parts, strict=True)
+    ]
     mine = [g.links[at] for g, at in zip(groups, at_of, strict=True)]
     distinct = {id(s): s for part in parts for s in part}
     shared = next(iter(distinct.values())).links if len(distinct) == 1 else _merge(mine)
@@ -249,13 +251,19 @@ def _solve_classes(
     return rates, LoadPattern(groups, per.tolist(), shared[keep].astype(np.int64), util)
 
 
-def _merge(parts: list[NDArray[np.int64]]) -> NDArray[np.int64]:
-    """The distinct values of ``parts`` (each sorted and distinct), sorted."""
+def _merge(parts: list[NDArray[np.int64]], size: int | None = None) -> NDArray[np.int64]:
+    """The distinct values of ``parts`` (each sorted and distinct), sorted. With ``size``
+    (every value is below it) and many values, a mask over ``0..size-1`` replaces the sort."""
     arrays = list({id(p): p for p in parts}.values())
     if not arrays:
         return np.zeros(0, dtype=np.int64)
     if len(arrays) == 1:
         return arrays[0]
+    if size is not None and sum(a.size for a in arrays) * 16 >= size:
+        mask = np.zeros(size, dtype=bool)
+        for a in arrays:
+            mask[a] = True
+        return np.flatnonzero(mask).astype(np.int64)
     out = np.concatenate(arrays)
     if not out.size:
         return out

@@ -18,10 +18,12 @@ MPICH's distance halving.) Other group sizes fall back to ``ring``.
 
 from __future__ import annotations
 
-from clustersim.network.collectives import Step, register_algorithm
+import numpy as np
+
+from clustersim.network.collectives import Step, StepArrays, register_algorithm
 from clustersim.network.groups import GroupInfo
 
-__all__ = ["halving_doubling", "is_power_of_two"]
+__all__ = ["halving_doubling", "halving_doubling_arrays", "is_power_of_two"]
 
 
 def is_power_of_two(p: int, info: GroupInfo | None = None) -> bool:
@@ -34,10 +36,36 @@ def _round(p: int, j: int, nbytes: float, *, reduces: bool) -> Step:
     return Step(tuple((i, i ^ dist) for i in range(p)), nbytes / (2 * dist), reduces=reduces)
 
 
+def _rounds(op: str, k: int) -> list[tuple[int, bool]]:
+    """Each round's ``j`` (partners ``2^j`` apart) and whether it reduces, in order."""
+    halving = [(j, True) for j in range(k)]
+    doubling = [(j, False) for j in reversed(range(k))]
+    if op == "reduce_scatter":
+        return halving
+    if op == "all_gather":
+        return doubling
+    return halving + doubling
+
+
+def halving_doubling_arrays(op: str, p: int, nbytes: float, info: GroupInfo) -> StepArrays:
+    """:func:`halving_doubling` with each step's pairs as an array (the outer phase of a
+    data-parallel group of 32,768 ranks has 4,096 ranks: no tuple per pair)."""
+    del info
+    if not is_power_of_two(p):
+        raise ValueError(f"halving_doubling needs a power-of-two group (got {p} ranks)")
+    ranks = np.arange(p, dtype=np.int64)
+    pairs = {j: np.stack([ranks, ranks ^ (1 << j)], axis=1) for j in range(p.bit_length() - 1)}
+    return [
+        (Step((), nbytes / (2 * (1 << j)), reduces=reduces), pairs[j])
+        for j, reduces in _rounds(op, p.bit_length() - 1)
+    ]
+
+
 @register_algorithm(
     "halving_doubling",
     ops=("all_reduce", "reduce_scatter", "all_gather"),
     applies=is_power_of_two,
+    arrays=halving_doubling_arrays,
 )
 def halving_doubling(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     """Recursive halving (reduce-scatter) and doubling (all-gather); see the module doc."""

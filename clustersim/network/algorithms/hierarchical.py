@@ -51,6 +51,7 @@ from clustersim.network.collectives import (
     Step,
     StepArrays,
     choose,
+    collective_step_arrays,
     collective_steps,
     register_algorithm,
 )
@@ -113,9 +114,11 @@ def _phase_arrays(
 ) -> StepArrays:
     """:func:`_phase` with each step's pairs as an array (one gather, no tuples)."""
     table = np.asarray(groups, dtype=np.int64)
+    q = len(groups[0])
+    name = phase_algorithm(op, q, nbytes, inside=inside)
     return [
-        (replace(step, pairs=()), table[:, np.asarray(step.pairs, dtype=np.int64)].reshape(-1, 2))
-        for step in _phase_steps(op, len(groups[0]), nbytes, inside)
+        (step, table[:, local].reshape(-1, 2))
+        for step, local in collective_step_arrays(op, q, nbytes, name, GroupInfo.flat(q))
     ]
 
 
