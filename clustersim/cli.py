@@ -336,11 +336,12 @@ def _check(args: argparse.Namespace) -> int:
 
 def _sharding_line(res: Resolved, pl: Plan) -> str:
     """How ZeRO shards the worst stage's state, part by part, in GiB per rank."""
-    from clustersim.workload.sharding import sharded_state
+    from clustersim.workload.sharding import adam_bytes, sharded_state
 
     par, lay = res.scenario.parallelism, pl.layout
     stage = max(range(lay.pp), key=lambda k: pl.memory[k].total)
-    state = sharded_state(res.model, par, lay, stage)
+    adam = adam_bytes(res.scenario.training.optimizer_moments)
+    state = sharded_state(res.model, par, lay, stage, adam=adam)
     head = f"zero {par.zero}"
     if par.zero and lay.grad_group(par.zero) == "dp_cp":
         head += f" over dp_cp {lay.grad_size(par.zero)} (dp {lay.dp} x cp {lay.cp})"

@@ -123,6 +123,16 @@ class ParallelismCfg(Strict):
     # dealt round-robin to the stages (interleaved 1F1B with schedule 1f1b).
     virtual_stages: int = Field(default=1, ge=1, le=1024)
     recompute: Literal["none", "selective", "full"] = "selective"
+    # With recompute: selective, the modules rerun in the backward (Megatron-Core's
+    # recompute_modules; absent: its default [core_attn]); clustersim.workload.recompute.
+    recompute_modules: (
+        list[
+            Literal[
+                "core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"
+            ]
+        ]
+        | None
+    ) = Field(default=None, min_length=1, max_length=7)
     sequence_parallel: bool = True
     # flash: the attention core keeps scores on chip; unfused: scores and probabilities
     # go through HBM and the causal square is computed whole (Megatron-LM before flash
@@ -197,6 +207,10 @@ class TrainingCfg(Strict):
     # 4 B an element (torch-xla's ZeroRedundancyOptimizer reduce-scatters param.grad
     # in its own dtype and gathers shards cast to param.dtype). workload.gradbuckets.
     param_dtype: Literal["bf16", "fp32"] = "bf16"
+    # Adam's two moments in HBM: fp32, or bf16 (Megatron-Core's precision-aware
+    # optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16); the master weights
+    # stay fp32 (workload.memory).
+    optimizer_moments: Literal["fp32", "bf16"] = "fp32"
     steps: int = Field(default=1, ge=1, le=1000)
 
 

@@ -101,6 +101,7 @@ from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublay
 from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
 from clustersim.workload.overlap import a2a_overlap
 from clustersim.workload.program import Kind
+from clustersim.workload.recompute import modules_of
 from clustersim.workload.transformer import adam_work, pipeline_message_bytes
 
 __all__ = [
@@ -185,7 +186,9 @@ class Estimator:
 
     def blocks(self, par: ParallelismCfg, layout: Layout) -> Blocks:
         sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
-        key = (*sizes, par.recompute, par.sequence_parallel, par.attention, par.cp_comm_type)
+        rec_modules = modules_of(par)
+        opts = (par.recompute, rec_modules, par.sequence_parallel, par.attention, par.cp_comm_type)
+        key = (*sizes, *opts)
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
@@ -196,6 +199,7 @@ class Estimator:
                 dm,
                 precision=prec,
                 recompute=rec_kind,
+                modules=rec_modules,
                 attention=par.attention,
                 moe_part=moe,
                 bf16_layers=self.train.fp8.bf16_layers,

@@ -10,6 +10,7 @@ from clustersim.workload import microbatches
 
 if TYPE_CHECKING:
     from clustersim.network import Network
+    from clustersim.scenario.models import ParallelismCfg
     from clustersim.sim.engine import StepSim
     from clustersim.sim.result import Plan
 
@@ -36,7 +37,7 @@ def run_identity(pl: Plan) -> dict[str, Any]:
             "microbatches": microbatches(sc.parallelism, sc.training, layout),
             "schedule": sc.parallelism.schedule,
             "virtual_stages": layout.vp,
-            "recompute": sc.parallelism.recompute,
+            "recompute": _recompute(sc.parallelism),
             "zero": sc.parallelism.zero,
             "lnc": res.lnc,
         },
@@ -55,3 +56,11 @@ def simulation_keys(sim: StepSim, network: Network, wall_s: float) -> dict[str, 
         "simulated_ranks": len(sim.ranks),
         "clustersim_version": __version__,
     }
+
+
+def _recompute(par: ParallelismCfg) -> str:
+    """``par.recompute``, with the modules selective recompute reruns when they are listed."""
+    mods = par.recompute_modules
+    if par.recompute != "selective" or mods is None:
+        return par.recompute
+    return f"selective ({', '.join(dict.fromkeys(mods))})"

@@ -248,6 +248,14 @@ class Dims:
     etp: int = 1  # expert tensor parallelism (MoE layers)
     fp8_scaling: str = "delayed"  # training.fp8.scaling
     cp_comm_type: str = "all_gather"  # parallelism.cp_comm_type
+    precision: str = "bf16"  # training.precision
+
+    @property
+    def saved_input_bytes(self) -> int:
+        """Bytes per element of what a linear layer keeps of its input for the weight
+        gradient: its FP8 copy under an FP8 recipe (Transformer Engine saves the
+        quantized input), else the BF16 input itself."""
+        return 1 if self.precision == "fp8" else 2
 
     @property
     def tokens(self) -> int:
@@ -315,6 +323,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         etp=layout.etp,
         fp8_scaling=train.fp8.scaling,
         cp_comm_type=par.cp_comm_type,
+        precision=train.precision,
     )
 
 

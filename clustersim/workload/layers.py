@@ -20,6 +20,7 @@ from clustersim.workload.layout import Layout
 from clustersim.workload.mla import mla_attention_part
 from clustersim.workload.moe import moe_part, stage_routing
 from clustersim.workload.ops import Block, Part, attention_part, compose, mlp_part
+from clustersim.workload.recompute import DEFAULT_MODULES
 
 __all__ = ["LayerBlocks", "bf16_layer_count", "moe_sublayer"]
 
@@ -51,6 +52,7 @@ class LayerBlocks:
         *,
         precision: str,
         recompute: str,
+        modules: frozenset[str] = DEFAULT_MODULES,
         attention: str = "flash",
         moe_part: Part | None = None,
         bf16_layers: int = 0,
@@ -61,8 +63,8 @@ class LayerBlocks:
             return attention_part(dm, prec, recompute, attention)
 
         main = attn(precision)
-        self.dense = compose(main, mlp_part(dm, precision), recompute)
-        self.moe = compose(main, moe_part, recompute) if moe_part is not None else None
+        self.dense = compose(main, mlp_part(dm, precision), recompute, modules)
+        self.moe = compose(main, moe_part, recompute, modules) if moe_part is not None else None
         self.dense_layers = model.moe.dense_layers if model.moe is not None else model.layers
         self.layers = model.layers
         # MoE models are refused (workload.layout.validate): their experts' precision
@@ -70,7 +72,7 @@ class LayerBlocks:
         self.bf16_layers = bf16_layers if precision == "fp8" else 0
         self.bf16 = None
         if self.bf16_layers:
-            self.bf16 = compose(attn("bf16"), mlp_part(dm, "bf16"), recompute)
+            self.bf16 = compose(attn("bf16"), mlp_part(dm, "bf16"), recompute, modules)
 
     def in_bf16(self, layer: int) -> bool:
         """Whether ``layer`` is one of the FP8 recipe's BF16 layers at either end."""

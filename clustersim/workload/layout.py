@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
+from clustersim.workload.recompute import check_modules
 
 __all__ = ["EXPERT_GROUPS", "GROUP_NAMES", "Layout", "make_layout", "validate"]
 
@@ -405,6 +406,7 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
     vocabulary is padded for TP rather than rejected.
     """
     tp, pp, cp = layout.tp, layout.pp, layout.cp
+    check_modules(model, par)
     if train.param_dtype == "fp32" and par.zero >= 2:  # sharding.BYTES is bf16's
         why = "FP32 parameters are modelled for zero 0 and 1 (sharded ones are bf16)"
         raise ScenarioError("training.param_dtype", train.param_dtype, why)

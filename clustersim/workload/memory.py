@@ -8,8 +8,9 @@ Assumptions (mixed-precision training as in Megatron-LM and NeuronX Distributed)
 - gradients: bf16, 2 B per parameter (Megatron's default ``grad_reduce_in_fp32
   = False``). ZeRO-1 keeps the whole gradient buffer on every rank. Under
   ``training.param_dtype: fp32`` (torch.autocast) weights and gradients take 4 B;
-- optimizer: Adam with an FP32 master copy, 4 + 4 + 4 = 12 B per parameter,
-  divided over the shard group under ZeRO-1 and above (ZeRO-2 and 3, with the
+- optimizer: Adam with an FP32 master copy, 4 + 4 + 4 = 12 B per parameter (4 + 2
+  + 2 = 8 B with ``training.optimizer_moments: bf16``, Megatron-Core's precision-aware
+  optimizer), divided over the shard group under ZeRO-1 and above (ZeRO-2 and 3, with the
   gathered units and buffers they need: ``sharding``);
 - activations: see ``layer_activation_bytes``. A stage holds the activations of
   as many microbatches as its schedule has in flight at its peak (1F1B:
@@ -41,8 +42,10 @@ from clustersim.workload.layout import Layout, validate
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
 from clustersim.workload.overlap import a2a_overlap
+from clustersim.workload.recompute import DEFAULT_MODULES, modules_of
 from clustersim.workload.schedules import peak_in_flight, stage_order
-from clustersim.workload.sharding import sharded_state
+from clustersim.workload.sharding import adam_bytes, sharded_state
+from clustersim.workload.templates import ACT_BYTES
 
 __all__ = [
     "GRAD_BYTES_PER_PARAM",
@@ -136,43 +139,49 @@ def rank_param_count(model: ModelSpec, layout: Layout, stage: int) -> int:
 # -- activations --------------------------------------------------------------------------
 
 
-def layer_activation_bytes(dm: Dims, recompute: str) -> int:
+def layer_activation_bytes(
+    dm: Dims, recompute: str, modules: frozenset[str] = DEFAULT_MODULES
+) -> int:
     """Bytes one layer keeps for its backward, per microbatch, on one rank.
 
     Adapted from Korthikanti et al. (arXiv 2205.05198, section 4) to GQA, SwiGLU,
     flash attention and no dropout. With T = b*s/cp tokens, T_sp = T/tp under
     sequence parallelism (else T), h hidden, q = (a + 2g)*d the QKV width per rank,
-    a the heads per rank, f the MLP width per rank, all in bf16 (2 B):
+    a the heads per rank, f the MLP width per rank, in bf16 (2 B) except what a
+    linear layer keeps of its input, l B per element (``Dims.saved_input_bytes``: 1
+    under FP8, where Transformer Engine keeps the quantized copy, else 2):
 
-    - 2 norm inputs and 2 linear-layer inputs (the norm outputs, kept as sequence
-      shards and gathered again in backward): 4 * 2*T_sp*h;
-    - Q, K and V after RoPE (the flash-attention inputs; K and V of the local CP
-      chunk only): 2*T*q;
-    - the attention output O, also the output projection's input: 2*T*a*d, and
-      the FP32 log-sum-exp: 4*T*a;
-    - MLP: SwiGLU keeps gate and up (2*T*2f) and the down projection's input
-      (2*T*f); GeLU its input and output, 2*T*f each.
+    - attention: the norm's input (2*T_sp*h) and the fused norm-linear's normed
+      input (l*T_sp*h, a sequence shard gathered again in backward); Q, K and V
+      after RoPE (the flash-attention inputs; K and V of the local CP chunk only):
+      2*T*q; the attention output O, also the output projection's input (2*T*a*d;
+      under FP8 the projection's own copy, l*T*a*d, too), and the FP32 log-sum-exp
+      (4*T*a);
+    - MLP (``_mlp_activation_bytes``): its norm's input and normed input
+      (2*T_sp*h + l*T_sp*h); SwiGLU keeps gate and up (2*T*2f) and the down
+      projection's input (l*T*f); GeLU its input (2*T*f) and output (l*T*f).
 
     Flash attention never stores the s x s scores, so Korthikanti's 5as²b term is
     gone; without dropout so are the masks. For classic GPT (a = g, f = 4h, GeLU)
-    this gives 32*s*b*h/tp, their 34 less the two dropout masks.
+    in BF16 this gives 32*s*b*h/tp, their 34 less the two dropout masks.
 
-    ``selective`` recompute reruns the attention core: O and the log-sum-exp are not
-    kept. ``full`` keeps only the layer's input, 2*T_sp*h.
+    ``selective`` recompute reruns ``modules`` (``workload.recompute``): ``core_attn``
+    does not keep O and the log-sum-exp, ``mlp`` keeps only the MLP's input. ``full``
+    keeps only the layer's input, 2*T_sp*h.
     """
     T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
     if recompute == "full":
         return 2 * Ts * h
+    mods = modules if recompute == "selective" else frozenset()
+    mlp = _mlp_activation_bytes(dm, recompute, mods)
     if dm.mla is not None:
-        mlp = 2 * 2 * Ts * h + 2 * T * (dm.up_cols + dm.ffn_local)
-        return mla_activation_bytes(dm, dm.mla, recompute) + mlp
-    inputs = 4 * 2 * Ts * h
-    qkv = 2 * T * dm.qkv_cols
-    core_out = 2 * T * dm.attn_cols + 4 * T * dm.heads_local
-    mlp = 2 * T * (dm.up_cols + dm.ffn_local)
-    total = inputs + qkv + mlp
-    if recompute == "none":
-        total += core_out
+        return mla_activation_bytes(dm, dm.mla, recompute, mods) + mlp
+    lin = dm.saved_input_bytes
+    total = (2 + lin) * Ts * h + 2 * T * dm.qkv_cols + mlp
+    if lin < ACT_BYTES:  # the output projection's FP8 copy of O
+        total += lin * T * dm.attn_cols
+    if "core_attn" not in mods:
+        total += 2 * T * dm.attn_cols + 4 * T * dm.heads_local
     return total
 
 
@@ -198,12 +207,18 @@ def _held(
     return peak_in_flight(order, per_chunk)
 
 
-def _mlp_activation_bytes(dm: Dims, recompute: str) -> int:
+def _mlp_activation_bytes(
+    dm: Dims, recompute: str, modules: frozenset[str] = DEFAULT_MODULES
+) -> int:
     """The dense MLP's share of ``layer_activation_bytes``: its norm input, its up
-    projection's input, the gate and up outputs and the down projection's input."""
+    projection's input, the gate and up outputs and the down projection's input;
+    with ``mlp`` recompute, only the norm's input (the checkpoint's)."""
     if recompute == "full":
         return 0
-    return 2 * 2 * dm.sp_tokens * dm.hidden + 2 * dm.tokens * (dm.up_cols + dm.ffn_local)
+    Ts, h, lin = dm.sp_tokens, dm.hidden, dm.saved_input_bytes
+    if recompute == "selective" and "mlp" in modules:
+        return 2 * Ts * h
+    return (2 + lin) * Ts * h + 2 * dm.tokens * dm.up_cols + lin * dm.tokens * dm.ffn_local
 
 
 def _head_activation_bytes(dm: Dims) -> int:
@@ -242,24 +257,24 @@ def memory_per_rank(
 
     ``moe`` and ``seed`` set MoE layers' token routing: the busiest rank's loads.
     """
-    state = sharded_state(model, par, layout, stage)
+    adam = adam_bytes(train.optimizer_moments)
+    state = sharded_state(model, par, layout, stage, adam=adam)
     scale = param_bytes(train) / WEIGHT_BYTES_PER_PARAM  # FP32 parameters (zero 0, 1)
     optimizer = state.optimizer
     if model.moe is not None:  # the experts' Adam state: over their shard group, not dp
-        optimizer = float(
-            OPTIMIZER_BYTES_PER_PARAM * optimizer_params(model, layout, stage, par.zero)
-        )
+        optimizer = float(adam * optimizer_params(model, layout, stage, par.zero))
     dm = make_dims(model, par, train, layout)
     n_mb = train.global_batch_size // (layout.dp * par.microbatch_size)
     # What one microbatch's forward of each local chunk leaves in HBM until its backward.
-    per_layer = layer_activation_bytes(dm, par.recompute)
+    mods = modules_of(par)
+    per_layer = layer_activation_bytes(dm, par.recompute, mods)
     full = layer_activation_bytes(dm, "none")
     per_moe, moe_full, buffers = per_layer, full, 0
     if model.moe is not None:
         route = stage_routing(model, par, train, layout, cfg=moe, seed=seed)
         # The attention half as in a dense layer; the MoE half replaces the MLP's.
-        attn = per_layer - _mlp_activation_bytes(dm, par.recompute)
-        per_moe = attn + moe_activation_bytes(dm, model.moe, route, par.recompute)
+        attn = per_layer - _mlp_activation_bytes(dm, par.recompute, mods)
+        per_moe = attn + moe_activation_bytes(dm, model.moe, route, par.recompute, mods)
         moe_full = full - _mlp_activation_bytes(dm, "none")
         moe_full += moe_activation_bytes(dm, model.moe, route, "none")
         buffers = dispatch_buffer_bytes(dm, route)
@@ -343,7 +358,8 @@ def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list
             ("recompute: selective", par.model_copy(update={"recompute": "selective"}), layout)
         )
     if par.recompute != "full":
-        out.append(("recompute: full", par.model_copy(update={"recompute": "full"}), layout))
+        full = par.model_copy(update={"recompute": "full", "recompute_modules": None})
+        out.append(("recompute: full", full, layout))
     if par.microbatch_size > 1:
         out.append(("microbatch_size: 1", par.model_copy(update={"microbatch_size": 1}), layout))
     for dim in ("tp", "pp"):

@@ -39,6 +39,7 @@ from clustersim.workload.ops import (
     _residual,
     core_templates,
     flash_core,
+    only,
 )
 from clustersim.workload.program import Phase
 from clustersim.workload.templates import coll as _coll
@@ -65,20 +66,40 @@ def _latent_width(mla: MLASpec) -> int:
     return mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim
 
 
-def mla_activation_bytes(dm: Dims, mla: MLASpec, recompute: str) -> int:
+def mla_activation_bytes(
+    dm: Dims, mla: MLASpec, recompute: str, modules: frozenset[str] = frozenset({"core_attn"})
+) -> int:
     """Bytes an MLA sublayer keeps for its backward, per microbatch, on one rank.
 
-    The norm's input and output (sequence shards, 2 x 2*T_sp*h), the latents
-    after their norms (the up-projections' inputs, 2*T*(r_q + r_kv + d_r)), Q and
-    K of d_n + d_r and V of d_v per local head (the core's inputs), and unless
-    selective recompute reruns the core, O (2*T*a*d_v) and the FP32 log-sum-exp.
+    As Megatron-Core 0.14 builds MLA with Transformer Engine (a norm module of its
+    own, two down-projections, the latent norms fused into the up-projections), with
+    l B per element of a linear's saved input (``Dims.saved_input_bytes``):
+
+    - the norm's input (2*T_sp*h) and the two down-projections' inputs (the normed
+      sequence shard: 2*T_sp*h in BF16, where they share it, and one FP8 copy each
+      under FP8), unless ``layernorm`` recompute reruns the norm;
+    - the latents (2*T*(r_q + r_kv + d_r), the up-projections' inputs) and their
+      normed copies the fused up-projections keep (l*T*(r_q + r_kv)), the latter not
+      under ``mla_up_proj`` recompute, which keeps only its checkpoint's inputs;
+    - Q and K of d_n + d_r and V of d_v per local head (the core's inputs), freed
+      under ``mla_up_proj`` once the core has run;
+    - O (2*T*a*d_v) and the FP32 log-sum-exp, unless ``core_attn`` reruns the core,
+      and under FP8 the output projection's copy of O (l*T*a*d_v).
     """
     T, Ts, a = dm.tokens, dm.sp_tokens, dm.heads_local
     if recompute == "full":
         return 0  # the layer's input is counted once by the caller
-    total = 2 * 2 * Ts * dm.hidden + 2 * T * _latent_width(mla)
-    total += 2 * T * a * (2 * mla.qk_head_dim + mla.v_head_dim)
-    if recompute == "none":
+    mods = modules if recompute == "selective" else frozenset()
+    lin = dm.saved_input_bytes
+    total = 2 * Ts * dm.hidden + 2 * T * _latent_width(mla)
+    if "layernorm" not in mods:
+        total += 2 * Ts * dm.hidden
+    if "mla_up_proj" not in mods:
+        total += lin * T * (mla.q_lora_rank + mla.kv_lora_rank)
+        total += 2 * T * a * (2 * mla.qk_head_dim + mla.v_head_dim)
+    if lin < 2:
+        total += lin * T * a * mla.v_head_dim
+    if "core_attn" not in mods:
         total += 2 * T * a * mla.v_head_dim + 4 * T * a
     return total
 
@@ -165,4 +186,10 @@ def mla_attention_part(dm: Dims, mla: MLASpec, precision: str, recompute: str) -
     mark("attn.down")
     bwd += [_compute("attn.norm", B, _twice(norm))]
     mark("attn.norm")
-    return Part(forward, tuple(bwd), ready, core)
+    pieces = {
+        "layernorm": only(forward, "attn.norm"),
+        # qkv_up_proj_and_rope_apply: the latent norms fused into the up-projections
+        "mla_up_proj": only(forward, "attn.latent_norm", "attn.q_up", "attn.kv_up", "attn.rope"),
+        "core_attn": core,
+    }
+    return Part(forward, tuple(bwd), ready, core, pieces)

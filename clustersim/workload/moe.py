@@ -82,6 +82,8 @@ from clustersim.workload.ops import (
     _norm,
     _residual,
     activation_work,
+    only,
+    without,
 )
 from clustersim.workload.program import Kind, Phase
 from clustersim.workload.templates import coll as _coll
@@ -318,19 +320,23 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
         if ep_on:
             out += exchange(phase, ".combine")
         out.append(_compute("moe.unpermute", phase, unpermute))
-        if shared is not None:
-            s_up, s_act, s_down = shared
-            out += [
-                *tp.enter_fwd(phase),
-                *cast("moe.shared.up", phase, dm.tokens, h),
-                _compute("moe.shared.up", phase, s_up.fwd),
-                _compute("moe.shared.act", phase, s_act),
-                *cast("moe.shared.down", phase, dm.tokens, s_cols),
-                _compute("moe.shared.down", phase, s_down.fwd),
-                *tp.exit_fwd(phase),
-            ]
+        out += shared_fwd(phase)
         out.append(_compute("mlp.residual", phase, residual))
         return out
+
+    def shared_fwd(phase: str) -> list[Tpl]:
+        if shared is None:
+            return []
+        s_up, s_act, s_down = shared
+        return [
+            *tp.enter_fwd(phase),
+            *cast("moe.shared.up", phase, dm.tokens, h),
+            _compute("moe.shared.up", phase, s_up.fwd),
+            _compute("moe.shared.act", phase, s_act),
+            *cast("moe.shared.down", phase, dm.tokens, s_cols),
+            _compute("moe.shared.down", phase, s_down.fwd),
+            *tp.exit_fwd(phase),
+        ]
 
     B = Phase.BACKWARD
     bwd: list[Tpl] = []
@@ -392,7 +398,13 @@ def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     mark("moe.router")
     bwd.append(_compute("mlp.norm", B, _twice(norm)))
     mark("mlp.norm")
-    return Part(forward, tuple(bwd), ready)
+    pieces = {
+        "layernorm": only(forward, "mlp.norm"),
+        "moe": without(forward, "mlp.norm", "mlp.residual"),  # the MoELayer module
+        "moe_act": only(forward, "moe.experts.act"),
+        "shared_experts": shared_fwd,
+    }
+    return Part(forward, tuple(bwd), ready, pieces=pieces)
 
 
 @dataclass(frozen=True)
@@ -442,28 +454,49 @@ def _shared(dm: Dims, moe: MoESpec, precision: str) -> tuple[_Linear, Work, _Lin
     )
 
 
-def moe_activation_bytes(dm: Dims, moe: MoESpec, route: Routing, recompute: str) -> int:
+def moe_activation_bytes(
+    dm: Dims,
+    moe: MoESpec,
+    route: Routing,
+    recompute: str,
+    modules: frozenset[str] = frozenset({"core_attn"}),
+) -> int:
     """Bytes one MoE sublayer keeps for its backward, per microbatch, on one rank.
 
-    The norm's input and output (2 x 2*T_s*h), the FP32 router scores (4*T_s*E),
-    the experts' input rows, their gate-and-up outputs and the down-projection's
-    input (2*R*(h + 2 f_l + f_l) for R padded rows), the k expert outputs of each
-    token for the weighted sum's backward (2*T_s*k*h), and the shared experts'
-    like a dense MLP. Full recompute keeps none of it (the caller counts the
-    layer's input).
+    As Megatron-Core 0.14's MoE layer with grouped GEMMs keeps them, with l B per
+    element of a linear's saved input (``Dims.saved_input_bytes``): the norm's input
+    and output (2 x 2*T_s*h; the router keeps the output in BF16), the FP32 router
+    scores (4*T_s*E), the experts' input rows (l*R*h for R padded rows), their
+    gate-and-up outputs (2*R*2f_l, the activation's input) and the down-projection's
+    input (l*R*f_l), and the shared experts' like a dense MLP (with, under FP8, their
+    up-projection's copy of the input, l*T_s*h). The routing probabilities are applied
+    in the experts' activation (``TEGroupedMLP``), so the combine keeps no tokens.
+
+    Selective ``modules`` (``workload.recompute``): ``layernorm`` does not keep the
+    norm's output, ``moe`` keeps only it (the layer's checkpoint input), ``moe_act``
+    not the down-projection's input, ``shared_experts`` nothing of the shared experts.
+    Full recompute keeps none of it (the caller counts the layer's input).
     """
     if recompute == "full":
         return 0
-    Ts, h = dm.sp_tokens, dm.hidden
-    etp = dm.etp
-    f_l = moe.expert_ffn_hidden // etp
+    mods = modules if recompute == "selective" else frozenset()
+    Ts, h, lin = dm.sp_tokens, dm.hidden, dm.saved_input_bytes
+    total = 2 * Ts * h
+    if "moe" in mods:
+        return total + 2 * Ts * h
+    if "layernorm" not in mods:
+        total += 2 * Ts * h
+    f_l = moe.expert_ffn_hidden // dm.etp
     rows = route.expert_rows * route.local_experts
     up = (2 if dm.swiglu else 1) * f_l
-    total = 2 * 2 * Ts * h + 4 * Ts * moe.experts + 2 * rows * (h + up + f_l)
-    total += int(2 * route.sent * h)
-    if moe.shared_experts:
+    total += 4 * Ts * moe.experts + rows * (lin * h + 2 * up)
+    if "moe_act" not in mods:
+        total += lin * rows * f_l
+    if moe.shared_experts and "shared_experts" not in mods:
         fs = moe.shared_experts * moe.expert_ffn_hidden // dm.tp
-        total += 2 * dm.tokens * ((2 if dm.swiglu else 1) * fs + fs)
+        total += 2 * dm.tokens * (2 if dm.swiglu else 1) * fs + lin * dm.tokens * fs
+        if lin < 2:
+            total += lin * Ts * h
     return total
 
 

@@ -68,6 +68,7 @@ from clustersim.hardware.work import Work
 from clustersim.workload.cp_ring import attention_step, ring_core
 from clustersim.workload.dims import Dims
 from clustersim.workload.program import Phase
+from clustersim.workload.recompute import DEFAULT_MODULES, recompute_templates
 from clustersim.workload.templates import ACT_BYTES, Tpl
 from clustersim.workload.templates import coll as _coll
 from clustersim.workload.templates import compute as _compute
@@ -88,6 +89,8 @@ __all__ = [
     "layer_block",
     "mlp_part",
     "mtp_block",
+    "only",
+    "without",
 ]
 
 
@@ -221,14 +224,27 @@ class Part:
 
     ``forward(phase)`` gives its forward templates (called again for a full
     recompute); ``bwd`` its backward, with ``ready`` marking, by index into
-    ``bwd``, the parameter pieces complete there; ``core(phase)`` the ops that
-    selective recompute reruns (the attention core), or none.
+    ``bwd``, the parameter pieces complete there; ``core(phase)`` the attention
+    core, or none. ``pieces`` maps each Megatron-Core recompute module the sublayer
+    has (``workload.recompute``) to the forward ops it reruns, by phase.
     """
 
     forward: Callable[[str], list[Tpl]]
     bwd: tuple[Tpl, ...]
     ready: Mapping[int, tuple[str, ...]]
     core: Callable[[str], list[Tpl]] | None = None
+    pieces: Mapping[str, Callable[[str], list[Tpl]]] = field(default_factory=dict)
+
+
+def without(forward: Callable[[str], list[Tpl]], *names: str) -> Callable[[str], list[Tpl]]:
+    """``forward`` less the ops named ``names`` (what a module's checkpoint leaves out)."""
+    return lambda phase: [t for t in forward(phase) if t[1] not in names]
+
+
+def only(forward: Callable[[str], list[Tpl]], *names: str) -> Callable[[str], list[Tpl]]:
+    """The ops of ``forward`` named ``names``, with their FP8 casts."""
+    keep = tuple(f"{n}." for n in names)
+    return lambda phase: [t for t in forward(phase) if t[1] in names or t[1].startswith(keep)]
 
 
 def flash_core(
@@ -354,7 +370,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     mark("attn.qkv")
     bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
     mark("attn.norm")
-    return Part(forward, tuple(bwd), ready, core)
+    return Part(forward, tuple(bwd), ready, core, {"core_attn": core})
 
 
 def mlp_part(dm: Dims, precision: str) -> Part:
@@ -399,7 +415,9 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     mark("mlp.up")
     bwd += [*tp.enter_bwd(), _compute("mlp.norm", B, _twice(norm))]
     mark("mlp.norm")
-    return Part(forward, tuple(bwd), ready)
+    # Megatron's ``mlp`` recompute reruns the MLP module: its fused norm, TP collectives
+    # and linears, not the residual add after it.
+    return Part(forward, tuple(bwd), ready, pieces={"mlp": without(forward, "mlp.residual")})
 
 
 def activation_work(elems: int, swiglu: bool) -> Work:
@@ -413,8 +431,13 @@ def activation_work(elems: int, swiglu: bool) -> Work:
     return Work(scalar_ops=float(elems), hbm_bytes=float(2 * ACT_BYTES * elems))
 
 
-def compose(attn: Part, ffn: Part, recompute: str) -> Block:
-    """One layer from its two sublayers: attention then feed-forward, backward in reverse."""
+def compose(
+    attn: Part, ffn: Part, recompute: str, modules: frozenset[str] = DEFAULT_MODULES
+) -> Block:
+    """One layer from its two sublayers: attention then feed-forward, backward in reverse.
+
+    ``selective`` reruns the ``modules`` of ``workload.recompute`` the sublayers have.
+    """
     F = Phase.FORWARD
     fwd = (*attn.forward(F), *ffn.forward(F))
     bwd = (*ffn.bwd, *attn.bwd)
@@ -423,7 +446,7 @@ def compose(attn: Part, ffn: Part, recompute: str) -> Block:
     if recompute == "none":
         rec: tuple[Tpl, ...] = ()
     elif recompute == "selective":
-        rec = tuple(attn.core(Phase.RECOMPUTE)) if attn.core is not None else ()
+        rec = recompute_templates(attn.pieces, ffn.pieces, modules)
     elif recompute == "full":
         rec = (*attn.forward(Phase.RECOMPUTE), *ffn.forward(Phase.RECOMPUTE))
     else:

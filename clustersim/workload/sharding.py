@@ -76,6 +76,7 @@ __all__ = [
     "EMBED_UNIT",
     "HEAD_UNIT",
     "ShardedState",
+    "adam_bytes",
     "shard_program",
     "sharded_state",
     "stage_units",
@@ -153,10 +154,18 @@ class ShardedState:
     """Named components (shards, gathered units, prefetch buffer, ...) for ``check``."""
 
 
+def adam_bytes(moments: str) -> int:
+    """Adam's bytes per parameter: the fp32 master weight and two moments of ``moments``."""
+    return 4 + 2 * (2 if moments == "bf16" else 4)
+
+
 def sharded_state(
-    model: ModelSpec, par: ParallelismCfg, layout: Layout, stage: int
+    model: ModelSpec, par: ParallelismCfg, layout: Layout, stage: int, *, adam: int = ADAM_BYTES
 ) -> ShardedState:
-    """Weights, gradients and optimizer state of one rank of ``stage`` (see the module doc)."""
+    """Weights, gradients and optimizer state of one rank of ``stage`` (see the module doc).
+
+    ``adam``: the optimizer's bytes per parameter (``adam_bytes``).
+    """
     pieces = stage_pieces(model, layout, stage)
     params = sum(n for _, _, n in pieces)
     expert = sum(n for _, name, n in pieces if name in EXPERT_PIECES)
@@ -168,8 +177,8 @@ def sharded_state(
     full_w, full_g = float(BYTES * params), float(BYTES * params)
     zero = par.zero
     if zero == 0:
-        return ShardedState(full_w, full_g, float(ADAM_BYTES * params))
-    opt = float(ADAM_BYTES * sharded)
+        return ShardedState(full_w, full_g, float(adam * params))
+    opt = float(adam * sharded)
     if zero == 1:
         return ShardedState(full_w, full_g, opt, (("optimizer shard", opt),))
     g_shard = float(BYTES * sharded)

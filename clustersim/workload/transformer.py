@@ -63,6 +63,7 @@ from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_blo
 from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
 from clustersim.workload.paramgather import HEAD, ParamGathers
 from clustersim.workload.program import Instr, Kind, Phase, Program
+from clustersim.workload.recompute import modules_of
 from clustersim.workload.schedules import Order, dualpipe_units, stage_order
 from clustersim.workload.sharding import shard_program
 
@@ -140,6 +141,7 @@ def _build(
         dm,
         precision=train.precision,
         recompute=par.recompute,
+        modules=modules_of(par),
         attention=par.attention,
         moe_part=moe_sublayer(model, par, train, layout, cfg=moe, seed=seed),
         bf16_layers=train.fp8.bf16_layers,

@@ -114,10 +114,37 @@ def test_activation_memory_by_hand() -> None:
     width = MLA.q_lora_rank + MLA.kv_lora_rank + MLA.qk_rope_head_dim
     qkv = a * (2 * 48 + 32)
     mlp = 2 * 2 * Ts * h + 2 * T * (2 * 256 + 256)
-    selective = 2 * 2 * Ts * h + 2 * T * width + 2 * T * qkv + mlp
+    # the latents and the fused up-projections' normed copies of them
+    latents = 2 * T * width + 2 * T * (MLA.q_lora_rank + MLA.kv_lora_rank)
+    selective = 2 * 2 * Ts * h + latents + 2 * T * qkv + mlp
     assert layer_activation_bytes(dm, "selective") == selective
     assert layer_activation_bytes(dm, "none") == selective + 2 * T * a * 32 + 4 * T * a
     assert layer_activation_bytes(dm, "full") == 2 * Ts * h
+
+
+def test_recompute_modules_and_fp8_activation_memory_by_hand() -> None:
+    """Megatron-Core's mla_up_proj frees Q, K and V and the normed latents; mlp keeps
+    the MLP's input only; layernorm drops the norm's output; under FP8 a linear keeps
+    a one-byte copy of its input (the output projection's of O too)."""
+    model = mla_model()
+    par, train, layout = setup(2, 1, tp=2, seq_len=128, global_batch_size=2)
+    dm = make_dims(model, par, train, layout)
+    T, Ts, h, a = 128, 64, 256, 4
+    width = MLA.q_lora_rank + MLA.kv_lora_rank + MLA.qk_rope_head_dim
+    core = 2 * T * a * 32 + 4 * T * a
+    mods = frozenset({"mla_up_proj", "mlp"})
+    expect = 2 * 2 * Ts * h + 2 * T * width + core + 2 * Ts * h
+    assert layer_activation_bytes(dm, "selective", mods) == expect
+    mods = frozenset({"mla_up_proj", "mlp", "layernorm", "core_attn"})
+    assert layer_activation_bytes(dm, "selective", mods) == 2 * Ts * h + 2 * T * width + 2 * Ts * h
+    # recompute: none ignores the modules
+    assert layer_activation_bytes(dm, "none", mods) == layer_activation_bytes(dm, "none")
+    fp8 = make_dims(model, par, train.model_copy(update={"precision": "fp8"}), layout)
+    qkv = a * (2 * 48 + 32)
+    mlp = 3 * Ts * h + 2 * T * 2 * 256 + 1 * T * 256
+    attn = 2 * 2 * Ts * h + 2 * T * width + 1 * T * (MLA.q_lora_rank + MLA.kv_lora_rank)
+    attn += 2 * T * qkv + core + 1 * T * a * 32
+    assert layer_activation_bytes(fp8, "none") == attn + mlp
 
 
 def test_rank_params_split_up_projections_and_replicate_down() -> None:
