@@ -89,11 +89,11 @@ def test_timeout_is_reported_not_raised() -> None:
 
 
 def test_stopped_case_says_where_it_was() -> None:
-    case = run_case("ultraserver", timeout_s=4)  # about 30 s of work: surely mid-run at 4 s
-    assert case["status"] == "timeout"
-    assert case["phase"]
-    assert case["stack"], "the child should dump its stack on SIGUSR1"
-    assert "clustersim/" in case["where"]
+    case = run_case("ultraserver", timeout_s=4)  # about 9 s of work: surely mid-run at 4 s
+    assert case["status"] == "timeout", case  # the whole case, if this ever fails under load
+    assert case["phase"], case
+    assert case["stack"], f"the child should dump its stack on SIGUSR1: {case}"
+    assert "clustersim/" in (case["where"] or ""), case
 
 
 def test_failure_is_reported_not_raised() -> None:
