@@ -16,6 +16,7 @@ from itertools import groupby
 from operator import itemgetter
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec
+from clustersim.network.algorithms.switched import tree_sends
 from clustersim.network.builders import torus_domain_coords
 from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
 from clustersim.network.costs import NO_COSTS, Protocol, Runtime
@@ -417,11 +418,11 @@ def _flat_ring_latency_s(op: str, p: int, nodes: int, proto: Protocol, net_s: fl
 
 def _double_tree_wire_s(nbytes: float, levels: list[Level], flows: int) -> float:
     """NCCL's double binary tree as the simulator runs it
-    (:mod:`~clustersim.network.algorithms.switched`), per phase (reduce, then broadcast):
-    the chain of the ``L`` ranks of a node (every rank but the rotation's head sends its
-    share on it, ``(L - 1) / L n``), and the trees across nodes, where each rank heads one
-    of ``L`` rotations of ``n / L`` and sends half of it to its parent in one tree and half
-    in the mirror one (one half alone between two nodes)."""
+    (:mod:`~clustersim.network.algorithms.switched`), the reduce and the broadcast at
+    once: the chain of the ``L`` ranks of a node (every rank but the rotation's head
+    sends its share on it in each phase, ``2 (L - 1) / L n``), and the trees across
+    nodes, where each rank heads one of ``L`` rotations of ``n / L`` and its NIC carries
+    a half of it per tree edge its node ends in (:func:`tree_sends`)."""
     intra = [lv for lv in levels if lv.tier != "efa"]
     nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
     width = math.prod(lv.size for lv in intra)
@@ -429,8 +430,8 @@ def _double_tree_wire_s(nbytes: float, levels: list[Level], flows: int) -> float
     across = 0.0
     if nodes > 1:
         efa = min(lv.bw_Bps for lv in levels if lv.tier == "efa")
-        across = nbytes / width / 2 * (1 if nodes == 2 else 2) * flows / efa
-    return 2 * max(chain, across)
+        across = nbytes / width / 2 * tree_sends(nodes) * flows / efa
+    return max(2 * chain, across)
 
 
 def collective_wire_s(

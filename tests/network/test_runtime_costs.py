@@ -19,6 +19,7 @@ from clustersim.network.groups import GroupInfo
 from clustersim.network.microbench import run_collective
 from clustersim.network.nccl import NcclRuntime, nccl_tables
 from clustersim.network.registry import build_topology
+from clustersim.network.runtimes import runtime_of
 from clustersim.network.topology import local_path
 
 US = 1e-6
@@ -169,17 +170,55 @@ def test_nccl_rows_name_algorithm_and_protocol() -> None:
 
 
 def test_double_tree_carries_the_buffer_twice_over_every_chain_edge() -> None:
-    steps = collective_steps("all_reduce", 8, 16.0, "double_tree", _nodes(2, 4))
-    up, down = steps
-    assert up.reduces and not down.reduces and up.pipelined and down.pipelined
-    assert up.hops == (3, 1)
-    loads: dict[tuple[int, int], float] = {}
-    for pair in up.pairs:
-        loads[pair] = loads.get(pair, 0.0) + up.bytes_per_flow
-    inside = {k: v for k, v in loads.items() if k[0] // 4 == k[1] // 4}
-    # every rank sends the whole buffer up its chains (4 rotations, two trees each)
-    sent = [sum(v for k, v in inside.items() if k[0] == r) for r in range(8)]
-    assert sent == pytest.approx([16.0 * 3 / 4] * 8)
+    """NCCL's tree streams the reduce and the broadcast at once (runTreeSplit): one
+    pipelined step, its chunks travelling the chain and the trees up and down."""
+    (step,) = collective_steps("all_reduce", 8, 16.0, "double_tree", _nodes(2, 4))
+    assert step.reduces and step.pipelined and step.hops == (6, 2)
+    sent = [0.0] * 8
+    across = [0.0] * 8
+    for a, b in step.pairs:
+        if a // 4 == b // 4:
+            sent[a] += step.bytes_per_flow
+        else:
+            across[a] += step.bytes_per_flow
+    # every rank sends 3/4 of the buffer up its chains and 3/4 down (4 rotations, two
+    # trees each); its NIC carries a half-shard up one tree and one down the other
+    assert sent == pytest.approx([16.0 * 3 / 4 * 2] * 8)
+    assert across == pytest.approx([2 * 16.0 / 4 / 2] * 8)
+
+
+@pytest.mark.parametrize(("nodes", "sends"), [(2, 2), (3, 3), (4, 3), (5, 4), (8, 4), (64, 4)])
+def test_double_tree_nics_carry_a_half_shard_per_tree_edge(nodes: int, sends: int) -> None:
+    """Across nodes of one rank each, a NIC carries each way a half of the buffer per
+    tree edge its node ends in, over both mirrored trees: the root of a heap over four
+    nodes 3 (two children in one tree, a parent in the mirror), an inner node of a
+    larger heap 4. Phase after phase, that root would take 4 (2 each phase)."""
+    from clustersim.network.algorithms.switched import tree_sends
+
+    assert tree_sends(nodes) == sends
+    (step,) = collective_steps("all_reduce", nodes, 2.0, "double_tree", _nodes(nodes, 1))
+    out = [0.0] * nodes
+    into = [0.0] * nodes
+    for a, b in step.pairs:
+        out[a] += step.bytes_per_flow
+        into[b] += step.bytes_per_flow
+    assert max(out) == max(into) == pytest.approx(sends * 2.0 / 2)
+
+
+def test_double_tree_on_four_p5_closed_form() -> None:
+    """4 x p5.48xlarge, 1 GiB: the NICs carry 3 half-shards of n / 8 each way (196 GB/s
+    algbw after Simple's 0.92), the chains 2 x 7/8 n (189 GB/s): NVLink binds, where
+    one phase after the other the NICs bound it at 147 GB/s."""
+    n = 2.0**30
+    (row,) = run_collective("p5.48xlarge", 4, "all_reduce", [n])
+    assert (row["algorithm"], row["protocol"]) == ("double_tree", "Simple")
+    chip, inst = catalog.chip("h100"), catalog.instance("p5.48xlarge")
+    nic = inst.efa.bandwidth_Bps / inst.chips * chip.efa_link_efficiency
+    nvlink = inst.fabric.link_bw_Bps * chip.calibration.link_efficiency
+    wire = max(2 * 7 / 8 * n / nvlink, 3 * n / 16 / nic) / 0.92
+    rt = runtime_of(chip, inst)
+    latency = rt.predict_s("all_reduce", 32, 0.0, _nodes(4, 8), ("double_tree", "Simple"))
+    assert row["time_s"] == pytest.approx(latency + wire, rel=2e-3)
 
 
 def test_neuron_refuses_nvls() -> None:

@@ -4,13 +4,24 @@
 rank; across nodes the heads form two binary trees, the second the mirror image of
 the first, so that a head inner in one tree is a leaf in the other. Each tree
 carries half of its share of the ``n``-byte buffer, reduced up to the roots and
-broadcast back down, and both phases stream chunk by chunk. NCCL runs such trees
-on several channels, with the chain rotated so that every rank of a node heads
-one and the traffic between nodes spreads over all of the node's NICs: with ``L``
-ranks per node there are ``L`` rotations, each with ``n / L`` of the buffer. Every
-chain edge then carries ``n`` in each phase, so with ``b`` seconds per byte an
-uncontended tree inside a node costs ``2 n b`` plus its latency, half a ring's
-algorithm bandwidth, as NCCL's tuning model says.
+broadcast back down. NCCL splits each channel's threads between the two phases
+(``runTreeSplit`` in ``NVIDIA/nccl:src/device/all_reduce.h``): a chunk goes down as
+soon as the root has reduced it, while the next ones still go up, so both phases
+stream at once, full duplex, and are simulated as one pipelined step whose chunks
+travel the tree up and down (``2 (L - 1)`` hops inside, ``2 log2(nodes)`` across).
+NCCL runs such trees on several channels, with the chain rotated so that every
+rank of a node heads one and the traffic between nodes spreads over all of the
+node's NICs: with ``L`` ranks per node there are ``L`` rotations, each with
+``n / L`` of the buffer. Every chain edge then carries ``n`` each way up and ``n``
+down, and a rank's link to the switch ``(L - 1) / L n`` in each phase, so with
+``b`` seconds per byte an uncontended tree inside a node costs about ``2 n b``
+plus its latency, half a ring's algorithm bandwidth, as NCCL's tuning model says.
+Across nodes a NIC carries, each way, a half-shard ``n / 2L`` per tree edge it
+ends in, up and down: on two nodes 2 (``n / L``, the two trees' pair of sends
+each way at once), at the root of a heap over three or four nodes 3, at an inner
+node of a larger heap (a parent and two children in one tree, a parent in the
+mirror) 4. Run one phase after the other, the root of a heap over four nodes
+paid 4: its two children in one phase and its parent in the mirror tree's other.
 
 ``nvls`` (NVLink SHARP): the NVSwitch reduces what the ranks push into it and
 multicasts the result, so each rank's link carries the buffer once each way,
@@ -45,11 +56,12 @@ bandwidth, not one's (nccl-tests: 46-48 GB/s busbw per 400 Gb/s NIC).
 from __future__ import annotations
 
 import math
+from functools import cache
 
 from clustersim.network.collectives import Step, register_algorithm
 from clustersim.network.groups import GroupInfo
 
-__all__ = ["double_tree", "nvls", "nvls_tree", "ring_channels"]
+__all__ = ["double_tree", "nvls", "nvls_tree", "ring_channels", "tree_sends"]
 
 Pairs = list[tuple[int, int]]
 
@@ -80,11 +92,21 @@ def double_tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
         # Each tree moves half of the rotation's share; a chain edge carries both halves.
         up += chain + chain + _tree_up([m[0] for m in heads])
     half = nbytes / 2 / width
-    hops = (width - 1, math.ceil(math.log2(len(members))))
-    return [
-        Step(tuple(up), half, pipelined=True, reduces=True, hops=hops),
-        Step(tuple((b, a) for a, b in reversed(up)), half, pipelined=True, hops=hops),
-    ]
+    hops = (2 * (width - 1), 2 * math.ceil(math.log2(len(members))))
+    down = [(b, a) for a, b in reversed(up)]
+    return [Step(tuple(up + down), half, pipelined=True, reduces=True, hops=hops)]
+
+
+@cache
+def tree_sends(nodes: int) -> int:
+    """The most tree edges one node ends in over both mirrored trees across ``nodes``
+    (parents and children): what its NIC carries each way, in half-shards, while the
+    reduce and the broadcast stream at once."""
+    ends = [0] * nodes
+    for a, b in _tree_up(list(range(nodes))):
+        ends[a] += 1
+        ends[b] += 1
+    return max(ends)
 
 
 def _one_domain(p: int, info: GroupInfo) -> bool:
