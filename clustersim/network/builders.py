@@ -107,12 +107,16 @@ def torus_domain_coords(
 def torus_path(
     src: tuple[int, ...], dst: tuple[int, ...], dims: tuple[int, ...]
 ) -> list[tuple[int, ...]]:
-    """Dimension-order path on a torus: axis 0 first, shortest way round, ties go positive."""
+    """Dimension-order path on a torus: axis 0 first, shortest way round. A peer half
+    way round an even ring (a tie) is reached the positive way from an even
+    coordinate on that axis and the negative way from an odd one, so the ties of a
+    ring's members split evenly over its two directions."""
     path = [src]
     cur = list(src)
     for axis, size in enumerate(dims):
         fwd = (dst[axis] - cur[axis]) % size
-        step, hops = (1, fwd) if fwd <= size - fwd else (-1, size - fwd)
+        positive = fwd < size - fwd or (fwd == size - fwd and cur[axis] % 2 == 0)
+        step, hops = (1, fwd) if positive else (-1, size - fwd)
         for _ in range(hops):
             cur[axis] = (cur[axis] + step) % size
             path.append(tuple(cur))

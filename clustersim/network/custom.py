@@ -12,8 +12,9 @@ links that are up (scipy's csgraph, each link weighted by its latency plus
 :data:`HOP_EPS_S`, so ties go to fewer hops) gives every node its distance to
 the destination; a link is on a shortest path when it closes that distance
 exactly (to a relative 1e-9). Where the graph gives torus coordinates, a chip
-prefers the hop along the lowest axis that still differs, ``+1`` first: routes on
-a torus are dimension-ordered, as the built tori route. Among the other equal
+prefers the hop along the lowest axis that still differs, ``+1`` first from an
+even coordinate on it and ``-1`` first from an odd one: routes on a torus are
+dimension-ordered, with ties split by parity, as the built tori route. Among the other equal
 next hops, a pair ``(s, d)`` takes path number ``d + hash(instance of s,
 instance of d)``, decoded in mixed radix: at a node with ``k`` equal next hops it
 takes hop ``number mod k`` and carries ``number // k`` on. Consecutive
@@ -238,9 +239,11 @@ class GraphTopology(Topology):
         """Preference of each hop ``cu -> cv`` among a node's equal-cost next hops.
 
         Between two chips of a domain with torus coordinates: ``2 x axis`` along
-        ``+1`` of the lowest axis they differ on, ``2 x axis + 1`` the other way,
-        which makes routes dimension-ordered (axis 0 first, ties positive) as
-        torus fabrics route. Every other hop ranks after them, equal among themselves.
+        ``+1`` of the lowest axis they differ on, ``2 x axis + 1`` the other way
+        (the other way first from an odd coordinate on that axis), which makes routes
+        dimension-ordered (axis 0 first, a peer half way round reached the positive way
+        from an even coordinate and the negative way from an odd one) as torus fabrics
+        route. Every other hop ranks after them, equal among themselves.
         """
         coords = self.chip_coords
         rank = np.full(cu.size, 2 * len(self.torus_dims) + 2, dtype=np.int64)
@@ -257,7 +260,8 @@ class GraphTopology(Topology):
         dims = np.asarray(self.torus_dims, dtype=np.int64)
         pick = np.arange(rows.size)
         step = (coords[b][pick, axis] - coords[a][pick, axis]) % dims[axis]
-        rank[rows] = 2 * axis + (step != 1)
+        odd = coords[a][pick, axis] % 2 == 1
+        rank[rows] = 2 * axis + ((step != 1) ^ odd)
         return rank
 
 

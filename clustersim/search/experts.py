@@ -7,6 +7,7 @@ dense parameters over ``dp``, routed experts over ``edp``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -49,10 +50,11 @@ def all_to_all_s(nbytes: float, levels: Sequence[Level], flows: int, p: int) -> 
         outer = inner * lv.size
         if lv.bidirectional:
             # A torus axis: every peer whose coordinate on it differs is routed along
-            # it, the shortest way round with ties going positive (dimension order,
-            # ``network.builders``), so each rank sends n/d to each of the axis's d-1
-            # offsets and the busiest direction of a link carries ring_load(d) of them.
-            wire = nbytes / lv.size * ring_load(lv.size) * lv.hop * flows / lv.bw_Bps
+            # it, the shortest way round, the peer half way round split over the two
+            # ways by the source's parity (dimension order, ``network.builders``), so
+            # each rank sends n/d to each of the axis's d-1 offsets and the busiest
+            # direction of a link carries ring_load(d, hop) of them.
+            wire = nbytes / lv.size * ring_load(lv.size, lv.hop) * flows / lv.bw_Bps
         else:
             wire = nbytes * (outer - inner) / p * flows / lv.bw_Bps
         worst = max(worst, wire + lv.latency_s)
@@ -60,14 +62,19 @@ def all_to_all_s(nbytes: float, levels: Sequence[Level], flows: int, p: int) -> 
     return worst
 
 
-def ring_load(d: int) -> float:
+def ring_load(d: int, hop: int = 1) -> float:
     """Offsets whose shortest route crosses the busiest direction of a link of a ring
-    of ``d`` that carries each member's traffic to every other, counted with the
-    hops each takes: 1 + 2 + ... + (d-1)//2 each way, plus d/2 in the positive
-    direction for even ``d`` (the peer half way round goes that way): 3 on a ring
-    of 4, where an even split would give 2."""
+    of ``d`` members ``hop`` links apart (the groups interleaved between them doing the
+    same) that carries each member's traffic to every other, counted with the links
+    each takes: (1 + 2 + ... + (d-1)//2) x hop each way, plus, for even ``d``, the
+    peers half way round: the chips at even coordinates reach theirs the positive way
+    and the others the negative way, d x hop / 2 links each, so a link direction
+    carries the ties of the chips among the d x hop / 2 before it on one parity,
+    ceil(d x hop / 4) at most (2 on a ring of 4, where ties that all went positive
+    gave 3)."""
     half = (d - 1) // 2
-    return half * (half + 1) / 2 + (d / 2 if d % 2 == 0 else 0.0)
+    ties = math.ceil(d * hop / 4) if d % 2 == 0 else 0
+    return half * (half + 1) / 2 * hop + ties
 
 
 def group_of(name: str, lay: Layout) -> tuple[int, int]:

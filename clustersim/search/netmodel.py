@@ -288,9 +288,14 @@ def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Pro
             if kind == "halving" and d & (d - 1) == 0:
                 # Round j swaps m / 2^(j+1) with the partner 2^j away; on a torus that
                 # partner is min(2^j, d - 2^j) hops off, and the hops load one direction.
+                # Half way round (2^j = d/2) the chips at even coordinates go one way
+                # and the odd ones the other, so a link direction carries the ties of
+                # the d x hop / 4 chips before it on one parity, not d x hop / 2.
                 # Each message moves no faster than the DMA queues that carry it.
                 for j in range(d.bit_length() - 1):
                     hops = min(2**j, d - 2**j) * lv.hop if lv.bidirectional else 1
+                    if lv.bidirectional and 2 ** (j + 1) == d:
+                        hops = math.ceil(d * lv.hop / 4)
                     sent = m / 2 ** (j + 1)
                     bw_s += max(sent * hops * flows / lv.bw_Bps, sent / cap)
             else:

@@ -406,16 +406,18 @@ def test_concurrent_collectives_on_disjoint_chips_do_not_interfere(specs: Any) -
 
 def test_replicas_move_with_the_group_as_one_coflow(specs: Any) -> None:
     topo = build_topology(specs.instance(), specs.chip(), 2)
-    rows = np.asarray([range(0, 32, 2), range(1, 32, 2)])  # two groups sharing the fabric
+    # two groups sharing the fabric: one rank of each on every chip
+    rows = np.asarray([range(0, 64, 2), range(1, 64, 2)])
+    placed = [r // 2 for r in range(64)]
     env = simpy.Environment()
-    both = Network(env, topo, range(32))
+    both = Network(env, topo, placed)
     events = [both.collective("all_reduce", row.tolist(), 64e6) for row in rows]
     env.run(until=env.all_of(events))
-    folded = Network(simpy.Environment(), topo, range(32))
+    folded = Network(simpy.Environment(), topo, placed)
     done = folded.collective("all_reduce", rows[0].tolist(), 64e6, replicas=rows)
     folded.env.run(until=done)
     assert folded.env.now == pytest.approx(float(env.now), rel=0.01)
-    alone = run(Network(simpy.Environment(), topo, range(32)), "all_reduce", rows[0], 64e6)
+    alone = run(Network(simpy.Environment(), topo, placed), "all_reduce", rows[0], 64e6)
     assert folded.env.now > alone
     # sends: two pairs that share chip 0's EFA up link take twice as long as one
     env = simpy.Environment()

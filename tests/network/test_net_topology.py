@@ -29,11 +29,13 @@ def test_snake_is_a_hamiltonian_cycle(dims: tuple[int, int]) -> None:
         assert torus_neighbours(a, b, dims), (a, b)
 
 
-def test_torus_path_is_dimension_ordered_shortest_and_ties_go_positive() -> None:
+def test_torus_path_is_dimension_ordered_shortest_and_ties_split_by_parity() -> None:
     dims = (4, 4)
     assert torus_path((0, 0), (3, 0), dims) == [(0, 0), (3, 0)]  # wrap-around
-    assert torus_path((0, 0), (2, 0), dims) == [(0, 0), (1, 0), (2, 0)]  # tie: positive
-    assert torus_path((1, 1), (3, 0), dims) == [(1, 1), (2, 1), (3, 1), (3, 0)]  # x then y
+    assert torus_path((0, 0), (2, 0), dims) == [(0, 0), (1, 0), (2, 0)]  # tie, even: positive
+    assert torus_path((1, 0), (3, 0), dims) == [(1, 0), (0, 0), (3, 0)]  # tie, odd: negative
+    assert torus_path((0, 1), (0, 3), dims) == [(0, 1), (0, 0), (0, 3)]  # on y, by y's parity
+    assert torus_path((1, 1), (3, 0), dims) == [(1, 1), (0, 1), (3, 1), (3, 0)]  # x then y
     assert torus_path((2, 2), (2, 2), dims) == [(2, 2)]
 
 

@@ -24,13 +24,14 @@ def _net(path: Path) -> NetModel:
 def test_every_other_chip_pair_is_a_flat_ring_with_its_busiest_link() -> None:
     # TP 8 at 4 ranks per chip: each DP group holds one chip of every pair along the
     # snake, (0,0) (2,0) (3,1) (1,1) ... on each plane: no grid. The 8 groups' rings
-    # put 12 pairs on the busiest x link (one direction), and the longest route is
+    # put 8 pairs on the busiest x link (one direction; 12 when every pair half way
+    # round went the positive way, before ties split by parity), and the longest route is
     # x, y and z (1.5 + 1.5 + 2 us).
     net = _net(LANE_LOSS)
     assert net.torus is not None
     ring = flat_ring(net.torus, 8, 32)
     assert ring is not None and ring.p == 32
-    assert ring.s_per_byte == pytest.approx(12 / net.fabric_Bps)
+    assert ring.s_per_byte == pytest.approx(8 / net.fabric_Bps)
     assert ring.route_s == pytest.approx(2 * net.fabric_latency_s + net.domain_latency_s)
     # A TP group (two neighbouring chips' ranks) is a grid: the runtime's torus rings.
     assert flat_ring(net.torus, 1, 8) is None

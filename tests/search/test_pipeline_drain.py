@@ -80,9 +80,18 @@ def test_zero3_compute_slowed_by_the_sms_hides_more_of_the_gather() -> None:
     assert slowed.fwd_s + slowed.fwd_lost_s == pytest.approx(plain.fwd_s)
 
 
-@pytest.mark.parametrize(("d", "load"), [(2, 1.0), (3, 1.0), (4, 3.0), (5, 3.0), (8, 10.0)])
+@pytest.mark.parametrize(
+    ("d", "load"), [(2, 1.0), (3, 1.0), (4, 2.0), (5, 3.0), (6, 5.0), (8, 8.0)]
+)
 def test_ring_load(d: int, load: float) -> None:
     assert ring_load(d) == load
+
+
+def test_ring_load_of_members_two_links_apart() -> None:
+    # {0, 2} and {1, 3} on a 4-ring: each pair's chips share a parity, so one group's
+    # peers half way round go the positive way and the other's the negative way
+    assert ring_load(2, 2) == 1.0
+    assert ring_load(4, 2) == 1 * 2 + 2  # offsets 1 and 3 two links each, ties ceil(8/4)
 
 
 TRN2U = """\
