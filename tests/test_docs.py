@@ -87,7 +87,7 @@ def test_quickstart_figures_are_current() -> None:
     figs = [f for f in docs.FIGURES if f.name.startswith("quickstart") and f.noise == 0]
     ctx = docs.Context()
     assert docs.check(text, ctx, figs) == []
-    edited = text.replace("5.484 s", "5.584 s", 1)
+    edited = text.replace("5.442 s", "5.542 s", 1)
     assert [p.split(":")[0] for p in docs.check(edited, ctx, figs)] == ["quickstart-step"]
 
 

@@ -188,10 +188,12 @@ def test_collective_levels_give_the_ring_closed_form() -> None:
     # Two chips sharing the link with 3 other groups: 4 flows per direction, one way each.
     pair = [Level(2, bw, a, bidirectional=True)]
     assert collective_s("reduce_scatter", n, pair, 4) == pytest.approx(a + 0.5 * n * 4 / bw)
-    # Halving-doubling on a 4-ring (1 to 56 MiB): n/2 one hop, then n/4 two hops.
+    # Halving-doubling on a 4-ring (1 to 56 MiB): n/2 one hop, then n/4 two hops,
+    # chips 0 and 2 the positive way and 1 and 3 the negative one (ties split by
+    # parity), so each link direction carries one flow of it.
     m = 32 * 2**20
     hd = collective_s("reduce_scatter", m, ring, 1)
-    assert hd == pytest.approx(2 * a + (m / 2 + m / 4 * 2) / bw)
+    assert hd == pytest.approx(2 * a + (m / 2 + m / 4) / bw)
 
 
 @pytest.mark.parametrize("count", [1, 2, 4])
