@@ -180,7 +180,13 @@ def fit_group(
     """Fit the group's constants on ``rows`` (see the module doc)."""
     names = list(family.constants)[: min(len(family.constants), len(rows) // 2)]
     previous = _previous(rows, family)
-    x0 = {**previous, **(start or {})}
+    # Only the fitted constants are set; the others keep each row's chip values, so one
+    # the catalog leaves unset (attention_efficiency: tensor_efficiency's) follows the
+    # fitted one in the estimate as it does in the simulator.
+    x0 = {
+        **{n: previous[n] for n in names},
+        **{n: v for n, v in (start or {}).items() if n in names},
+    }
     before = _log_errors(rows, x0, estimate)
     vals = _solve(rows, family, names, x0, estimate)
     final = _log_errors(rows, vals, estimate)
@@ -204,7 +210,7 @@ def leave_one_out(
     """Per row, the log error of its prediction by ``result``'s constants refitted on the
     other rows (see the module doc); ``result.loo`` is set to it."""
     names = list(result.constants)
-    x0 = {**_previous(rows, family), **result.constants}
+    x0 = dict(result.constants)  # the others keep each row's chip values, as in fit_group
     out: dict[str, float] = {}
     for i, row in enumerate(rows):
         others = [r for k, r in enumerate(rows) if k != i]

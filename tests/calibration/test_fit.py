@@ -324,3 +324,27 @@ def test_stacks_refuse_cycles_and_own_fits() -> None:
     own = {**base, "fits": {**base["fits"], "h100/megatron-bridge-25.11": fit}}
     with pytest.raises(CatalogError, match="fitted as its base"):
         parse_calibration(own)
+
+
+def test_constants_not_fitted_keep_the_rows_chip_values() -> None:
+    """Two Trainium rows fit tensor_efficiency alone; attention_efficiency, which the catalog
+    leaves unset (it follows tensor_efficiency, as the simulator runs it), stays unset in
+    every estimate of the fit and of its leave-one-out refits instead of being pinned to
+    the catalog's tensor efficiency."""
+    from clustersim.calibration.fit import leave_one_out
+
+    family = calibration().families["trainium"]
+    rows = _rows(["trn1-llama2-7b", "t5-llama2-13b"], {"tensor_efficiency": 0.9})
+    seen: list[tuple[float, float | None, float]] = []
+
+    def estimate(res: object, chip: ChipSpec) -> float:
+        cal = chip.calibration
+        seen.append((cal.tensor_efficiency, cal.attention_efficiency, cal.hbm_efficiency))
+        return estimate_s(res, chip)  # type: ignore[arg-type]
+
+    result = fit_group("trainium/synthetic", rows, family, estimate=estimate)
+    leave_one_out(result, rows, family, estimate=estimate)
+    assert list(result.constants) == ["tensor_efficiency"]
+    assert result.constants["tensor_efficiency"] == pytest.approx(0.9, rel=1e-3)
+    catalog_hbm = rows[0].res.chip.calibration.hbm_efficiency
+    assert seen and all(att is None and hbm == catalog_hbm for _, att, hbm in seen)
