@@ -1,0 +1,149 @@
+"""Profile the Neuron runtime's collective launch (``collectives.launch_s``) on the
+Trainium calibration rows.
+
+    python -m clustersim.calibration.launch                 # the default grid, 0 to 420 us
+    python -m clustersim.calibration.launch --grid 0,120,210 --json
+
+The launch is held in the catalog, not fitted (:mod:`clustersim.validation.fit_collectives`).
+This shows what a fit of it would have to go on. At each launch on the grid:
+
+1. the other collective constants are fitted on the calibration rows of measured
+   collectives (nccom-test C1 and C3), the launch held there;
+2. the family's calibrated constants (``tensor_efficiency`` on the two Trainium
+   step rows) are fitted on its calibration step rows as ``clustersim calibrate``
+   fits them: the estimate anchored on one simulation per row at the catalog's
+   fit, with those collective constants;
+3. the step rows are simulated again at the fitted constants.
+
+The objective is the sum of squared log errors, the collectives' sizes and the
+step rows together (``joint``), and each part. Holdouts are never read. One
+launch takes about 10 s of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clustersim.calibration.fit import FitRow, estimate_s, fit_group, group_rows
+from clustersim.catalog.fits import calibration, fit_overrides
+from clustersim.scenario import Resolved, load_scenario
+from clustersim.sim import simulate
+from clustersim.validation import fit_collectives
+from clustersim.validation.rows import references
+from clustersim.validation.training import scenario_text
+
+__all__ = ["GRID_US", "Point", "main", "profile"]
+
+GRID_US: tuple[float, ...] = (0, 30, 60, 90, 120, 150, 180, 210, 240, 280, 350, 420)
+"""The default launches, in us: from zero to where a ring step's handshake and a
+halving-doubling round's coincide (the module doc of ``fit_collectives``)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    launch_s: float
+    collectives: dict[str, float]
+    constants: dict[str, float]
+    collective_errors: dict[str, float]
+    step_errors: dict[str, float]
+    """Simulated step over published step, minus one, per calibration step row."""
+
+    def sse(self, errors: dict[str, float]) -> float:
+        return sum(math.log1p(e) ** 2 for e in errors.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        coll, step = self.sse(self.collective_errors), self.sse(self.step_errors)
+        return {
+            "launch_us": self.launch_s * 1e6,
+            "collectives": self.collectives,
+            "constants": self.constants,
+            "collective_rms": math.sqrt(coll / len(self.collective_errors)),
+            "collective_sse": coll,
+            "step_errors": self.step_errors,
+            "step_sse": step,
+            "joint_sse": coll + step,
+        }
+
+
+def _step_s(res: Resolved) -> float:
+    return float(simulate(res, record=False).summary["step_time_s"])
+
+
+def profile(grid_us: Sequence[float] = GRID_US, family: str = "trainium") -> list[Point]:
+    """The launch profile of ``family`` over ``grid_us`` (see the module doc)."""
+    cal = calibration()
+    groups = {k: v for k, v in group_rows(cal).items() if k.partition("/")[0] == family}
+    if len(groups) != 1:
+        raise ValueError(f"family {family!r} needs one fit group of step rows, has {len(groups)}")
+    ((key, rows),) = groups.items()
+    stacks = {r.name: r.stack for r in references().training}
+    texts = {r.name: scenario_text(r) for r in references().training}
+    out = []
+    for launch_us in grid_us:
+        coll = fit_collectives.fit(family, held={"launch_s": launch_us * 1e-6})
+        anchored = []
+        start: dict[str, float] = {}
+        for row in rows:
+            shipped = fit_overrides(row.res.chip.name, stacks[row.name], cal)
+            start = start or dict(shipped)
+            res = load_scenario(texts[row.name], _sets(coll.values, shipped))
+            base = load_scenario(texts[row.name], _sets(coll.values, {}))
+            anchored.append(FitRow(row.name, base, row.measured_s * estimate_s(res) / _step_s(res)))
+        fitted = fit_group(key, anchored, cal.families[family], start=start).constants
+        errors = {
+            row.name: _step_s(load_scenario(texts[row.name], _sets(coll.values, fitted)))
+            / row.measured_s
+            - 1.0
+            for row in rows
+        }
+        out.append(Point(launch_us * 1e-6, coll.values, fitted, coll.residuals, errors))
+    return out
+
+
+def _sets(collectives: dict[str, float], constants: dict[str, float]) -> list[str]:
+    sets = [f"cluster.chip.collectives.{k}={v!r}" for k, v in sorted(collectives.items())]
+    return sets + [f"cluster.chip.calibration.{k}={v!r}" for k, v in sorted(constants.items())]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clustersim.calibration.launch")
+    parser.add_argument("--family", default="trainium")
+    parser.add_argument("--grid", help="launches in us, comma-separated (default 0 to 420)")
+    parser.add_argument("--json", action="store_true", help="print the points as JSON")
+    args = parser.parse_args(argv)
+    try:
+        grid = [float(x) for x in args.grid.split(",")] if args.grid else list(GRID_US)
+    except ValueError:
+        print(f"launch: --grid: not a list of numbers: {args.grid!r}", file=sys.stderr)
+        return 2
+    if any(g < 0 for g in grid):
+        print(f"launch: --grid: launches cannot be negative: {args.grid!r}", file=sys.stderr)
+        return 2
+    points = profile(grid, args.family)
+    if args.json:
+        print(json.dumps([p.as_dict() for p in points], indent=2))
+        return 0
+    print(
+        "launch    collectives rms   constants              step rows                       joint"
+    )
+    for p in points:
+        d = p.as_dict()
+        consts = " ".join(f"{k} {v:.4f}" for k, v in p.constants.items())
+        steps = " ".join(f"{k} {v:+.2%}" for k, v in p.step_errors.items())
+        print(
+            f"{d['launch_us']:5.0f} us  {d['collective_rms']:.2%}  {consts}  {steps}  "
+            f"{d['joint_sse']:.5f}"
+        )
+    best = min(points, key=lambda p: p.as_dict()["joint_sse"])
+    print(f"least joint squares on this grid at {best.launch_s * 1e6:.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
