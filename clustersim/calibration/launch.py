@@ -63,7 +63,9 @@ class Point:
             "launch_us": self.launch_s * 1e6,
             "collectives": self.collectives,
             "constants": self.constants,
-            "collective_rms": math.sqrt(coll / len(self.collective_errors)),
+            "collective_rms": math.sqrt(  # of the relative errors, as fit_collectives prints
+                sum(e * e for e in self.collective_errors.values()) / len(self.collective_errors)
+            ),
             "collective_sse": coll,
             "step_errors": self.step_errors,
             "step_sse": step,
@@ -129,9 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps([p.as_dict() for p in points], indent=2))
         return 0
-    print(
-        "launch    collectives rms   constants              step rows                       joint"
-    )
+    print("launch    C1 and C3 rms  fitted constants  step rows  sum of squared log errors")
     for p in points:
         d = p.as_dict()
         consts = " ".join(f"{k} {v:.4f}" for k, v in p.constants.items())
