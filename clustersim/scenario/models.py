@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, field_validator
 
@@ -21,12 +21,19 @@ __all__ = [
     "MoECfg",
     "OutputCfg",
     "ParallelismCfg",
+    "RecomputeModule",
     "Scenario",
     "TrainingCfg",
 ]
 
 Count = int
 Overrides = dict[str, Any]
+
+RecomputeModule = Literal[
+    "layernorm", "mla_up_proj", "core_attn", "mlp", "moe", "moe_act", "shared_experts"
+]
+"""Megatron-Core's recompute modules, in forward order: the one list of their names
+(``clustersim.workload.recompute.MODULES`` is read from it, and reruns them in this order)."""
 
 
 @register_model
@@ -125,14 +132,9 @@ class ParallelismCfg(Strict):
     recompute: Literal["none", "selective", "full"] = "selective"
     # With recompute: selective, the modules rerun in the backward (Megatron-Core's
     # recompute_modules; absent: its default [core_attn]); clustersim.workload.recompute.
-    recompute_modules: (
-        list[
-            Literal[
-                "core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act", "shared_experts"
-            ]
-        ]
-        | None
-    ) = Field(default=None, min_length=1, max_length=7)
+    recompute_modules: list[RecomputeModule] | None = Field(
+        default=None, min_length=1, max_length=len(get_args(RecomputeModule))
+    )
     sequence_parallel: bool = True
     # flash: the attention core keeps scores on chip; unfused: scores and probabilities
     # go through HBM and the causal square is computed whole (Megatron-LM before flash

@@ -26,25 +26,18 @@ and ``moe/experts``:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import get_args
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
-from clustersim.scenario.models import ParallelismCfg
+from clustersim.scenario.models import ParallelismCfg, RecomputeModule
 from clustersim.workload.program import Phase
 from clustersim.workload.templates import Tpl
 
 __all__ = ["DEFAULT_MODULES", "MODULES", "check_modules", "modules_of", "recompute_templates"]
 
-MODULES: tuple[str, ...] = (
-    "layernorm",
-    "mla_up_proj",
-    "core_attn",
-    "mlp",
-    "moe",
-    "moe_act",
-    "shared_experts",
-)
-"""Megatron-Core's recompute modules, in forward order."""
+MODULES: tuple[str, ...] = get_args(RecomputeModule)
+"""Megatron-Core's recompute modules, in forward order (``scenario.models.RecomputeModule``)."""
 
 DEFAULT_MODULES: frozenset[str] = frozenset({"core_attn"})
 """Megatron-Core's default under ``recompute_granularity: selective``."""
