@@ -52,7 +52,6 @@ leaves its fast path only then.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -65,11 +64,12 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError, SimulationError
-from clustersim.network.entity import NO_CHIPS, Component, Entity, FlowGroup, Pairs, link_counts
+from clustersim.network.entity import Component, Entity, FlowGroup, link_counts
 from clustersim.network.flows_hbm import HbmFlows
 from clustersim.network.hbm import SharedHbm
 from clustersim.network.linkstats import LinkStats, LinkUtilisation
 from clustersim.network.live import LiveGroups
+from clustersim.network.routecache import RouteCache
 from clustersim.network.solve import Scratch, Solved, solve_groups
 from clustersim.network.topology import Topology
 
@@ -88,9 +88,6 @@ class FlowNetwork(HbmFlows):
 
     rel_eps: float = 1e-9
     """An entity is done when its remaining bytes are below this fraction of its bytes."""
-
-    max_cached_pairs: int = 1 << 20
-    """The group cache is cleared when its keys hold more pairs than this (memory bound)."""
 
     max_memo_links: int = 1 << 23
     """The solve memo forgets its least recently used solutions while they hold more links
@@ -120,9 +117,8 @@ class FlowNetwork(HbmFlows):
         """Instants at which rates were solved (one per batch of changes)."""
         self.reroutes = 0
         """Entities moved onto new routes after a link went down."""
-        self._groups: dict[Pairs | bytes, FlowGroup] = {}
-        self._groups_version = topology.version
-        self._cached_pairs = 0
+        self._routes = RouteCache(topology)
+        """The groups routed so far (:mod:`.routecache`)."""
         self._pending: list[Entity] = []
         self._created = 0
         self._n_active = 0
@@ -161,7 +157,7 @@ class FlowNetwork(HbmFlows):
         hbm = self.hbm = SharedHbm(self.topology.n_links, hbm_Bps, self.topology.n_chips)
         n_chips = hbm.capacity.size
         self._live.resize(self.topology.n_links + n_chips)
-        self._groups.clear()
+        self._routes.clear()
         self._memo.clear()
         self._memo_links = 0
         self._capacity = None
@@ -204,44 +200,12 @@ class FlowNetwork(HbmFlows):
         return self.stats.summary(topo.names, topo.kinds, topo.capacity_Bps, top)
 
     def group(self, pairs: Sequence[tuple[int, int]] | NDArray[np.int64]) -> FlowGroup:
-        """Route ``(src_chip, dst_chip)`` pairs into a :class:`FlowGroup` (cached).
+        """Route ``(src_chip, dst_chip)`` pairs into a :class:`FlowGroup` (cached:
+        :mod:`.routecache`).
 
         Raises :class:`~clustersim.errors.PartitionError` when a pair has no route.
         """
-        topo = self.topology
-        if self._groups_version != topo.version or self._cached_pairs > self.max_cached_pairs:
-            self._groups.clear()
-            self._groups_version = topo.version
-            self._cached_pairs = 0
-        routed: Pairs | Callable[[], NDArray[np.int64]]
-        key: Pairs | bytes
-        if isinstance(pairs, np.ndarray):
-            # An array is keyed by a digest of its bytes: as a tuple of Python ints, a
-            # step of 10^5 pairs costs more to build than to route.
-            ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-            key = hashlib.blake2b(ends.tobytes(), digest_size=16).digest()
-            found = self._groups.get(key)
-            if found is not None:
-                return found
-            ends.flags.writeable = False
-            routed = partial(np.asarray, ends)  # the pairs themselves, to reroute them
-        else:
-            key = routed = pairs if isinstance(pairs, tuple) else tuple(pairs)
-            found = self._groups.get(key)
-            if found is not None:
-                return found
-            ends = np.asarray(key, dtype=np.int64).reshape(-1, 2)
-        flat, weights, latency = topo.weighted_routes(ends[:, 0], ends[:, 1])
-        links, counts = link_counts(flat, weights)
-        latency_s = float(latency.max()) if latency.size else 0.0
-        chips = NO_CHIPS
-        if self.hbm is not None:
-            links, counts = self.hbm.add(links, counts, ends[:, 0], ends[:, 1])
-            chips = self.hbm.chips_of(links)
-        found = FlowGroup(links, counts, len(ends), latency_s, routed, hbm_chips=chips)
-        self._groups[key] = found
-        self._cached_pairs += len(ends)
-        return found
+        return self._routes.group(pairs, self.hbm)
 
     def transfer(
         self, pairs: Sequence[tuple[int, int]], bytes_per_flow: float, latency_s: float
