@@ -367,7 +367,7 @@ class Network:
         is up, and the domains are placed alike, so such flows count only in the
         domains of the first replica's chips; their links elsewhere carry the same
         loads. Flows between domains are routed in bulk by the scale-out fabric.
-        On a :attr:`private <clustersim.network.topology.ScaleOut.private>` fabric
+        On a :attr:`private <clustersim.network.scaleout.ScaleOut.private>` fabric
         (the ``nonblocking`` one) they meet on no shared link, every chip's links
         carry the same load, and the entity keeps only the first replica's links;
         on switched fabrics (``fat_tree``, ``rail``) it keeps every switch-to-switch
@@ -467,7 +467,7 @@ class Network:
 
         While every link is up a route inside a scale-up domain stays in it, so only
         flows of the representative's domains are routed there. On a :attr:`private
-        <clustersim.network.topology.ScaleOut.private>` fabric a flow between domains
+        <clustersim.network.scaleout.ScaleOut.private>` fabric a flow between domains
         crosses just its two chips' links, taken without routing; on others, every
         flow between domains is routed (they meet on the shared tiers).
         """

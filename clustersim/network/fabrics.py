@@ -114,12 +114,12 @@ class TreeFabric:
 
     @property
     def private(self) -> bool:
-        """See :class:`~clustersim.network.topology.ScaleOut`: one tier, no switch-to-switch
+        """See :class:`~clustersim.network.scaleout.ScaleOut`: one tier, no switch-to-switch
         links (the ``nonblocking`` fabric)."""
         return self.levels == 1 and not self.up
 
     def host_links(self, src: Int64s, dst: Int64s) -> tuple[Int64s, Int64s]:
-        """See :class:`~clustersim.network.topology.ScaleOut`."""
+        """See :class:`~clustersim.network.scaleout.ScaleOut`."""
         return self.host_up[src], self.host_down[dst]
 
     def paths(
@@ -129,7 +129,7 @@ class TreeFabric:
         usable: NDArray[np.bool_] | None,
         offset: Int64s | None = None,
     ) -> tuple[Int64s, NDArray[np.bool_]]:
-        """See :class:`~clustersim.network.topology.ScaleOut`."""
+        """See :class:`~clustersim.network.scaleout.ScaleOut`."""
         ls, ld = self.leaf_of[src], self.leaf_of[dst]
         top = np.zeros(src.size, dtype=np.int64)
         apart = ls != ld

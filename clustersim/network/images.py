@@ -4,7 +4,7 @@ A folded step of a pipeline stage routes every replica's flows (262,144 of them
 per data-parallel step at 10^6 chips), and each stage runs the same steps on its
 own chips. Where every scale-up domain is the same torus (the topology's
 ``local_paths``) and the scale-out fabric is :attr:`private
-<clustersim.network.topology.ScaleOut.private>` (``nonblocking``), shifting every
+<clustersim.network.scaleout.ScaleOut.private>` (``nonblocking``), shifting every
 chip by whole domains, ``c -> c + delta`` with ``delta`` a multiple of the chips
 per domain, maps each route onto the route of the shifted pair: a path inside a
 domain is the domain's local path, and a path between domains is its two chips'

@@ -22,9 +22,9 @@ sustained bandwidth, and its latency is a DMA transfer's set-up
 consecutive instances (one instance, or an UltraServer). Inside a domain a
 builder's *path function* gives each chip pair its preferred path
 (dimension-order on a torus, up-down through a switch tier). Between domains a
-:class:`ScaleOut` fabric routes pairs in bulk (vectorised, and not cached: an
-all-to-all over thousands of chips would otherwise fill the cache with millions
-of routes). When a link on the preferred path is down, the scale-out fabric first
+:class:`~.scaleout.ScaleOut` fabric routes pairs in bulk (vectorised, and not
+cached: an all-to-all over thousands of chips would otherwise fill the cache with
+millions of routes). When a link on the preferred path is down, the scale-out fabric first
 tries its other equal-cost paths (ECMP), then routing falls back to the
 lowest-latency path over the links that are still up (scipy's Dijkstra), and
 raises :class:`~clustersim.errors.PartitionError` when there is none, naming the
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -52,6 +52,7 @@ from numpy.typing import ArrayLike, NDArray
 from clustersim.catalog.schema import ChipSpec
 from clustersim.errors import PartitionError, SimulationError
 from clustersim.network.links import Int64s, LinkKind, LinkState, LinkTable, Node
+from clustersim.network.scaleout import ScaleOut
 
 if TYPE_CHECKING:  # scipy and networkx load on first use: a collective needs neither
     import networkx as nx
@@ -129,46 +130,6 @@ def _row_sums(values: NDArray[np.float64]) -> NDArray[np.float64]:
     for column in range(1, values.shape[1]):
         total += values[:, column]
     return total
-
-
-class ScaleOut(Protocol):
-    """A scale-out fabric that routes chip pairs of different domains in bulk."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def private(self) -> bool:
-        """Whether every path is just its two chips' own links to one switch: then no
-        other pair's path shares a link with it."""
-        ...
-
-    @property
-    def spread(self) -> int:
-        """Equal-cost paths that one chip's traffic to another domain spreads over: its
-        NIC ports, each a flow of its own to ECMP (1 on a :attr:`private` fabric)."""
-        ...
-
-    def host_links(self, src: Int64s, dst: Int64s) -> tuple[Int64s, Int64s]:
-        """The up link of each source and the down link of each target: on a
-        :attr:`private` fabric, the whole path of each pair."""
-        ...
-
-    def paths(
-        self,
-        src: Int64s,
-        dst: Int64s,
-        usable: NDArray[np.bool_] | None,
-        offset: Int64s | None = None,
-    ) -> tuple[Int64s, NDArray[np.bool_]]:
-        """Links of each pair's path, one row per pair padded with -1, and whether it is usable.
-
-        With ``usable`` (a mask over links; None when every link is up) a pair
-        whose preferred path crosses an unusable link takes another equal-cost
-        path, and is marked not ok when none is left. ``offset[i]`` shifts pair
-        ``i`` to its ``offset``-th next equal-cost path (one of a chip's NIC ports).
-        """
-        ...
 
 
 class Topology(LinkTable):
@@ -319,10 +280,10 @@ class Topology(LinkTable):
     ) -> tuple[Int64s, NDArray[np.float64] | None, NDArray[np.float64]]:
         """Links, their weights and route latencies of the pairs ``(src[i], dst[i])``, with
         each pair between domains spread over its chip's NIC ports
-        (:attr:`ScaleOut.spread`): ``weights[j]`` is the share of the pair's flow on
-        entry ``j`` of the links (None when every share is 1). Pair ``i`` may stand for
-        ``times[i]`` flows (default 1), which multiply its entries' weights. The latencies
-        are a multiset with one entry per path."""
+        (:attr:`~.scaleout.ScaleOut.spread`): ``weights[j]`` is the share of the pair's
+        flow on entry ``j`` of the links (None when every share is 1). Pair ``i`` may stand
+        for ``times[i]`` flows (default 1), which multiply its entries' weights. The
+        latencies are a multiset with one entry per path."""
         spread = self.scaleout.spread if self.scaleout is not None else 1
         return self._routes_between(src, dst, spread, times)
 
