@@ -1,13 +1,14 @@
 """Workload: the parallel layout, the lowering of a transformer into per-rank programs,
 pipeline schedules, the memory model and model FLOPs."""
 
+from clustersim.workload.checks import validate
 from clustersim.workload.dims import Dims, make_dims, padded_vocab
 from clustersim.workload.flops import (
     model_flops_per_step,
     model_flops_per_token,
     model_matmul_params,
 )
-from clustersim.workload.layout import GROUP_NAMES, Layout, make_layout, validate
+from clustersim.workload.layout import GROUP_NAMES, Layout, make_layout
 from clustersim.workload.memory import (
     MemoryBreakdown,
     check_fits,

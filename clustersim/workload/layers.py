@@ -67,7 +67,7 @@ class LayerBlocks:
         self.moe = compose(main, moe_part, recompute, modules) if moe_part is not None else None
         self.dense_layers = model.moe.dense_layers if model.moe is not None else model.layers
         self.layers = model.layers
-        # MoE models are refused (workload.layout.validate): their experts' precision
+        # MoE models are refused (workload.checks.validate): their experts' precision
         # is set where the MoE sublayer is built.
         self.bf16_layers = bf16_layers if precision == "fp8" else 0
         self.bf16 = None

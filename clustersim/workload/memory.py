@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.workload.checks import validate
 from clustersim.workload.dims import (
     Dims,
     chunk_layers,
@@ -38,7 +39,7 @@ from clustersim.workload.dims import (
     stage_pieces,
 )
 from clustersim.workload.gradbuckets import param_bytes
-from clustersim.workload.layout import Layout, validate
+from clustersim.workload.layout import Layout
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
 from clustersim.workload.overlap import a2a_overlap

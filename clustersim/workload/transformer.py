@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.work import Work
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.workload.checks import validate
 from clustersim.workload.dims import (
     Dims,
     chunk_layers,
@@ -58,7 +59,7 @@ from clustersim.workload.gradbuckets import (
     param_bytes,
 )
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
-from clustersim.workload.layout import Layout, validate
+from clustersim.workload.layout import Layout
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, mtp_block
 from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
 from clustersim.workload.paramgather import HEAD, ParamGathers
