@@ -27,7 +27,6 @@ traffic is left to the simulation, as for the other collectives.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Protocol
 from clustersim.catalog.schema import ModelSpec
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.search.flatring import TorusDomain, flat_ring
+from clustersim.search.sharedlinks import SharedLinks, wire_part
 from clustersim.search.templates_time import sm_lost_s
 from clustersim.workload import Layout
 from clustersim.workload.dims import chunk_layers, embed_pieces, is_moe_layer, stage_pieces
@@ -194,98 +194,6 @@ def stage_uses(
     return [*fwd, *reversed(bwd)]
 
 
-class _SharedLinks:
-    """The shard group's links as a processor-sharing server: the collectives in flight
-    share their bytes' seconds equally (max-min sharing of the same links), and each
-    ends its fixed costs (its time alone less its seconds on the links) after its
-    bytes. One added with an earlier start than the server's clock starts at the
-    clock (the loop below adds every collective that starts before a gather it
-    waits for ends before it asks)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.left: dict[int, float] = {}  # bytes' seconds left of those in flight
-        self.fixed: dict[int, float] = {}
-        self.done: dict[int, float] = {}
-        self.queued: list[tuple[float, int, float]] = []  # (at, id, wire), a heap
-
-    def add(self, at: float, secs: float, wire: float | None) -> int:
-        ident = len(self.fixed)
-        w = secs if wire is None else min(max(wire, 0.0), secs)
-        self.fixed[ident] = secs - w
-        heapq.heappush(self.queued, (max(at, self.now), ident, w))
-        return ident
-
-    def finish(self, ident: int) -> float:
-        """When collective ``ident`` ends, given those added so far."""
-        if not self.left and len(self.queued) == 1 and self.queued[0][1] == ident:
-            at, _, w = self.queued.pop()  # alone on the links: no sharing to step through
-            self.now = at + w
-            self.done[ident] = self.now + self.fixed[ident]
-        while ident not in self.done:
-            if not self._step():
-                break
-        return self.done[ident]
-
-    def busy_until(self, t: float, also: tuple[float, float] | None = None) -> float:
-        """When the links' bytes run out after ``t`` (``t`` if none are on them then),
-        given those added so far and ``also`` (start, seconds on the links); the
-        server's state is left as it is."""
-        now, left = self.now, list(self.left.values())
-        queued = sorted([(at, w) for at, _, w in self.queued] + ([also] if also else []))
-        i = 0
-        while True:
-            arrival = queued[i][0] if i < len(queued) else math.inf
-            if left:
-                n, first = len(left), min(left)
-                if now + first * n <= arrival:
-                    now += first * n
-                    left = [v - first for v in left if v - first > 1e-15]
-                    continue
-            elif arrival > t:
-                return max(now, t)
-            if left:
-                served = (max(arrival, now) - now) / len(left)
-                left = [v - served for v in left]
-            now = max(arrival, now)
-            if queued[i][1] > 0:
-                left.append(queued[i][1])
-            i += 1
-
-    def drain(self) -> float:
-        """When the last collective ends."""
-        while self._step():
-            pass
-        return max(self.done.values(), default=0.0)
-
-    def _step(self) -> bool:
-        arrival = self.queued[0][0] if self.queued else math.inf
-        n = len(self.left)
-        first = min(self.left.values()) if n else math.inf
-        if n and self.now + first * n <= arrival:
-            self.now += first * n
-            for ident in list(self.left):
-                rest = self.left[ident] - first
-                if rest <= 1e-15:
-                    del self.left[ident]
-                    self.done[ident] = self.now + self.fixed[ident]
-                else:
-                    self.left[ident] = rest
-            return True
-        if not self.queued:
-            return False
-        at, ident, w = heapq.heappop(self.queued)
-        if n:
-            served = (max(at, self.now) - self.now) / n
-            self.left = {k: v - served for k, v in self.left.items()}
-        self.now = max(at, self.now)
-        if w > 0:
-            self.left[ident] = w
-        else:
-            self.done[ident] = self.now + self.fixed[ident]
-        return True
-
-
 def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int, sm: float = 0.0) -> ShardTimes:
     """Step two microbatches of ``uses`` through the gather stream; see the module doc.
 
@@ -299,7 +207,7 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int, sm: float = 0.0) -> Sh
     starts: list[float] = []
     gathered: list[int] = []  # indices of the uses that gather
     ahead = [j for j, u in enumerate(seq) if u.gather_s > 0]
-    links = _SharedLinks()
+    links = SharedLinks()
     end = 0.0
     waits = [0.0] * len(seq)
     lost = [0.0] * len(seq)
@@ -322,7 +230,7 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int, sm: float = 0.0) -> Sh
             k = len(gathered) - 1 + prefetch if use.gather_s > 0 and prefetch else -1
             k = k - len(ahead) // 2 if k >= len(ahead) else k
             nxt = seq[ahead[k]] if 0 <= k < len(ahead) else None
-            also = (start, _wire(nxt.gather_s, nxt.gather_wire_s)) if nxt else None
+            also = (start, wire_part(nxt.gather_s, nxt.gather_wire_s)) if nxt else None
             busy = links.busy_until(start, also) - start
             lost[j] = sm_lost_s(sm, busy, use.compute_s - use.comm_s, use.comm_s)
         end = start + use.compute_s + lost[j]
@@ -337,10 +245,6 @@ def fsdp_overhead(uses: Sequence[FsdpUse], prefetch: int, sm: float = 0.0) -> Sh
     first = sum(waits[:n]) + sum(lost[:n]) - steady_f - steady_b - lost_f - lost_b
     once = max(first, 0.0) + max(link - end, 0.0)
     return ShardTimes(steady_f, steady_b, once, lost_f, lost_b)
-
-
-def _wire(secs: float, wire: float | None) -> float:
-    return secs if wire is None else min(max(wire, 0.0), secs)
 
 
 @dataclass(frozen=True)
