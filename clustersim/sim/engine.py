@@ -7,19 +7,21 @@ is exact and keeps the event count down to the synchronisation points.
 Collectives meet at a rendezvous: the last member to arrive starts the
 collective on the network, and every member resumes when it completes.
 
-On NCCL (GPUs) the collectives of one communicator run in turn, in issue order:
-NCCL enqueues every operation of a communicator on that communicator's internal
-stream, so one starts only when the one issued before it has finished (the NCCL
-user guide, "CUDA stream semantics" and "Using multiple NCCL communicators
-concurrently", as recalled: operations on the same communicator are serialised).
-A communicator is one group of ranks in one role (``Instr.group``): Megatron-Core's
-gradient buckets and the distributed optimizer's parameter gathers share the DP
-group's, TP, CP and EP collectives each run on their group's, and pipeline sends
-are point-to-point transfers outside this ordering. ``StepSim.serial_communicators``
-turns the ordering on; ``simulate`` leaves it off for now, on every runtime, until
-the GPU families are refitted with it (on the rows before whole-parameter gradient
-buckets it moved G7 from +7.4% to -5.3% and G12, B200, from +4.8% to -13.4%). The
-Neuron runtime's ordering of one replica group's collectives is not modelled.
+On NCCL (GPUs) the collectives of one communicator run in turn, in issue order.
+PyTorch's ProcessGroupNCCL (2.13, ``ProcessGroupNCCL.hpp``) keeps one NCCL
+communicator and one CUDA stream per device for each process group
+(``devNCCLCommMap_``, ``ncclStreams_``), so a collective starts only when the one
+issued before it on that group has ended. Megatron-Core 0.14 reduce-scatters the
+gradient buckets (``start_grad_sync``) and all-gathers the distributed optimizer's
+parameters (``start_param_sync``) on one group, the DP x CP group
+(``param_and_grad_buffer.py``); TP, CP, EP and PP have groups of their own
+(``parallel_state.py``). A communicator is one group of ranks in one role
+(``Instr.group``); pipeline sends stay outside this ordering. ``StepSim.serial_communicators``
+turns it on; ``simulate`` leaves it off on every runtime: on the shipped rows it
+moves G7 from -1.1% to -5.4% and G12, B200, from -9.8% to -13.3%, out of its
+tolerance (the pipeline's sends keep a larger share of each NIC: G12's bubble
+falls from 11.5% to 8.3% of the step), and the GPU refits do not move it back.
+The Neuron runtime's ordering of one replica group's collectives is not modelled.
 """
 
 from __future__ import annotations
