@@ -41,6 +41,7 @@ from clustersim.calibration.fit import (
     fit_group,
     group_rows,
     leave_one_out,
+    prior_rows,
 )
 from clustersim.calibration.measurements import (
     CollectivePoint,
@@ -129,23 +130,24 @@ def _check_simulated(
     from clustersim.validation.rows import references
 
     stacks = {r.name: r.stack for r in references().training}
-    for rows in groups.values():
-        for row in rows:
-            if row.name not in simulated:
-                raise ScenarioError(
-                    "--validation", source,
-                    f"has no row {row.name}: run the full `clustersim validate` (not --quick)",
-                )  # fmt: skip
-            shipped = fit_overrides(row.res.chip.name, stacks[row.name], cal)
-            ran = simulated[row.name][1]
-            if set(ran) != set(shipped) or any(
-                abs(ran[k] - v) > 1e-9 * max(1.0, abs(v)) for k, v in shipped.items()
-            ):
-                raise ScenarioError(
-                    "--validation", source,
-                    f"row {row.name} ran with {ran}, not the shipped fit {shipped}: "
-                    "run `clustersim validate` again",
-                )  # fmt: skip
+    chips = {row.name: row.res.chip.name for rows in groups.values() for row in rows}
+    chips.update({name: chip for name, (chip, _) in prior_rows(cal).items()})
+    for name, chip in chips.items():
+        if name not in simulated:
+            raise ScenarioError(
+                "--validation", source,
+                f"has no row {name}: run the full `clustersim validate` (not --quick)",
+            )  # fmt: skip
+        shipped = fit_overrides(chip, stacks[name], cal)
+        ran = simulated[name][1]
+        if set(ran) != set(shipped) or any(
+            abs(ran[k] - v) > 1e-9 * max(1.0, abs(v)) for k, v in shipped.items()
+        ):
+            raise ScenarioError(
+                "--validation", source,
+                f"row {name} ran with {ran}, not the shipped fit {shipped}: "
+                "run `clustersim validate` again",
+            )  # fmt: skip
 
 
 def fit_shipped(
@@ -366,6 +368,12 @@ def calibrate_command(args: argparse.Namespace) -> int:
             print(
                 f"{r.key}: {len(r.rows)} rows; {moves}; rms log error {before:.3f} -> {r.rms:.3f}"
                 f" ({loo:.3f} with each row left out in turn)"
+            )
+        for name, (chip, key) in sorted(prior_rows(cal).items()):
+            lent = fit_overrides(chip, key.partition("/")[2], cal)
+            print(
+                f"{name} ({chip}): no fit of its own; runs with its prior's {key} "
+                + ", ".join(f"{k} {v:.4g}" for k, v in lent.items())
             )
     if args.write:
         path = _write(results, cal)

@@ -40,6 +40,7 @@ from clustersim.catalog.fits import (
     Fit,
     calibration,
     family_of,
+    fit_source,
     fit_stack,
 )
 from clustersim.catalog.schema import ChipSpec
@@ -57,6 +58,7 @@ __all__ = [
     "fit_references",
     "group_rows",
     "leave_one_out",
+    "prior_rows",
     "with_constants",
 ]
 
@@ -245,6 +247,25 @@ def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
         key = f"{family}/{stack}" if len(rows) >= 2 else f"{family}/{POOLED}"
         groups.setdefault(key, []).extend(rows)
     return {k: v for k, v in groups.items() if len(v) >= 2}
+
+
+def prior_rows(cal: CalibrationFile | None = None) -> dict[str, tuple[str, str]]:
+    """The calibration rows no fit group holds that run with their family's prior's fit:
+    per row, (its chip, the fit ``family/stack`` it borrows from)."""
+    from clustersim.validation.rows import references
+    from clustersim.validation.training import scenario_text
+
+    cal = cal or calibration()
+    grouped = {r.name for rows in group_rows(cal).values() for r in rows}
+    out: dict[str, tuple[str, str]] = {}
+    for ref in references().training:
+        if ref.role != "calibration" or ref.name in grouped:
+            continue
+        chip = load_scenario(scenario_text(ref)).chip.name
+        family, key = family_of(chip, cal), fit_source(chip, ref.stack, cal)
+        if family is not None and key is not None and key.partition("/")[0] != family:
+            out[ref.name] = (chip, key)
+    return out
 
 
 def fit_references(cal: CalibrationFile | None = None) -> list[FitResult]:

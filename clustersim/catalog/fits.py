@@ -4,6 +4,7 @@
     fam = family_of("h100")                  # "h100" (h100 and h200 share it)
     over = fit_overrides("h100", "nemo-24.07")   # {"tensor_efficiency": ..., ...} or {}
     fit_stack("megatron-bridge-25.11")       # "nemo-24.07": the stack it is fitted as
+    fit_overrides("b200", "nemo-24.07")      # h100's fitted efficiencies (b200's prior)
 
 A stack may name a ``base`` (``stacks:`` in the file): the software it runs the
 same kernels as. Its rows are fitted with the base's rows and run with the base's
@@ -69,6 +70,7 @@ __all__ = [
     "calibration",
     "family_of",
     "fit_overrides",
+    "fit_source",
     "fit_stack",
     "half_width",
     "interval",
@@ -104,6 +106,12 @@ class Family(Strict):
     default_spread: float = Field(gt=0, lt=1)
     reference_noise: ReferenceNoise
     constants: dict[str, ConstantSpec]
+    prior: str | None = None
+    """The family whose fitted efficiencies this one takes where it has no fit of its own."""
+
+
+PRIOR_SUFFIX = "_efficiency"
+"""The constants a prior lends: dimensionless efficiencies (fractions of a peak)."""
 
 
 class Fit(Strict):
@@ -140,6 +148,16 @@ class CalibrationFile(Strict):
                 raise ValueError(f"fit {key!r} must be named family/stack of a declared family")
             if stack in self.stacks:
                 raise ValueError(f"fit {key!r}: stack {stack!r} is fitted as its base")
+        for name, fam in self.families.items():
+            if fam.prior is None:
+                continue
+            prior = self.families.get(fam.prior)
+            if prior is None or fam.prior == name:
+                raise ValueError(f"family {name!r}: prior {fam.prior!r} must be another family")
+            if prior.prior is not None:
+                raise ValueError(
+                    f"family {name!r}: prior {fam.prior!r} has a prior of its own; name that one"
+                )
         for start in self.stacks:  # every chain of bases ends
             name, seen = start, {start}
             while name in self.stacks:
@@ -184,16 +202,39 @@ def fit_stack(stack: str, cal: CalibrationFile | None = None) -> str:
     return stack
 
 
-def fit_overrides(chip: str, stack: str, cal: CalibrationFile | None = None) -> dict[str, float]:
-    """The fitted constants of ``chip``'s family for ``stack``: the fit of the stack it is
-    fitted as (:func:`fit_stack`), else the family's pooled fit (``family/all``), else none."""
+def fit_source(chip: str, stack: str, cal: CalibrationFile | None = None) -> str | None:
+    """The fit (``family/stack``) whose constants ``chip`` runs ``stack`` with, or None:
+    its family's fit of the stack it is fitted as (:func:`fit_stack`), else the family's
+    pooled fit (``family/all``), else its prior's fit of that stack (module doc)."""
     cal = cal or calibration()
     family = family_of(chip, cal)
     if family is None:
+        return None
+    stack = fit_stack(stack, cal)
+    for key in (f"{family}/{stack}", f"{family}/all"):
+        if key in cal.fits:
+            return key
+    prior = cal.families[family].prior
+    if prior is not None and f"{prior}/{stack}" in cal.fits:
+        return f"{prior}/{stack}"
+    return None
+
+
+def fit_overrides(chip: str, stack: str, cal: CalibrationFile | None = None) -> dict[str, float]:
+    """The fitted constants ``chip`` runs ``stack`` with (:func:`fit_source`); from a
+    prior's fit only the efficiencies ``chip``'s family declares."""
+    cal = cal or calibration()
+    key = fit_source(chip, stack, cal)
+    if key is None:
         return {}
-    key = f"{family}/{fit_stack(stack, cal)}"
-    fit = cal.fits.get(key) or cal.fits.get(f"{family}/all")
-    return dict(fit.constants) if fit is not None else {}
+    constants = dict(cal.fits[key].constants)
+    family = family_of(chip, cal)
+    if family is not None and key.partition("/")[0] != family:  # lent by the prior
+        declared = cal.families[family].constants
+        constants = {
+            k: v for k, v in constants.items() if k.endswith(PRIOR_SUFFIX) and k in declared
+        }
+    return constants
 
 
 def residual_basis(family: str, cal: CalibrationFile | None = None) -> list[float]:

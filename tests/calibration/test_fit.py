@@ -306,7 +306,8 @@ def test_a_stack_with_a_base_is_fitted_and_run_as_its_base() -> None:
     assert fit_stack("nemo-24.07") == "nemo-24.07"  # no base: itself
     nemo = fit_overrides("h100", "nemo-24.07")
     assert nemo and fit_overrides("h100", "megatron-bridge-25.11") == nemo
-    assert fit_overrides("b200", "megatron-bridge-25.11") == {}  # no b200 fit of the base
+    assert "b200/nemo-24.07" not in cal.fits  # b200 runs the base with its prior's (h100) fit
+    assert fit_overrides("b200", "megatron-bridge-25.11") == nemo
     groups = fitmod.group_rows(cal)
     assert "bridge-llama3-8b-fsdp" in [r.name for r in groups["h100/nemo-24.07"]]
     assert not any(key.endswith("/megatron-bridge-25.11") for key in groups)
