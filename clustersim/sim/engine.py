@@ -17,10 +17,10 @@ parameters (``start_param_sync``) on one group, the DP x CP group
 (``param_and_grad_buffer.py``); TP, CP, EP and PP have groups of their own
 (``parallel_state.py``). A communicator is one group of ranks in one role
 (``Instr.group``); pipeline sends stay outside this ordering. ``StepSim.serial_communicators``
-turns it on; ``simulate`` leaves it off on every runtime: on the shipped rows it
-moves G7 from -1.1% to -5.4% and G12, B200, from -9.8% to -13.3%, out of its
-tolerance (the pipeline's sends keep a larger share of each NIC: G12's bubble
-falls from 11.5% to 8.3% of the step), and the GPU refits do not move it back.
+turns it on, and ``simulate`` turns it on for the NCCL runtime (``ChipSpec.runtime``)
+only. With it the pipeline's sends keep a larger share of each NIC (G12's bubble
+falls from 11.5% to 8.3% of the step); it was switched on with the GPU families
+refitted and B200 running H100's fitted efficiencies (its ``prior``, calibration.yaml).
 The Neuron runtime's ordering of one replica group's collectives is not modelled.
 """
 

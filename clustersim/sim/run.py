@@ -203,7 +203,7 @@ def simulate(
     sim = StepSim(
         env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded,
         slowdown=injector.slowdown if injector is not None else None,
-        chip_model=sc.chip_model,
+        chip_model=sc.chip_model, serial_communicators=res.chip.runtime == "nccl",
     )  # fmt: skip
     sim.hbm = ComputeRuns(
         env, network.flows, [pl.layout.chip_of(r) for r in sim.ranks],

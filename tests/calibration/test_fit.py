@@ -250,6 +250,13 @@ def _validation_file(tmp_path: Path, scale: float = 1.0) -> Path:
             est = estimate_s(row.res, with_constants(row.res.chip, shipped))
             rows.append({"name": row.name, "kind": "training", "predicted": est * scale,
                          "extra": {"calibration": shipped}})  # fmt: skip
+    for name in fitmod.prior_rows():  # rows that run with a prior family's fit, checked too
+        ref = next(r for r in references().training if r.name == name)
+        res = load_scenario(scenario_text(ref))
+        shipped = fit_overrides(res.chip.name, ref.stack)
+        est = estimate_s(res, with_constants(res.chip, shipped))
+        rows.append({"name": name, "kind": "training", "predicted": est * scale,
+                     "extra": {"calibration": shipped}})  # fmt: skip
     path = tmp_path / "validate.json"
     path.write_text(json.dumps({"rows": rows}))
     return path
