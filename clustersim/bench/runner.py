@@ -143,7 +143,11 @@ def child_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--case", required=True, help=f"one of {', '.join(CASES)}")
     args = p.parse_args(argv)
     if hasattr(signal, "SIGUSR1"):  # the parent asks for the stack before stopping a case
-        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=False)
+        # Every Python thread: the kernel may hand a process-directed signal to any thread
+        # that does not block it, such as one of OpenBLAS's workers, where a dump of the
+        # "current" thread alone would hold no Python frame. The main thread, the oldest,
+        # is dumped last, which is the dump ``_stack`` reads.
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
 
     def phase(text: str) -> None:
         print(PHASE_MARKER + text, file=sys.stderr, flush=True)
