@@ -57,6 +57,7 @@ from clustersim.errors import ScenarioError
 __all__ = [
     "CHECK_TOLERANCE",
     "LOO_TOLERANCE",
+    "anchored",
     "calibrate_command",
     "fit_shipped",
     "load_validation",
@@ -75,7 +76,7 @@ Simulated = dict[str, tuple[float, dict[str, float]]]
 """Per row: a simulated step time and the calibration constants it ran with."""
 
 
-def _anchored(
+def anchored(
     rows: list[FitRow],
     cal: CalibrationFile,
     stacks: dict[str, str],
@@ -177,7 +178,7 @@ def fit_shipped(
         if progress is not None:
             progress(key)
         family = cal.families[key.partition("/")[0]]
-        use = _anchored(rows, cal, stacks, simulated) if simulate else rows
+        use = anchored(rows, cal, stacks, simulated) if simulate else rows
         start = dict(cal.fits[key].constants) if key in cal.fits else None
         result = fit_group(key, use, family, start=start)
         if loo:

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clustersim.calibration.fit import FitRow, estimate_s, fit_group, group_rows
+from clustersim.calibration.command import anchored
+from clustersim.calibration.fit import FitRow, fit_group, group_rows
 from clustersim.catalog.fits import calibration, fit_overrides
 from clustersim.scenario import Resolved, load_scenario
 from clustersim.sim import simulate
@@ -89,15 +90,13 @@ def profile(grid_us: Sequence[float] = GRID_US, family: str = "trainium") -> lis
     out = []
     for launch_us in grid_us:
         coll = fit_collectives.fit(family, held={"launch_s": launch_us * 1e-6})
-        anchored = []
-        start: dict[str, float] = {}
-        for row in rows:
-            shipped = fit_overrides(row.res.chip.name, stacks[row.name], cal)
-            start = start or dict(shipped)
-            res = load_scenario(texts[row.name], _sets(coll.values, shipped))
-            base = load_scenario(texts[row.name], _sets(coll.values, {}))
-            anchored.append(FitRow(row.name, base, row.measured_s * estimate_s(res) / _step_s(res)))
-        fitted = fit_group(key, anchored, cal.families[family], start=start).constants
+        based = [
+            FitRow(r.name, load_scenario(texts[r.name], _sets(coll.values, {})), r.measured_s)
+            for r in rows
+        ]
+        start = fit_overrides(rows[0].res.chip.name, stacks[rows[0].name], cal)
+        use = anchored(based, cal, stacks)
+        fitted = fit_group(key, use, cal.families[family], start=start).constants
         errors = {
             row.name: _step_s(load_scenario(texts[row.name], _sets(coll.values, fitted)))
             / row.measured_s
