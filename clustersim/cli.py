@@ -26,7 +26,6 @@ from clustersim.units import UnitError, parse_bytes
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.table import Table
 
     from clustersim.scenario import Resolved
     from clustersim.sim import Plan
@@ -164,7 +163,9 @@ def _run(args: argparse.Namespace) -> int:
                 f"summary, trace and injections written to {out}"
             )
         else:
-            con.print(_summary_table(summary, out))
+            from clustersim.terminal import summary_table
+
+            con.print(summary_table(summary, str(out)))
         for line in _injection_notes(summary):
             con.print(line)
     return 0
@@ -212,58 +213,6 @@ def _check_out(out: Path, name: str, *, force: bool) -> None:
             f"holds the results of scenario {previous!r}, not {name!r}; "
             "choose another --out or pass --force",
         )
-
-
-def _summary_table(s: dict[str, Any], out: Path) -> Table:
-    from rich.table import Table
-
-    lay, mem, cost, step = s["layout"], s["memory_gib_per_chip"], s["cost"], s["step_time_s"]
-    title = f"{s['scenario']}: {s['chips']} x {s['chip']} ({s['instances']} x {s['instance']})"
-    t = Table(title=title, show_header=False, title_justify="left")
-    t.add_column("metric", style="bold")
-    t.add_column("value", justify="right")
-    t.add_column("note")
-    layout = (
-        f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} cp {lay['cp']}, "
-        f"{lay['microbatches']} microbatches, {lay['schedule']}, recompute {lay['recompute']}"
-    )
-    t.add_row("model", s["model"], layout)
-    unc = s.get("uncertainty")
-    pm = ""
-    if unc is not None:  # the interval's half-width, as a share of the point
-        low, high = unc["step_time_s"]
-        pm = f" ±{(high - low) / (2 * step):.0%}"
-    t.add_row("step time", f"{step:.3f} s{pm}", f"{s['tokens_per_step']:,} tokens per step")
-    t.add_row(
-        "throughput", f"{s['tokens_per_s']:,.0f} tok/s{pm}", f"{s['sequences_per_s']:.2f} seq/s"
-    )
-    if unc is not None:
-        low, high = unc["step_time_s"]
-        t.add_row("interval", f"{low:.3f} .. {high:.3f} s", unc["basis"])
-    t.add_row("MFU", f"{s['mfu']:.1%}", f"HFU {s['hfu']:.1%} (counts recompute)")
-    for part, secs in s["breakdown_s"].items():
-        t.add_row(f"  {part.replace('_', ' ')}", f"{secs:.3f} s", f"{secs / step:.1%} of step")
-    parts = ", ".join(f"{k} {mem[k]:.1f}" for k in ("weights", "grads", "optimizer", "activations"))
-    t.add_row(
-        "memory per chip", f"{mem['total']:.1f} GiB", f"of {mem['capacity']:.0f} GiB: {parts}"
-    )
-    per_m = f"${cost['usd_per_million_tokens']:.3f} /M tok"
-    t.add_row("cost", per_m, f"${cost['usd_per_hour']:,.2f}/h {cost['pricing']}")
-    if "reliability" in s:
-        rel = s["reliability"]
-        lost = f"{rel['interruptions']:.0f} interruptions, ETTR {rel['ettr']:.1%}"
-        t.add_row("goodput", f"{rel['goodput']:.2%}", lost)
-        useful = rel["cost"]["usd_per_million_useful_tokens"]
-        shown = f"${useful:.3f} /M tok" if useful is not None else "no useful work"
-        t.add_row("useful cost", shown, "after failures and checkpoints")
-        how = rel.get("degraded_step")
-        if how is not None:  # continue_degraded without a given degraded step time
-            note = f"derived: {how['method']} ({how['slowdown']:.3f}x)"
-            t.add_row("degraded step", f"{how['step_time_s']:.3f} s", note)
-    events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
-    t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
-    t.add_row("written to", str(out), "")
-    return t
 
 
 # -- check ----------------------------------------------------------------------------
@@ -400,11 +349,19 @@ def _report(args: argparse.Namespace) -> int:
 
 def _catalog(args: argparse.Namespace) -> int:
     from clustersim import catalog
+    from clustersim.catalog import stacks
     from clustersim.terminal import print_yaml
 
     if args.kind is None:
         for kind in catalog.KINDS:
             print(f"{kind}: {', '.join(catalog.names(kind))}")
+        print(f"stacks: {', '.join(stacks.stack_names())}")
+        return 0
+    if args.kind == "stacks":
+        if args.name is None:
+            print("\n".join(stacks.stack_lines()))
+        else:
+            print_yaml(stacks.describe_stack(args.name))
         return 0
     if args.name is None:
         for name in catalog.names(args.kind):

@@ -15,8 +15,8 @@ from clustersim._version import __version__
 
 __all__ = ["CATALOG_KINDS", "RELIABILITY_FILES", "STUDY_MAX_EVENTS", "build_parser"]
 
-CATALOG_KINDS = ("chips", "instances", "models")
-"""``clustersim.catalog.KINDS``, without importing the catalogs."""
+CATALOG_KINDS = ("chips", "instances", "models", "stacks")
+"""``clustersim.catalog.KINDS`` and the software stacks, without importing the catalogs."""
 STUDY_MAX_EVENTS = 2e9
 """``clustersim.sweep.guard.STUDY_MAX_EVENTS``, the default of ``sweep --max-events``."""
 RELIABILITY_FILES = ("reliability.json", "reliability_timeline.parquet")

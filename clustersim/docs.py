@@ -197,16 +197,10 @@ def hardware_intervals(group: str) -> Callable[[Context], str]:
     return compute
 
 
-def _quickstart_interval(ctx: Context) -> tuple[float, float, str]:
-    s = ctx.quickstart()
-    low, high = s["uncertainty"]["step_time_s"]
-    return float(low), float(high), str(s["uncertainty"]["basis"])
+def _quickstart_output(ctx: Context) -> str:
+    from clustersim.terminal import summary_table, table_text
 
-
-def _quickstart_pm(ctx: Context) -> str:
-    """The interval's half-width as a share of the step, as ``run`` prints it."""
-    low, high, _ = _quickstart_interval(ctx)
-    return f"±{(high - low) / (2 * ctx.quickstart()['step_time_s']):.0%}"
+    return "```\n" + table_text(summary_table(ctx.quickstart())) + "\n```"
 
 
 def measured_table(reference: str) -> Callable[[Context], str]:
@@ -333,30 +327,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("holdout-mean", r"holdout ([0-9.]+%) \(\d+", _role_stat("holdout", "mean_abs_error")),
     Figure("holdout-rows", r"holdout [0-9.]+% \((\d+)", _role_stat("holdout", "rows")),
     Figure(
-        "quickstart-step",
-        r"step time +([0-9.]+ s)",
-        lambda ctx: f"{ctx.quickstart()['step_time_s']:.3f} s",
-        what="the quick-start step time",
+        "quickstart-output",
+        "",
+        _quickstart_output,
+        what="what `clustersim run` prints for the quick start (its wall time and output "
+        "directory left out), from a fresh run",
     ),
-    Figure(
-        "quickstart-throughput",
-        r"throughput +([0-9,]+ tok/s)",
-        lambda ctx: f"{ctx.quickstart()['tokens_per_s']:,.0f} tok/s",
-    ),
-    Figure(
-        "quickstart-spread",
-        r"step time +[0-9.]+ s (±\d+%)",
-        _quickstart_pm,
-        what="the quick-start interval's half-width, as `run` prints it",
-    ),
-    Figure("quickstart-throughput-spread", r"tok/s (±\d+%)", _quickstart_pm),
-    Figure(
-        "quickstart-interval",
-        r" interval +([0-9.]+ \.\. [0-9.]+ s +[a-z0-9]+: [^\n]*)",
-        lambda ctx: "{:.3f} .. {:.3f} s   {}".format(*_quickstart_interval(ctx)),
-        what="the quick-start interval and its basis, as `run` prints them",
-    ),
-    Figure("quickstart-mfu", r" MFU +([0-9.]+%)", lambda ctx: f"{ctx.quickstart()['mfu']:.1%}"),
     Figure(
         "quickstart-wall",
         r"simulated in +([0-9.]+ s)",

@@ -93,6 +93,6 @@ def test_names_spelled_in_the_parser_match_their_sources() -> None:
     from clustersim.failures.command import RESULT_FILE
     from clustersim.sweep import guard
 
-    assert catalog.KINDS == CATALOG_KINDS
+    assert (*catalog.KINDS, "stacks") == CATALOG_KINDS
     assert cli_args.STUDY_MAX_EVENTS == guard.STUDY_MAX_EVENTS
     assert (RESULT_FILE, TIMELINE_FILE) == RELIABILITY_FILES

@@ -87,8 +87,9 @@ def test_quickstart_figures_are_current() -> None:
     figs = [f for f in docs.FIGURES if f.name.startswith("quickstart") and f.noise == 0]
     ctx = docs.Context()
     assert docs.check(text, ctx, figs) == []
-    edited = text.replace("5.442 s", "5.542 s", 1)
-    assert [p.split(":")[0] for p in docs.check(edited, ctx, figs)] == ["quickstart-step"]
+    step = f"{ctx.quickstart()['step_time_s']:.3f} s"
+    edited = text.replace(step, "9.999 s", 1)
+    assert [p.split(":")[0] for p in docs.check(edited, ctx, figs)] == ["quickstart-output"]
 
 
 def test_measured_collective_table(tmp_path: Path) -> None:

@@ -41,10 +41,13 @@ def _out(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 
 def test_catalog_lists_parse_one_name_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from clustersim.catalog.stacks import stack_names
+
     overview = _out(capsys, ["catalog"])
     listed = dict(line.split(": ", 1) for line in overview.splitlines())
     assert {k: v.split(", ") for k, v in listed.items()} == {
-        kind: catalog.names(kind) for kind in catalog.KINDS
+        **{kind: catalog.names(kind) for kind in catalog.KINDS},
+        "stacks": stack_names(),
     }
     for kind in catalog.KINDS:
         assert _out(capsys, ["catalog", kind]).splitlines() == catalog.names(kind)

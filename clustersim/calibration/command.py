@@ -51,7 +51,12 @@ from clustersim.calibration.measurements import (
     parse_step_times,
 )
 from clustersim.calibration.user import fit_collectives, fit_step_times, overlay_of
-from clustersim.catalog.fits import CalibrationFile, calibration, fit_overrides
+from clustersim.catalog.fits import (
+    CalibrationFile,
+    calibration,
+    ceiling_problems,
+    fit_overrides,
+)
 from clustersim.errors import ScenarioError
 
 __all__ = [
@@ -128,9 +133,9 @@ def _check_simulated(
     simulated: Simulated, groups: dict[str, list[FitRow]], cal: CalibrationFile, source: str
 ) -> None:
     """Every calibration row is in ``simulated``, run at the shipped constants."""
-    from clustersim.validation.rows import references
+    from clustersim.validation.training import reference_stacks
 
-    stacks = {r.name: r.stack for r in references().training}
+    stacks = reference_stacks()
     chips = {row.name: row.res.chip.name for rows in groups.values() for row in rows}
     chips.update({name: chip for name, (chip, _) in prior_rows(cal).items()})
     for name, chip in chips.items():
@@ -166,10 +171,10 @@ def fit_shipped(
     ``simulated`` (from :func:`load_validation`) supplies the anchoring
     simulations; it must hold every calibration row, run at the shipped constants.
     """
-    from clustersim.validation.rows import references
+    from clustersim.validation.training import reference_stacks
 
     cal = cal or calibration()
-    stacks = {r.name: r.stack for r in references().training}
+    stacks = reference_stacks()
     results = []
     groups = group_rows(cal)
     if simulate and simulated is not None:
@@ -352,7 +357,7 @@ def calibrate_command(args: argparse.Namespace) -> int:
         simulated=simulated,
         source=str(args.validation),
     )
-    problems = _differences(results, cal)
+    problems = _differences(results, cal) + ceiling_problems(cal)
     if args.json:
         out = {
             "fits": {

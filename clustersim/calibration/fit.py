@@ -225,14 +225,15 @@ def leave_one_out(
 def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
     """The shipped calibration rows by fit group (``family/stack``); hold-outs never read."""
     from clustersim.validation.rows import references
-    from clustersim.validation.training import published_step_s, scenario_text
+    from clustersim.validation.training import published_step_s, reference_stacks, scenario_text
 
     cal = cal or calibration()
+    stacks = reference_stacks()
     by_stack: dict[tuple[str, str], list[FitRow]] = {}
     for ref in references().training:
         if ref.role != "calibration":
             continue
-        res = load_scenario(scenario_text(ref))
+        res = load_scenario(scenario_text(ref), stack_fit=False)  # the catalog's constants
         family = family_of(res.chip.name, cal)
         if family is None:
             continue
@@ -240,7 +241,7 @@ def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
         peak = chip.peak_flops(res.scenario.training.precision) * res.chips
         flops = model_flops_per_step(res.model, res.scenario.training)
         measured = published_step_s(ref.published, res, flops, peak)
-        stack = fit_stack(ref.stack, cal)
+        stack = fit_stack(stacks[ref.name], cal)
         by_stack.setdefault((family, stack), []).append(FitRow(ref.name, res, measured))
     groups: dict[str, list[FitRow]] = {}
     for (family, stack), rows in sorted(by_stack.items()):
@@ -250,20 +251,22 @@ def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
 
 
 def prior_rows(cal: CalibrationFile | None = None) -> dict[str, tuple[str, str]]:
-    """The calibration rows no fit group holds that run with their family's prior's fit:
-    per row, (its chip, the fit ``family/stack`` it borrows from)."""
+    """The calibration rows no fit group holds that run with a fit all the same (their
+    family's prior's, or their stack's prior's): per row, (its chip, the fit
+    ``family/stack`` it borrows from)."""
     from clustersim.validation.rows import references
-    from clustersim.validation.training import scenario_text
+    from clustersim.validation.training import reference_stacks, scenario_text
 
     cal = cal or calibration()
+    stacks = reference_stacks()
     grouped = {r.name for rows in group_rows(cal).values() for r in rows}
     out: dict[str, tuple[str, str]] = {}
     for ref in references().training:
         if ref.role != "calibration" or ref.name in grouped:
             continue
-        chip = load_scenario(scenario_text(ref)).chip.name
-        family, key = family_of(chip, cal), fit_source(chip, ref.stack, cal)
-        if family is not None and key is not None and key.partition("/")[0] != family:
+        chip = load_scenario(scenario_text(ref), stack_fit=False).chip.name
+        key = fit_source(chip, stacks[ref.name], cal)
+        if family_of(chip, cal) is not None and key is not None:
             out[ref.name] = (chip, key)
     return out
 

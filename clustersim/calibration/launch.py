@@ -37,7 +37,7 @@ from clustersim.scenario import Resolved, load_scenario
 from clustersim.sim import simulate
 from clustersim.validation import fit_collectives
 from clustersim.validation.rows import references
-from clustersim.validation.training import scenario_text
+from clustersim.validation.training import reference_stacks, scenario_text
 
 __all__ = ["GRID_US", "Point", "main", "profile"]
 
@@ -85,20 +85,26 @@ def profile(grid_us: Sequence[float] = GRID_US, family: str = "trainium") -> lis
     if len(groups) != 1:
         raise ValueError(f"family {family!r} needs one fit group of step rows, has {len(groups)}")
     ((key, rows),) = groups.items()
-    stacks = {r.name: r.stack for r in references().training}
+    stacks = reference_stacks()
     texts = {r.name: scenario_text(r) for r in references().training}
     out = []
     for launch_us in grid_us:
         coll = fit_collectives.fit(family, held={"launch_s": launch_us * 1e-6})
         based = [
-            FitRow(r.name, load_scenario(texts[r.name], _sets(coll.values, {})), r.measured_s)
+            FitRow(
+                r.name,
+                load_scenario(texts[r.name], _sets(coll.values, {}), stack_fit=False),
+                r.measured_s,
+            )
             for r in rows
         ]
         start = fit_overrides(rows[0].res.chip.name, stacks[rows[0].name], cal)
         use = anchored(based, cal, stacks)
         fitted = fit_group(key, use, cal.families[family], start=start).constants
         errors = {
-            row.name: _step_s(load_scenario(texts[row.name], _sets(coll.values, fitted)))
+            row.name: _step_s(
+                load_scenario(texts[row.name], _sets(coll.values, fitted), stack_fit=False)
+            )
             / row.measured_s
             - 1.0
             for row in rows

@@ -2,13 +2,16 @@
 
     cal = calibration()                      # the shipped file, validated
     fam = family_of("h100")                  # "h100" (h100 and h200 share it)
-    over = fit_overrides("h100", "nemo-24.07")   # {"tensor_efficiency": ..., ...} or {}
-    fit_stack("megatron-bridge-25.11")       # "nemo-24.07": the stack it is fitted as
-    fit_overrides("b200", "nemo-24.07")      # h100's fitted efficiencies (b200's prior)
+    over = fit_overrides("h100", "megatron-core")  # {"attention_efficiency": ...} or {}
+    fit_stack("megatron-bridge-25.11")       # "megatron-core": the stack it is fitted as
+    fit_overrides("b200", "megatron-core")   # h100's fitted efficiencies (b200's prior)
+    fit_overrides("h100", "torchtitan")      # megatron-core's efficiencies (its prior stack)
 
 A stack may name a ``base`` (``stacks:`` in the file): the software it runs the
 same kernels as. Its rows are fitted with the base's rows and run with the base's
-fit, on every chip family; a chain of bases ends at the stack fitted.
+fit, on every chip family; a chain of bases ends at the stack fitted. A stack
+with no run to fit names a ``prior`` stack instead and runs on its fitted
+efficiencies, its interval widened by its declared ``prior_spread``.
     low, high, basis = interval("h100", 2.5)
 
 ``interval`` turns the leave-one-out residuals of a chip family into a 90%
@@ -62,12 +65,15 @@ from clustersim.catalog.shipped import load_yaml
 from clustersim.errors import CatalogError
 
 __all__ = [
+    "CEILING_MARGIN",
     "CalibrationFile",
+    "Ceiling",
     "ConstantSpec",
     "Family",
     "Fit",
     "ReferenceNoise",
     "calibration",
+    "ceiling_problems",
     "family_of",
     "fit_overrides",
     "fit_source",
@@ -82,15 +88,36 @@ __all__ = [
 ]
 
 
+class Ceiling(Strict):
+    """The physical ceiling of a constant: the best measured kernel of its kind on the
+    family's chips (``value``), and where that measurement is (``source``)."""
+
+    value: float = Field(gt=0)
+    source: str = Field(min_length=1)
+
+
+CEILING_MARGIN = 0.005
+"""A fitted constant within this relative distance of its ceiling presses on it."""
+
+
 class ConstantSpec(Strict):
     bounds: tuple[float, float]
     what: str
+    ceiling: Ceiling | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> ConstantSpec:
         if not self.bounds[0] < self.bounds[1]:
             raise ValueError(f"bounds {list(self.bounds)} must be [low, high] with low < high")
+        if self.ceiling is not None and self.bounds[1] > self.ceiling.value:
+            raise ValueError(
+                f"bounds {list(self.bounds)} reach above the ceiling {self.ceiling.value}"
+            )
         return self
+
+    def presses(self, value: float) -> bool:
+        """Whether ``value`` is at (or past) this constant's ceiling."""
+        return self.ceiling is not None and value >= self.ceiling.value * (1 - CEILING_MARGIN)
 
 
 class ReferenceNoise(Strict):
@@ -108,6 +135,8 @@ class Family(Strict):
     constants: dict[str, ConstantSpec]
     prior: str | None = None
     """The family whose fitted efficiencies this one takes where it has no fit of its own."""
+    default_stack: str
+    """The software stack a scenario on these chips runs when it names none."""
 
 
 PRIOR_SUFFIX = "_efficiency"
@@ -129,10 +158,36 @@ class Fit(Strict):
 
 
 class Stack(Strict):
-    """A software stack fitted as another: ``base`` runs the same kernels (``why``)."""
+    """A software stack a scenario names (``software.stack``).
 
-    base: str = Field(min_length=1)
-    why: str = Field(min_length=1)
+    A stack either has a fit of its own per chip family (neither ``base`` nor
+    ``prior``), is a release of another that runs the same kernels and is fitted
+    with it (``base``), or has no published run to fit and runs on another
+    stack's fitted efficiencies (``prior``), with ``prior_spread`` joining its
+    interval. ``why`` says why a base or prior stands for it."""
+
+    what: str = Field(min_length=1)
+    families: tuple[str, ...] = ()
+    """The chip families it runs on; a release (``base``) runs where its base does."""
+    base: str | None = None
+    prior: str | None = None
+    why: str = ""
+    prior_spread: float | None = Field(default=None, gt=0, lt=1)
+    """With ``prior``: the relative half-width (a 90% band) of running on another
+    stack's fit, joined with the family's interval in quadrature."""
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Stack:
+        if self.base is not None and self.prior is not None:
+            raise ValueError("a stack has a base or a prior, not both")
+        if (self.base or self.prior) and not self.why:
+            raise ValueError("a stack with a base or a prior says why (`why`)")
+        if self.prior is not None and self.prior_spread is None:
+            raise ValueError("a stack with a prior declares its prior_spread")
+        if self.base is None and not self.families:
+            raise ValueError("a stack without a base names the chip families it runs on")
+        return self
 
 
 class CalibrationFile(Strict):
@@ -146,8 +201,10 @@ class CalibrationFile(Strict):
             family, _, stack = key.partition("/")
             if family not in self.families or not stack:
                 raise ValueError(f"fit {key!r} must be named family/stack of a declared family")
-            if stack in self.stacks:
+            if stack in self.stacks and self.stacks[stack].base is not None:
                 raise ValueError(f"fit {key!r}: stack {stack!r} is fitted as its base")
+            if stack in self.stacks and self.stacks[stack].prior is not None:
+                raise ValueError(f"fit {key!r}: stack {stack!r} runs on its prior's fit")
         for name, fam in self.families.items():
             if fam.prior is None:
                 continue
@@ -158,13 +215,26 @@ class CalibrationFile(Strict):
                 raise ValueError(
                     f"family {name!r}: prior {fam.prior!r} has a prior of its own; name that one"
                 )
-        for start in self.stacks:  # every chain of bases ends
+        for start, entry in self.stacks.items():  # every chain of bases ends at a stack
             name, seen = start, {start}
-            while name in self.stacks:
-                name = self.stacks[name].base
-                if name in seen:
+            while (base := self.stacks[name].base) is not None:
+                if base not in self.stacks:
+                    raise ValueError(f"stack {name!r}: base {base!r} is not a declared stack")
+                if base in seen:
                     raise ValueError(f"stacks: the bases of {sorted(seen)} form a cycle")
+                name = base
                 seen.add(name)
+            lender = entry.prior
+            if lender is not None and (
+                lender not in self.stacks or self.stacks[lender].prior is not None
+            ):
+                raise ValueError(f"stack {start!r}: prior {lender!r} must be a stack with a fit")
+            unknown = set(entry.families) - set(self.families)
+            if unknown:
+                raise ValueError(f"stack {start!r}: unknown chip families {sorted(unknown)}")
+        for name, fam in self.families.items():
+            if fam.default_stack not in self.stacks:
+                raise ValueError(f"family {name!r}: default_stack {fam.default_stack!r} unknown")
         return self
 
 
@@ -197,8 +267,8 @@ def family_of(chip: str, cal: CalibrationFile | None = None) -> str | None:
 def fit_stack(stack: str, cal: CalibrationFile | None = None) -> str:
     """The stack whose fit ``stack`` is fitted and run with: the end of its chain of bases."""
     cal = cal or calibration()
-    while stack in cal.stacks:
-        stack = cal.stacks[stack].base
+    while stack in cal.stacks and (base := cal.stacks[stack].base) is not None:
+        stack = base
     return stack
 
 
@@ -211,6 +281,15 @@ def fit_source(chip: str, stack: str, cal: CalibrationFile | None = None) -> str
     if family is None:
         return None
     stack = fit_stack(stack, cal)
+    key = _family_fit(family, stack, cal)
+    prior = cal.stacks[stack].prior if stack in cal.stacks else None
+    if key is None and prior is not None:  # a stack with no fit runs on its prior's
+        key = _family_fit(family, fit_stack(prior, cal), cal)
+    return key
+
+
+def _family_fit(family: str, stack: str, cal: CalibrationFile) -> str | None:
+    """``family``'s fit of ``stack``, its pooled fit, or its prior family's fit of ``stack``."""
     for key in (f"{family}/{stack}", f"{family}/all"):
         if key in cal.fits:
             return key
@@ -222,14 +301,16 @@ def fit_source(chip: str, stack: str, cal: CalibrationFile | None = None) -> str
 
 def fit_overrides(chip: str, stack: str, cal: CalibrationFile | None = None) -> dict[str, float]:
     """The fitted constants ``chip`` runs ``stack`` with (:func:`fit_source`); from a
-    prior's fit only the efficiencies ``chip``'s family declares."""
+    prior's fit (another family's, or another stack's) only the efficiencies ``chip``'s
+    family declares."""
     cal = cal or calibration()
     key = fit_source(chip, stack, cal)
     if key is None:
         return {}
     constants = dict(cal.fits[key].constants)
     family = family_of(chip, cal)
-    if family is not None and key.partition("/")[0] != family:  # lent by the prior
+    lent_stack = key.partition("/")[2] not in (fit_stack(stack, cal), "all")
+    if family is not None and (key.partition("/")[0] != family or lent_stack):  # lent
         declared = cal.families[family].constants
         constants = {
             k: v for k, v in constants.items() if k.endswith(PRIOR_SUFFIX) and k in declared
@@ -290,15 +371,18 @@ def spread(loo: list[float]) -> float | None:
     return _t95(n - 1) * math.sqrt(sum(e * e for e in loo) / n)
 
 
-def half_width(model: float, noise: float) -> float:
-    """The model's half-width (log) and the reference noise (relative) in quadrature."""
-    return math.hypot(model, math.log1p(noise))
+def half_width(model: float, noise: float, prior: float = 0.0) -> float:
+    """The model's half-width (log), the reference noise (relative) and the spread of
+    running on a prior stack's fit (relative) in quadrature."""
+    return math.hypot(model, math.log1p(noise), math.log1p(prior))
 
 
 def interval(
-    chip: str, step_s: float, cal: CalibrationFile | None = None
+    chip: str, step_s: float, cal: CalibrationFile | None = None, stack: str | None = None
 ) -> tuple[float, float, str]:
-    """(low, high, basis) of a predicted step time on ``chip``; see the module doc."""
+    """(low, high, basis) of a predicted step time on ``chip`` running ``stack`` (the
+    family's default when None); see the module doc. A stack that runs on a prior
+    stack's fit widens the interval by its ``prior_spread``."""
     cal = cal or calibration()
     family = family_of(chip, cal)
     if family is None:
@@ -306,11 +390,46 @@ def interval(
         return step_s / (1 + half), step_s * (1 + half), f"{chip}: no calibration family, ±25%"
     noise = cal.families[family].reference_noise.spread
     model, what = model_spread(family, cal)
-    half = half_width(model, noise)
+    fitted = fit_stack(stack or cal.families[family].default_stack, cal)
+    entry = cal.stacks.get(fitted)
+    prior = entry.prior_spread if entry is not None and entry.prior is not None else None
+    half = half_width(model, noise, prior or 0.0)
     basis = f"{family}: {what}, {noise:.1%} reference noise"
+    if prior and entry is not None:
+        basis += f", ±{prior:.0%} for running on {entry.prior}'s fit"
     return step_s * math.exp(-half), step_s * math.exp(half), basis
 
 
 def overlaps(a: tuple[float, float] | list[float], b: tuple[float, float] | list[float]) -> bool:
     """Whether two intervals (low, high) overlap: then the model cannot tell them apart."""
     return a[0] <= b[1] and b[0] <= a[1]
+
+
+def ceiling_problems(cal: CalibrationFile | None = None) -> list[str]:
+    """Every constant at or above its physical ceiling: a shipped fit's (which presses on
+    it: a mechanism the model lacks, not a fact about the chip) or a chip's declared
+    catalog value."""
+    from clustersim import catalog
+
+    cal = cal or calibration()
+    out = []
+    for key, fit in sorted(cal.fits.items()):
+        family = cal.families[key.partition("/")[0]]
+        for name, value in sorted(fit.constants.items()):
+            spec = family.constants.get(name)
+            if spec is not None and spec.ceiling is not None and spec.presses(value):
+                out.append(
+                    f"{key}: {name} {value:.4g} presses on its ceiling {spec.ceiling.value:.4g} "
+                    f"({spec.ceiling.source}): find the mechanism the fit stands in for"
+                )
+    for fname, family in sorted(cal.families.items()):
+        for chip in family.chips:
+            declared = catalog.chip(chip).calibration
+            for name, spec in sorted(family.constants.items()):
+                given = getattr(declared, name, None)
+                if spec.ceiling is not None and given is not None and given > spec.ceiling.value:
+                    out.append(
+                        f"{chip} ({fname}): declared {name} {given:.4g} is above its ceiling "
+                        f"{spec.ceiling.value:.4g} ({spec.ceiling.source})"
+                    )
+    return out

@@ -18,11 +18,12 @@ checked exactly like keys written in the file.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -37,7 +38,9 @@ from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
 from clustersim import catalog
+from clustersim.catalog import stacks
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
+from clustersim.catalog.stacks import StackFit
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.scenario.models import Scenario
 from clustersim.scenario.overlay import load_overlay
@@ -315,6 +318,10 @@ class Resolved:
     model: ModelSpec
     lnc: int
     raw: dict[str, Any]
+    software: StackFit = dataclasses.field(
+        default_factory=lambda: StackFit(None, True, None, None, None)
+    )
+    """The software stack the scenario runs and the fit its chip's constants come from."""
 
     @property
     def chips(self) -> int:
@@ -348,9 +355,16 @@ class Resolved:
 
 
 def load_scenario(
-    source: str | Path, overrides: list[str] | tuple[str, ...] = (), seed: int | None = None
+    source: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    seed: int | None = None,
+    *,
+    stack_fit: bool = True,
 ) -> Resolved:
-    """Read a scenario file (or YAML text given as ``str`` with a newline) and resolve it."""
+    """Read a scenario file (or YAML text given as ``str`` with a newline) and resolve it.
+
+    ``stack_fit=False`` leaves the software stack's fit out (the catalog's constants):
+    what ``clustersim calibrate`` fits from."""
     if isinstance(source, Path) or "\n" not in source:
         path = Path(source)
         text = _read(path)
@@ -371,7 +385,7 @@ def load_scenario(
     over = data.get("catalog_overlay")
     if isinstance(over, str) and over and label != "<scenario>" and not Path(over).is_absolute():
         data["catalog_overlay"] = str(Path(source).parent / over)  # relative to the scenario
-    return resolve(data)
+    return resolve(data, stack_fit=stack_fit)
 
 
 def _relative_to(data: dict[str, Any], base: Path) -> None:
@@ -406,8 +420,12 @@ def _read(path: Path) -> str:
 _TOP_KEYS = tuple(Scenario.model_fields)
 
 
-def resolve(data: dict[str, Any]) -> Resolved:
-    """Validate a raw scenario mapping and resolve its catalog references."""
+def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
+    """Validate a raw scenario mapping and resolve its catalog references.
+
+    The chip's calibration constants are the catalog's, under its software stack's fit
+    (:mod:`clustersim.catalog.stacks`; left out with ``stack_fit=False``), under a
+    catalog overlay's, under the scenario's own ``cluster.chip`` keys."""
     check_values(data)  # first: it also bounds what printing a value in a message costs
     for key, value in data.items():
         if not isinstance(key, str) or key not in _TOP_KEYS:
@@ -439,7 +457,12 @@ def resolve(data: dict[str, Any]) -> Resolved:
             path = "cluster.neuronlink" + exc.path[len("cluster.fabric") :]
             raise ScenarioError(path, exc.value, exc.problem) from None
         raise
+    software = stacks.stack_fit(inst.chip, scenario.software.stack)
+    if not stack_fit:
+        software = replace(software, fit=None, lent=None, constants={})
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})
+    if software.constants:
+        chip_over = catalog.deep_merge({"calibration": dict(software.constants)}, chip_over)
     chip = catalog.chip(inst.chip, chip_over or None, "cluster.chip")
 
     if isinstance(scenario.model, str):
@@ -460,7 +483,7 @@ def resolve(data: dict[str, Any]) -> Resolved:
         raise ScenarioError(
             "cluster.lnc", lnc, f"{chip.name} supports lnc {', '.join(map(str, chip.lnc_options))}"
         )
-    return Resolved(scenario, chip, inst, model, lnc, data)
+    return Resolved(scenario, chip, inst, model, lnc, data, software)
 
 
 # -- checks on raw values ---------------------------------------------------------------

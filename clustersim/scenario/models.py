@@ -23,6 +23,7 @@ __all__ = [
     "ParallelismCfg",
     "RecomputeModule",
     "Scenario",
+    "SoftwareCfg",
     "TrainingCfg",
 ]
 
@@ -241,6 +242,13 @@ class CostCfg(Strict):
 
 
 @register_model
+class SoftwareCfg(Strict):
+    # The software stack that runs the training (`clustersim catalog stacks`): its fit
+    # sets the chip's calibration constants. Unset: the chip family's default stack.
+    stack: str | None = Field(default=None, min_length=1, max_length=100)
+
+
+@register_model
 class OutputCfg(Strict):
     dir: str | None = None
     trace: bool = True
@@ -259,6 +267,7 @@ class Scenario(Strict):
     failures: FailuresCfg = Field(default_factory=FailuresCfg)
     moe: MoECfg = Field(default_factory=MoECfg)
     cost: CostCfg = Field(default_factory=CostCfg)
+    software: SoftwareCfg = Field(default_factory=SoftwareCfg)
     output: OutputCfg = Field(default_factory=OutputCfg)
     # roofline: an op lasts as long as its busiest engine or its HBM traffic; engines:
     # ops lowered into tile streams on each engine (needs the chip's `engines` entry)

@@ -268,7 +268,7 @@ def summarise(
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens_per_s = tokens / step_s
-    low, high, basis = interval(res.chip.name, step_s)
+    low, high, basis = interval(res.chip.name, step_s, stack=res.software.stack)
     return {
         **run_identity(pl),
         "step_time_s": step_s,

@@ -27,6 +27,7 @@ def run_identity(pl: Plan) -> dict[str, Any]:
         "instances": sc.cluster.count,
         "chip": res.chip.name,
         "model": res.model.name,
+        "software": res.software.as_dict(),
         "chips": res.chips,
         "ranks": res.ranks,
         "layout": {

@@ -65,8 +65,8 @@ class TrainingRef(Strict):
     """One published end-to-end run.
 
     ``role``: ``calibration`` rows may be fitted on (``clustersim calibrate``),
-    ``holdout`` rows never are. ``stack``: the software that ran it (a Neuron SDK
-    release, a GPU framework generation), the unit calibration is fitted per.
+    ``holdout`` rows never are. The scenario names the software that ran it
+    (``software.stack``), the unit calibration is fitted per, as any scenario does.
     ``status: known_gap`` reports the row's error without failing validation; it
     names the mechanism the model lacks in ``gap``.
     """
@@ -75,13 +75,11 @@ class TrainingRef(Strict):
     id: str = ""  # the row's id in the reference tables (T1, G3, P2, ...)
     scenario: str
     source: str
-    stack: str
     published: Published
     tolerance: Tolerance = Field(default=0.10, gt=0, le=1)
     role: Role
     status: Literal["checked", "known_gap"] = "checked"
     gap: str = ""
-    fidelity: Literal["auto", "detailed", "folded"] = "auto"
     slow: bool = False
     cost_s: float = Field(default=0.0, ge=0)
     """About how many seconds of one core the row takes: the order of ``--jobs``."""

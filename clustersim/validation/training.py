@@ -18,14 +18,20 @@ published step time and the peak, so both MFU columns use one definition.
 from __future__ import annotations
 
 import time
+from functools import cache
 from importlib import resources
 
-from clustersim.catalog.fits import fit_overrides
 from clustersim.scenario import Resolved, load_scenario
 from clustersim.sim import simulate
-from clustersim.validation.rows import Published, Row, TrainingRef
+from clustersim.validation.rows import Published, Row, TrainingRef, references
 
-__all__ = ["megatron_flops_per_step", "published_step_s", "run_training", "scenario_text"]
+__all__ = [
+    "megatron_flops_per_step",
+    "published_step_s",
+    "reference_stacks",
+    "run_training",
+    "scenario_text",
+]
 
 
 def scenario_text(ref: TrainingRef) -> str:
@@ -57,15 +63,25 @@ def published_step_s(pub: Published, res: Resolved, model_flops: float, peak: fl
     return model_flops / (pub.mfu * peak)
 
 
+@cache
+def reference_stacks() -> dict[str, str]:
+    """Each training row's software stack, as its scenario names it (or its chip's default)."""
+    out = {}
+    for ref in references().training:
+        stack = load_scenario(scenario_text(ref), stack_fit=False).software.stack
+        if stack is None:
+            raise ValueError(f"reference {ref.name}: its chip has no software stack")
+        out[ref.name] = stack
+    return out
+
+
 def run_training(ref: TrainingRef) -> Row:
-    """Simulate the reference's scenario (one step) and compare with the publication."""
+    """Simulate the reference's scenario (one step) as any scenario runs, with its
+    software stack's fit, and compare with the publication."""
     t0 = time.perf_counter()
     res = load_scenario(scenario_text(ref))
-    fitted = fit_overrides(res.chip.name, ref.stack)
-    if fitted:  # the row runs with its stack's calibration (catalog/calibration.yaml)
-        sets = [f"cluster.chip.calibration.{k}={v!r}" for k, v in sorted(fitted.items())]
-        res = load_scenario(scenario_text(ref), sets)
-    result = simulate(res, record=False, fidelity=ref.fidelity)
+    fitted = dict(res.software.constants)
+    result = simulate(res, record=False)
     s = result.summary
     peak = result.plan.chip.peak_flops(res.scenario.training.precision) * res.chips
     model_flops = float(s["model_flops_per_step"])
@@ -75,7 +91,8 @@ def run_training(ref: TrainingRef) -> Row:
         "chips": res.chips,
         "calibration": fitted,
         "id": ref.id,
-        "stack": ref.stack,
+        "stack": res.software.stack,
+        "fit": res.software.fit,
         "fidelity": s["fidelity"],
         "breakdown_s": s["breakdown_s"],
         "tflops_per_gpu_predicted": (

@@ -20,7 +20,7 @@ from clustersim.catalog.schema import ChipSpec
 from clustersim.cli import main
 from clustersim.scenario import load_scenario
 from clustersim.validation.rows import References, references
-from clustersim.validation.training import scenario_text
+from clustersim.validation.training import reference_stacks, scenario_text
 
 from .samples import nccl_tests, nccom_test
 
@@ -32,7 +32,7 @@ def _rows(names: list[str], truth: dict[str, float]) -> list[FitRow]:
     refs = {r.name: r for r in references().training}
     out = []
     for name in names:
-        res = load_scenario(scenario_text(refs[name]))
+        res = load_scenario(scenario_text(refs[name]), stack_fit=False)
         out.append(FitRow(name, res, estimate_s(res, with_constants(res.chip, truth))))
     return out
 
@@ -242,7 +242,7 @@ def _validation_file(tmp_path: Path, scale: float = 1.0) -> Path:
     """A validate --json-out file whose calibration rows simulate as the estimate (x scale)."""
     from clustersim.catalog.fits import fit_overrides
 
-    stacks = {r.name: r.stack for r in references().training}
+    stacks = reference_stacks()
     rows = []
     for group in fitmod.group_rows().values():
         for row in group:
@@ -253,7 +253,7 @@ def _validation_file(tmp_path: Path, scale: float = 1.0) -> Path:
     for name in fitmod.prior_rows():  # rows that run with a prior family's fit, checked too
         ref = next(r for r in references().training if r.name == name)
         res = load_scenario(scenario_text(ref))
-        shipped = fit_overrides(res.chip.name, ref.stack)
+        shipped = fit_overrides(res.chip.name, reference_stacks()[ref.name])
         est = estimate_s(res, with_constants(res.chip, shipped))
         rows.append({"name": name, "kind": "training", "predicted": est * scale,
                      "extra": {"calibration": shipped}})  # fmt: skip
@@ -309,15 +309,18 @@ def test_a_stack_with_a_base_is_fitted_and_run_as_its_base() -> None:
     from clustersim.catalog.fits import fit_overrides, fit_stack
 
     cal = calibration()
-    assert fit_stack("megatron-bridge-25.11") == "nemo-24.07"
-    assert fit_stack("nemo-24.07") == "nemo-24.07"  # no base: itself
-    nemo = fit_overrides("h100", "nemo-24.07")
-    assert nemo and fit_overrides("h100", "megatron-bridge-25.11") == nemo
-    assert "b200/nemo-24.07" not in cal.fits  # b200 runs the base with its prior's (h100) fit
-    assert fit_overrides("b200", "megatron-bridge-25.11") == nemo
+    assert fit_stack("megatron-bridge-25.11") == "megatron-core"
+    assert fit_stack("nemo-24.07") == "megatron-core"
+    assert fit_stack("megatron-core") == "megatron-core"  # no base: itself
+    core = fit_overrides("h100", "megatron-core")
+    assert core and fit_overrides("h100", "megatron-bridge-25.11") == core
+    assert fit_overrides("h100", "nemo-24.07") == core
+    assert "b200/megatron-core" not in cal.fits  # b200 runs the base with its prior's fit
+    assert fit_overrides("b200", "megatron-bridge-25.11") == core
     groups = fitmod.group_rows(cal)
-    assert "bridge-llama3-8b-fsdp" in [r.name for r in groups["h100/nemo-24.07"]]
-    assert not any(key.endswith("/megatron-bridge-25.11") for key in groups)
+    rows = [r.name for r in groups["h100/megatron-core"]]
+    assert {"bridge-llama3-8b-fsdp", "nemo-llama2-7b"} <= set(rows)
+    assert not any(key.endswith(("/megatron-bridge-25.11", "/nemo-24.07")) for key in groups)
 
 
 def test_stacks_refuse_cycles_and_own_fits() -> None:
@@ -325,7 +328,8 @@ def test_stacks_refuse_cycles_and_own_fits() -> None:
     from clustersim.errors import CatalogError
 
     base = calibration().model_dump()
-    cyclic = {**base, "stacks": {"a": {"base": "b", "why": "x"}, "b": {"base": "a", "why": "x"}}}
+    loop = {"a": {"base": "b", "why": "x", "what": "x"}, "b": {"base": "a", "why": "x", "what": "x"}}
+    cyclic = {**base, "stacks": {**base["stacks"], **loop}}
     with pytest.raises(CatalogError, match="cycle"):
         parse_calibration(cyclic)
     fit = next(iter(base["fits"].values()))

@@ -12,7 +12,7 @@ from clustersim.catalog.fits import calibration
 def test_profile_at_the_catalog_launch_is_the_shipped_fit() -> None:
     (point,) = launch.profile([210.0])
     assert point.collectives["launch_s"] == pytest.approx(210e-6)
-    shipped = calibration().fits["trainium/all"]
+    shipped = calibration().fits["trainium/nxd-training"]
     fitted = point.constants["tensor_efficiency"]
     assert fitted == pytest.approx(shipped.constants["tensor_efficiency"], rel=0.005)
     assert set(point.step_errors) == set(shipped.rows)  # calibration rows only

@@ -1,0 +1,201 @@
+"""Software stacks: which fit a scenario runs with (``software.stack``).
+
+    sf = stack_fit("h100", None)          # the family's default stack, megatron-core
+    sf.constants                          # {"attention_efficiency": 0.3676, ...}
+    sf.fit                                # "h100/megatron-core"
+    stack_fit("h100", "torchtitan").lent  # "stack prior megatron-core"
+
+Every scenario runs with its stack's fit on its chip's family: the fit is the
+lowest layer over the catalog entry, below a catalog overlay and the scenario's
+own ``cluster.chip`` keys, so a validation row and a user's scenario with the same
+content run with the same constants. The stacks and fits are
+``calibration.yaml``'s (:mod:`clustersim.catalog.fits`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clustersim.catalog.fits import (
+    CalibrationFile,
+    calibration,
+    family_of,
+    fit_overrides,
+    fit_source,
+    fit_stack,
+)
+from clustersim.errors import ScenarioError
+from clustersim.names import closest
+
+__all__ = [
+    "StackFit",
+    "default_stack",
+    "describe_stack",
+    "stack_fit",
+    "stack_lines",
+    "stack_names",
+]
+
+
+@dataclass(frozen=True)
+class StackFit:
+    """The software stack a scenario runs and the fit it runs with.
+
+    ``stack`` as named (or the family's default, ``default``); ``fitted_as`` the end of
+    its chain of bases; ``fit`` the ``family/stack`` fit its constants come from (None:
+    the catalog's values); ``lent`` how a fit not its own reaches it (``family prior
+    h100``, ``stack prior megatron-core``), None when it is its own."""
+
+    stack: str | None
+    default: bool
+    fitted_as: str | None
+    fit: str | None
+    lent: str | None
+    constants: dict[str, float] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        """One line for a summary: the stack and where its constants come from."""
+        if self.stack is None:
+            return "no software stack for this chip: catalog constants"
+        name = f"{self.stack}{' (default)' if self.default else ''}"
+        if self.fitted_as and self.fitted_as != self.stack:
+            name += f", fitted as {self.fitted_as}"
+        if self.fit is None:
+            return f"{name}: no fit, catalog constants"
+        how = f", lent by its {self.lent}" if self.lent else ""
+        return f"{name}: fit {self.fit}{how}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "stack": self.stack,
+            "default": self.default,
+            "fitted_as": self.fitted_as,
+            "fit": self.fit,
+            "lent": self.lent,
+            "constants": dict(self.constants),
+            "note": self.describe(),
+        }
+
+
+def stack_names(cal: CalibrationFile | None = None) -> list[str]:
+    return sorted((cal or calibration()).stacks)
+
+
+def default_stack(chip: str, cal: CalibrationFile | None = None) -> str | None:
+    """The stack a scenario on ``chip`` runs when it names none (None: no family)."""
+    cal = cal or calibration()
+    family = family_of(chip, cal)
+    return None if family is None else cal.families[family].default_stack
+
+
+def _runs_on(stack: str, cal: CalibrationFile) -> tuple[str, ...]:
+    return cal.stacks[fit_stack(stack, cal)].families
+
+
+def stack_fit(
+    chip: str, stack: str | None, cal: CalibrationFile | None = None, path: str = "software.stack"
+) -> StackFit:
+    """The fit ``chip`` runs ``stack`` with (the family's default stack when None).
+
+    Raises ``ScenarioError`` at ``path`` for an unknown stack or one that does not run
+    on the chip's family."""
+    cal = cal or calibration()
+    family = family_of(chip, cal)
+    if stack is not None and stack not in cal.stacks:
+        hint = closest(stack, sorted(cal.stacks))
+        valid = ", ".join(sorted(cal.stacks))
+        more = f"did you mean {hint!r}? " if hint else ""
+        raise ScenarioError(path, stack, f"unknown software stack; {more}valid: {valid}")
+    if stack is not None and family is not None and family not in _runs_on(stack, cal):
+        runs = ", ".join(_runs_on(stack, cal))
+        where = chip if family == chip else f"{chip} ({family})"
+        raise ScenarioError(path, stack, f"runs on {runs} chips, not on {where}")
+    default = stack is None
+    name = default_stack(chip, cal) if stack is None else stack
+    if family is None or name is None:
+        return StackFit(stack, default, None, None, None)
+    fitted = fit_stack(name, cal)
+    key = fit_source(chip, name, cal)
+    lent = None
+    if key is not None:
+        fam, _, of = key.partition("/")
+        if fam != family:
+            lent = f"family prior {fam}"
+        elif of not in (fitted, "all"):
+            lent = f"stack prior {of}"
+    constants = fit_overrides(chip, name, cal)
+    return StackFit(name, default, fitted, key, lent, constants)
+
+
+def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, object]:
+    """What ``clustersim catalog stacks NAME`` shows: the stack, how it is fitted, and per
+    chip family the fit it runs with, its constants and the rows behind them."""
+    cal = cal or calibration()
+    if name not in cal.stacks:
+        hint = closest(name, sorted(cal.stacks))
+        more = f"did you mean {hint!r}? " if hint else ""
+        raise ScenarioError(
+            "catalog stacks", name, f"unknown stack; {more}valid: {', '.join(sorted(cal.stacks))}"
+        )
+    entry = cal.stacks[name]
+    fitted = fit_stack(name, cal)
+    if entry.base is not None:
+        kind = f"a release of {entry.base}, fitted as {fitted}"
+    elif entry.prior is not None:
+        kind = f"no fit of its own: runs on {entry.prior}'s fit (±{entry.prior_spread:.0%} more)"
+    else:
+        kind = "fitted per chip family"
+    fits: dict[str, object] = {}
+    for family in _runs_on(name, cal):
+        chip = cal.families[family].chips[0]
+        sf = stack_fit(chip, name, cal)
+        if sf.fit is None:
+            fits[family] = "no fit: the catalog's constants"
+            continue
+        fit = cal.fits[sf.fit]
+        fits[family] = {
+            "fit": sf.fit,
+            "lent": sf.lent,
+            "constants": sf.constants,
+            "rows": list(fit.rows),
+            "rms_log_error": fit.rms,
+            "fitted": fit.fitted,
+        }
+    releases = sorted(s for s, e in cal.stacks.items() if e.base == name)
+    out: dict[str, object] = {
+        "stack": name,
+        "what": entry.what,
+        "kind": kind,
+        "runs_on": {f: list(cal.families[f].chips) for f in _runs_on(name, cal)},
+        "default_for": sorted(f for f, fam in cal.families.items() if fam.default_stack == name),
+    }
+    if entry.why:
+        out["why"] = entry.why
+    if releases:
+        out["releases"] = releases
+    if entry.source:
+        out["source"] = entry.source
+    out["fits"] = fits
+    return out
+
+
+def stack_lines(cal: CalibrationFile | None = None) -> list[str]:
+    """One line per stack for ``clustersim catalog stacks``: its kind and, per chip family,
+    the fit it runs with and how many rows are behind it."""
+    cal = cal or calibration()
+    lines = []
+    for name in sorted(cal.stacks):
+        d = describe_stack(name, cal)
+        default = d["default_for"]
+        tag = f" [default on {', '.join(default)}]" if isinstance(default, list) and default else ""
+        parts = []
+        fits = d["fits"]
+        assert isinstance(fits, dict)
+        for family, fit in fits.items():
+            if isinstance(fit, dict):
+                lent = f", {fit['lent']}" if fit["lent"] else ""
+                parts.append(f"{family}: {fit['fit']} ({len(fit['rows'])} rows{lent})")
+            else:
+                parts.append(f"{family}: catalog constants")
+        lines.append(f"{name}{tag}: {d['kind']}; " + "; ".join(parts))
+    return lines
