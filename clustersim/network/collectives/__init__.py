@@ -1,4 +1,4 @@
-"""The collectives layer: collective algorithms, their registry and cost model.
+"""The collectives layer: collective algorithms, their registry and the ``auto`` choice.
 
 What an algorithm may know of where its group's ranks sit (:mod:`.groups`); the
 registry, its contract and the ``auto`` choice (:mod:`.registry`); the shipped
