@@ -19,7 +19,9 @@ PACKAGE = ROOT / "clustersim"
 DOC = ROOT / "docs" / "architecture.md"
 LEAVES = frozenset({"units", "errors", "names", "progress", "terminal", "_version"})
 MAX_LINES = 600
+NETWORK_MAX_LINES = 500
 ROOT_PKG = "<root>"
+NETWORK = "clustersim.network"
 
 
 def _modules() -> dict[str, Path]:
@@ -112,6 +114,71 @@ def parse_rules(text: str) -> dict[str, frozenset[str] | None]:
 RULES = parse_rules(DOC.read_text(encoding="utf-8"))
 
 
+def parse_layers(text: str) -> dict[str, frozenset[str] | None]:
+    """network layer -> the layers it may import (None: anything), from the doc's list."""
+    block = re.search(
+        r"<!-- network layers: begin -->(.*?)<!-- network layers: end -->", text, re.S
+    )
+    if block is None:
+        raise ValueError("docs/architecture.md has no network layers block")
+    return parse_rules(f"<!-- import rules: begin -->{block.group(1)}<!-- import rules: end -->")
+
+
+LAYERS = parse_layers(DOC.read_text(encoding="utf-8"))
+
+
+def _layer(module: str) -> str | None:
+    """The layer of a module of ``network``: its subpackage, or the top module's own name
+    (``__init__`` for the package itself); None outside ``network``."""
+    if module != NETWORK and not module.startswith(NETWORK + "."):
+        return None
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _subpackages() -> frozenset[str]:
+    return frozenset(
+        p.parent.name for p in (PACKAGE / "network").glob("*/__init__.py") if p.parent.name
+    )
+
+
+def layer_violations(
+    graph: dict[str, dict[str, int]], layers: dict[str, frozenset[str] | None]
+) -> list[str]:
+    """Imports inside ``network`` from one layer into another that the layers do not allow."""
+    out = []
+    for module, edges in graph.items():
+        src = _layer(module)
+        if src is None:
+            continue
+        allowed = layers.get(src, frozenset())
+        for target, line in edges.items():
+            dst = _layer(target)
+            if dst is None or dst == src or allowed is None:
+                continue
+            if dst not in allowed:
+                out.append(
+                    f"{_where(module, line)}: network.{src} imports network.{dst} ({target})"
+                )
+    return out
+
+
+def outside_reaching_in(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Imports from outside ``network`` of a module inside one of its subpackages."""
+    subpackages = {f"{NETWORK}.{name}" for name in _subpackages()}
+    out = []
+    for module, edges in graph.items():
+        if _layer(module) is not None:
+            continue
+        for target, line in edges.items():
+            if _layer(target) is None or target == NETWORK or target in subpackages:
+                continue
+            if target.count(".") == 2 and not (PACKAGE / "network" / target.split(".")[2]).is_dir():
+                continue  # a module of the top layer (microbench)
+            out.append(f"{_where(module, line)}: imports {target}, inside a network subpackage")
+    return out
+
+
 def _where(module: str, line: int) -> str:
     return f"{MODULES[module].relative_to(ROOT)}:{line}"
 
@@ -185,12 +252,18 @@ def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
     return found
 
 
+def _uncovered(
+    units: set[str], rules: dict[str, frozenset[str] | None]
+) -> tuple[list[str], list[str]]:
+    """The units that have no rule, and the names the rules allow that are no unit."""
+    unknown = {d for allowed in rules.values() if allowed for d in allowed} - units
+    return sorted(units - set(rules)), sorted(unknown)
+
+
 def test_the_rules_cover_every_package() -> None:
-    packages = {_package(m) for m in MODULES} - {ROOT_PKG, "__main__"}
-    missing = sorted(packages - set(RULES))
+    missing, unknown = _uncovered({_package(m) for m in MODULES} - {ROOT_PKG, "__main__"}, RULES)
     assert not missing, f"docs/architecture.md has no import rule for {missing}"
-    unknown = {d for allowed in RULES.values() if allowed for d in allowed} - packages
-    assert not unknown, f"import rules name packages that do not exist: {sorted(unknown)}"
+    assert not unknown, f"import rules name packages that do not exist: {unknown}"
 
 
 def test_imports_follow_the_rules() -> None:
@@ -224,12 +297,37 @@ def test_nothing_inside_imports_the_package_root() -> None:
     assert not bad, "\n".join(bad)
 
 
-def test_modules_stay_under_the_line_limit() -> None:
-    long = {
+def test_the_network_layers_cover_every_subpackage() -> None:
+    missing, unknown = _uncovered({x for m in MODULES if (x := _layer(m)) is not None}, LAYERS)
+    assert not missing, f"docs/architecture.md has no network layer for {missing}"
+    assert not unknown, f"network layers name layers that do not exist: {unknown}"
+
+
+def test_network_imports_follow_its_layers() -> None:
+    broken = layer_violations(GRAPH, LAYERS)
+    assert not broken, "imports against the network layers:\n" + "\n".join(broken)
+
+
+def test_code_outside_network_imports_its_subpackages_only() -> None:
+    broken = outside_reaching_in(GRAPH)
+    assert not broken, "\n".join(broken)
+
+
+def _longer_than(limit: int, paths: list[Path]) -> dict[str, int]:
+    return {
         str(p.relative_to(ROOT)): n
-        for p in MODULES.values()
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+        for p in paths
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > limit
     }
+
+
+def test_network_modules_stay_under_their_line_limit() -> None:
+    long = _longer_than(NETWORK_MAX_LINES, [p for m, p in MODULES.items() if _layer(m)])
+    assert not long, f"network modules over {NETWORK_MAX_LINES} lines: {long}"
+
+
+def test_modules_stay_under_the_line_limit() -> None:
+    long = _longer_than(MAX_LINES, list(MODULES.values()))
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
@@ -246,6 +344,41 @@ def test_a_report_importing_sim_is_caught(monkeypatch: pytest.MonkeyPatch) -> No
     broken = violations(graph, RULES)
     assert len(broken) == 1
     assert "report imports sim" in broken[0]
+
+
+def test_a_fabric_importing_flows_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    for layer in ("fabric", "flows"):
+        fake = f"clustersim.network.{layer}.fake"
+        monkeypatch.setitem(MODULES, fake, PACKAGE / "network" / layer / "fake.py")
+    graph = _fake(
+        {
+            "clustersim.network.fabric.fake": [
+                "clustersim.network.flows",
+                "clustersim.network.fabric.links",
+            ],
+            "clustersim.network.flows.fake": ["clustersim.network.fabric"],
+        }
+    )
+    broken = layer_violations(graph, LAYERS)
+    assert len(broken) == 1
+    assert "network.fabric imports network.flows" in broken[0]
+
+
+def test_reaching_into_a_network_subpackage_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(MODULES, "clustersim.sim.fake", PACKAGE / "sim" / "fake.py")
+    graph = _fake(
+        {
+            "clustersim.sim.fake": [
+                "clustersim.network.flows.flownetwork",
+                "clustersim.network.flows",
+                "clustersim.network",
+                "clustersim.network.microbench",
+            ]
+        }
+    )
+    broken = outside_reaching_in(graph)
+    assert len(broken) == 1
+    assert "clustersim.network.flows.flownetwork" in broken[0]
 
 
 def test_a_type_only_cycle_is_caught() -> None:
@@ -276,3 +409,5 @@ def test_rules_parse_as_written() -> None:
     assert rules == {"a": frozenset({"c"}), "b": frozenset({"c"}), "d": None, "e": frozenset()}
     assert RULES["report"] is not None
     assert "sim" not in RULES["report"]
+    assert LAYERS["fabric"] == frozenset()
+    assert LAYERS["core"] is None

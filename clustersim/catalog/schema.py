@@ -195,7 +195,7 @@ class CollectiveCosts(Strict):
       flows through the switch, and the shards that cross nodes run at EFA's rate).
 
     On the ``nccl`` runtime the protocol's own latencies (NCCL's tuning tables,
-    ``network/nccl.py``) are added as well; these fields then default to zero.
+    ``network/runtimes/nccl.py``) are added as well; these fields then default to zero.
     """
 
     runtime: Literal["neuron", "nccl"] | None = None
@@ -293,7 +293,7 @@ class EfaSpec(Strict):
 
     ``fabric`` names the registered scale-out fabric that joins the scale-up
     domains (``nonblocking``, ``fat_tree``/``clos``, ``rail``; see
-    ``clustersim.network.fabrics``). The switched fabrics read ``tiers`` (switch
+    ``clustersim.network.fabric.fabrics``). The switched fabrics read ``tiers`` (switch
     tiers, leaves included), ``radix`` (ports per switch) and ``oversubscription``
     (a leaf's chip bandwidth over its uplink bandwidth, or with
     ``oversubscription_at: top`` the top tier's: the pods below it are then

@@ -11,7 +11,7 @@ applies the actions at their simulated times:
 - **link down** (also a switch's or a NIC's links): the link carries nothing from
   the failure on, but routing notices only ``failures.link_detect_delay`` later.
   Until then routes still cross it and the flows on it stall (capacity factor 0,
-  see :meth:`~clustersim.network.links.LinkTable.set_capacity_factor`); at
+  see :meth:`~clustersim.network.fabric.links.LinkTable.set_capacity_factor`); at
   detection the link goes down, routes are recomputed and the stalled flows move
   to the links still up with the bytes they have left. A flow with no route left
   ends the run with a :class:`~clustersim.errors.PartitionError` naming the cut pair.
@@ -46,9 +46,8 @@ import simpy
 from numpy.typing import NDArray
 
 from clustersim.errors import ScenarioError, SimulationError
-from clustersim.network.custom import GraphTopology
-from clustersim.network.links import node_name
-from clustersim.network.topology import Topology
+from clustersim.network.fabric import Topology, node_name
+from clustersim.network.graphs import GraphTopology
 from clustersim.scenario.failures import Degrade, Injection, Straggle
 
 __all__ = [

@@ -71,8 +71,8 @@ def component_counts(res: Resolved, kinds: set[str] | None = None) -> dict[str, 
         "link": 0,
     }
     if kinds is None or kinds & {"switch", "link"}:
-        from clustersim.network.custom import load_graph
-        from clustersim.network.registry import build_topology
+        from clustersim.network.fabric import build_topology
+        from clustersim.network.graphs import load_graph
 
         name = res.scenario.cluster.fabric_file
         topo = (

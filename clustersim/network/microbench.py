@@ -22,10 +22,8 @@ from clustersim import catalog
 from clustersim.errors import ScenarioError
 from clustersim.network import Network
 from clustersim.network.collectives import OPS, algorithm_names, busbw_factor
-from clustersim.network.costs import NO_COSTS
-from clustersim.network.registry import build_topology
-from clustersim.network.runtimes import runtime_of
-from clustersim.network.topology import local_path
+from clustersim.network.fabric import build_topology, local_path
+from clustersim.network.runtimes import NO_COSTS, runtime_of
 from clustersim.units import format_bytes
 
 __all__ = ["busbw_factor", "run_collective", "size_sweep"]
@@ -70,7 +68,7 @@ def run_collective(
     as in a scenario). ``chip``, ``neuronlink``, ``efa`` and ``ultraserver``
     override catalog fields, like the ``cluster`` keys of a scenario. ``overheads``
     adds the runtime's fixed costs (the chip's ``collectives`` block,
-    :mod:`~clustersim.network.costs`); without them a collective costs its wire time
+    :mod:`~clustersim.network.runtimes.costs`); without them a collective costs its wire time
     alone, as its alpha-beta closed form assumes. ``protocol`` forces NCCL's protocol
     on GPUs (``LL``, ``LL128``, ``Simple``). Bad input
     raises :class:`~clustersim.errors.ScenarioError` naming the parameter.
@@ -111,7 +109,7 @@ def run_collective(
     if fabric_file is None:
         topo = build_topology(inst, chip_spec, count, path="instance")
     else:
-        from clustersim.network.custom import load_graph
+        from clustersim.network.graphs import load_graph
 
         local_Bps, local_s = local_path(chip_spec)
         topo = load_graph(

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
-from clustersim.network.nccl import NcclRuntime
+from clustersim.network.runtimes import NcclRuntime
 from clustersim.scenario.models import TrainingCfg
 from clustersim.search.buckets import Ready, backward_ready, is_bf16_layer
 from clustersim.search.netmodel import TORUS, NetModel, collective_wire_s

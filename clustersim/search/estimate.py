@@ -8,7 +8,7 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   microbatch are those times times its layers.
 - **Collectives** (TP and CP inside the layers, DP gradient reduction, the ZeRO-1
   parameter all-gather) use the alpha-beta cost of dimension-ordered rings
-  (Thakur, Rabenseifner & Gropp 2005; ``network/algorithms/torus.py``): the group
+  (Thakur, Rabenseifner & Gropp 2005; ``network/collectives/algorithms/torus.py``): the group
   is cut into levels, inner first (the ranks of one chip, the chips of an
   instance along each torus axis, the instances of an UltraServer, the
   scale-up domains over EFA), and level k with d_k members moves
@@ -20,12 +20,12 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   a mesh, by the runtime's size rule. A group that is no grid on a torus runs
   one flat ring, priced on its busiest link (``search/flatring.py``). The
   runtime's fixed costs are added as the
-  simulator adds them (``network/costs.py``): on Trainium a launch, a handshake per
+  simulator adds them (``network/runtimes/costs.py``): on Trainium a launch, a handshake per
   halving-doubling or mesh round and a ring's own per ring step (across scale-up
   domains one ring through each domain's ranks from 1 MB up, as ``hierarchical``
   runs it), a posting cost per message and per round over EFA, and
   halving-doubling messages no faster than their DMA queues; on
-  GPUs NCCL's choice of algorithm and protocol and its latency (``network/nccl.py``).
+  GPUs NCCL's choice of algorithm and protocol and its latency (``network/runtimes/nccl.py``).
   Sharing a link slows only the bytes on it, not those fixed costs.
 - **Compute** follows the scenario's attention kernel (``parallelism.attention``,
   ``cp_comm_type``), precision and recompute, through the same op templates as the

@@ -2,11 +2,11 @@
 
 On a torus fabric the Neuron runtime runs large all-reduces, reduce-scatters and
 all-gathers as rings along each axis of the group's grid (``torus``); a group that
-is no grid (:func:`~clustersim.network.groups.torus_grid` returns None: the
+is no grid (:func:`~clustersim.network.collectives.groups.torus_grid` returns None: the
 data-parallel groups of every other chip pair on the snake-ordered Trn2 torus,
 say) runs one bidirectional ``ring`` in rank order instead. Its members' neighbours
 are then several torus links apart, routed dimension-ordered
-(:func:`~clustersim.network.builders.torus_path`), and every group of the same
+(:func:`~clustersim.network.fabric.builders.torus_path`), and every group of the same
 shape in the scale-up domain runs its ring at once over the same links.
 
 :func:`flat_ring` places those groups as the simulator does (ranks fill chips in
@@ -20,7 +20,8 @@ moves ``n / p / 2`` per pair each way, so the ring's time is
     + launch
 
 with ``p - 1`` rounds for a reduce-scatter or all-gather and ``2(p - 1)`` for an
-all-reduce (:mod:`~clustersim.network.algorithms.ring`, :mod:`~clustersim.network.costs`).
+all-reduce (:mod:`~clustersim.network.collectives.algorithms.ring`,
+:mod:`~clustersim.network.runtimes.costs`).
 Max-min sharing gives every flow through the busiest link the same share of it,
 and the flows there are the last to finish, so the bound is what the flow model
 finds when no other traffic is on the links.
@@ -33,8 +34,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
 
-from clustersim.network.builders import torus_path
-from clustersim.network.groups import GroupInfo, torus_grid
+from clustersim.network.collectives import GroupInfo, torus_grid
+from clustersim.network.fabric import torus_path
 
 __all__ = ["FlatRing", "TorusDomain", "flat_ring", "flat_ring_s"]
 

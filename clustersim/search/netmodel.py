@@ -4,7 +4,7 @@
 chips of an instance along each torus axis, the instances of an UltraServer, the
 scale-up domains over EFA), and :func:`collective_s` adds up the alpha-beta cost of
 each level with what the communication runtime adds, as the simulator adds it
-(:mod:`clustersim.network.costs`, :mod:`clustersim.network.nccl`); see
+(:mod:`clustersim.network.runtimes.costs`, :mod:`clustersim.network.runtimes.nccl`); see
 :mod:`clustersim.search.estimate`.
 """
 
@@ -16,14 +16,14 @@ from itertools import groupby
 from operator import itemgetter
 
 from clustersim.catalog.schema import ChipSpec, InstanceSpec
-from clustersim.network.algorithms.switched import tree_sends
-from clustersim.network.builders import torus_domain_coords
-from clustersim.network.collectives import HALVING_DOUBLING_MAX_BYTES, MESH_MAX_BYTES
-from clustersim.network.costs import NO_COSTS, Protocol, Runtime
-from clustersim.network.groups import GroupInfo
-from clustersim.network.nccl import NcclRuntime
-from clustersim.network.runtimes import runtime_of
-from clustersim.network.topology import local_path
+from clustersim.network.collectives import (
+    HALVING_DOUBLING_MAX_BYTES,
+    MESH_MAX_BYTES,
+    GroupInfo,
+    tree_sends,
+)
+from clustersim.network.fabric import local_path, torus_domain_coords
+from clustersim.network.runtimes import NO_COSTS, NcclRuntime, Protocol, Runtime, runtime_of
 from clustersim.search.experts import all_to_all_s
 from clustersim.search.flatring import FlatRing, TorusDomain, flat_ring, flat_ring_s
 
@@ -236,10 +236,10 @@ def collective_s(
 
 def _kinds(nbytes: float, levels: list[Level]) -> list[str]:
     """The algorithm of each level (``mesh``, ``halving`` or ``ring``), by the Neuron
-    runtime's size rule (:func:`~clustersim.network.collectives.choose`). A group over
+    runtime's size rule (:func:`~clustersim.network.collectives.registry.choose`). A group over
     several domains with more than one rank in each runs ``hierarchical``: a ring from
     1 MB up inside the domains, and the rule on the shard across them
-    (:func:`~clustersim.network.algorithms.hierarchical.phase_algorithm`)."""
+    (:func:`~clustersim.network.collectives.algorithms.hierarchical.phase_algorithm`)."""
     inner = [lv for lv in levels if lv.tier != "efa"]
     local = math.prod(lv.size for lv in inner)
     domains = math.prod(lv.size for lv in levels if lv.tier == "efa")
@@ -310,11 +310,12 @@ def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Pro
 
 
 def runtime_s(proto: Protocol, nbytes: float, levels: list[Level], phases: int) -> float:
-    """The Neuron runtime's fixed costs of one collective (:mod:`~clustersim.network.costs`):
-    its launch, and per phase a handshake per round (one for a mesh, ``log2`` for
-    halving-doubling, a ring's own per step: in a hierarchical collective one ring
-    through the ranks of each domain), the messages each round posts (a mesh's one per
-    peer, a ring's one each way) and a posting cost per round that crosses EFA."""
+    """The Neuron runtime's fixed costs of one collective
+    (:mod:`~clustersim.network.runtimes.costs`): its launch, and per phase a handshake per
+    round (one for a mesh, ``log2`` for halving-doubling, a ring's own per step: in a
+    hierarchical collective one ring through the ranks of each domain), the messages each
+    round posts (a mesh's one per peer, a ring's one each way) and a posting cost per round
+    that crosses EFA."""
     if proto.zero:
         return 0.0
     kinds = _kinds(nbytes, levels)
@@ -381,12 +382,13 @@ _RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 
 
 def _flat_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -> float:
-    """NCCL's ring as the simulator runs it (:mod:`~clustersim.network.algorithms.ring`):
-    one ring through every member in group order, not reduced level by level, half the
-    buffer each way round. Each of its ``p - 1`` rounds (twice for all-reduce) moves
-    ``n / p`` per member: a member with both neighbours across a level's links (the
-    innermost level of three or more) sends both halves on its link there, one at a
-    block's edge sends one half across the level its neighbour is behind."""
+    """NCCL's ring as the simulator runs it
+    (:mod:`~clustersim.network.collectives.algorithms.ring`): one ring through every member
+    in group order, not reduced level by level, half the buffer each way round. Each of its
+    ``p - 1`` rounds (twice for all-reduce) moves ``n / p`` per member: a member with both
+    neighbours across a level's links (the innermost level of three or more) sends both
+    halves on its link there, one at a block's edge sends one half across the level its
+    neighbour is behind."""
     p = math.prod(lv.size for lv in levels)
     rounds = 2 * (p - 1) if op == "all_reduce" else p - 1
     inner = levels[0]
@@ -399,8 +401,8 @@ def _flat_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -
 
 def _channel_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -> float:
     """NCCL's rings across nodes as the simulator runs them (``ring_channels`` in
-    :mod:`~clustersim.network.algorithms.switched`): a ring per rank of a node, each with
-    ``n / L`` one way round; in each of the ``p - 1`` rounds a rank sends ``n / (L p)`` on
+    :mod:`~clustersim.network.collectives.algorithms.switched`): a ring per rank of a node,
+    each with ``n / L`` one way round; in each of the ``p - 1`` rounds a rank sends ``n / (L p)`` on
     ``L - 1`` rings inside its node and on one across."""
     p = math.prod(lv.size for lv in levels)
     rounds = 2 * (p - 1) if op == "all_reduce" else p - 1
@@ -411,10 +413,10 @@ def _channel_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int
 
 
 def _flat_ring_latency_s(op: str, p: int, nodes: int, proto: Protocol, net_s: float) -> float:
-    """The flat ring's latency as the flow model charges it (:mod:`~clustersim.network.costs`):
-    every round pays the hop of its pairs' mix, ``f`` of them crossing nodes (the ring
-    crosses each of the ``nodes`` boundaries both ways), where NCCL's tuning model
-    counts ``nodes - 1`` network hops per phase."""
+    """The flat ring's latency as the flow model charges it
+    (:mod:`~clustersim.network.runtimes.costs`): every round pays the hop of its pairs'
+    mix, ``f`` of them crossing nodes (the ring crosses each of the ``nodes`` boundaries
+    both ways), where NCCL's tuning model counts ``nodes - 1`` network hops per phase."""
     rounds = 2 * (p - 1) if op == "all_reduce" else p - 1
     f = nodes / p if p >= 3 else 1.0
     hop = (1 - f) * proto.step_s + f * (proto.net_step_s + proto.route_inter * net_s)
@@ -423,7 +425,7 @@ def _flat_ring_latency_s(op: str, p: int, nodes: int, proto: Protocol, net_s: fl
 
 def _double_tree_wire_s(nbytes: float, levels: list[Level], flows: int) -> float:
     """NCCL's double binary tree as the simulator runs it
-    (:mod:`~clustersim.network.algorithms.switched`), the reduce and the broadcast at
+    (:mod:`~clustersim.network.collectives.algorithms.switched`), the reduce and the broadcast at
     once: the chain of the ``L`` ranks of a node (every rank but the rotation's head
     sends its share on it in each phase, ``2 (L - 1) / L n``), and the trees across
     nodes, where each rank heads one of ``L`` rotations of ``n / L`` and its NIC carries

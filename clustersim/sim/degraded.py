@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from clustersim.errors import MISSING, ScenarioError
-from clustersim.network.links import node_name
+from clustersim.network.fabric import node_name
 from clustersim.scenario import Resolved
 from clustersim.scenario.failures import Injection, InjectionTarget
 

@@ -1,18 +1,17 @@
 """The fabric of a scenario: built from the catalog, or read from ``cluster.fabric_file``.
 
-A fabric file (GraphML, GML or node-link JSON; :mod:`clustersim.network.graphio`)
+A fabric file (GraphML, GML or node-link JSON; :mod:`clustersim.network.graphs.graphio`)
 replaces the built fabric: it is read within bounds, checked against the
-scenario's instances (:mod:`clustersim.network.graphcheck`) and compiled into a
-:class:`~clustersim.network.custom.GraphTopology`
-(:func:`~clustersim.network.custom.load_graph`, which reads each file once).
+scenario's instances (:mod:`clustersim.network.graphs.graphcheck`) and compiled into a
+:class:`~clustersim.network.graphs.custom.GraphTopology`
+(:func:`~clustersim.network.graphs.custom.load_graph`, which reads each file once).
 """
 
 from __future__ import annotations
 
 from clustersim.errors import ScenarioError
-from clustersim.network.custom import GraphTopology, load_graph
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology, local_path
+from clustersim.network.fabric import Topology, build_topology, local_path
+from clustersim.network.graphs import GraphTopology, load_graph
 from clustersim.scenario import Resolved
 
 __all__ = ["FABRIC_KEY", "fabric_graph_topology", "scenario_topology"]

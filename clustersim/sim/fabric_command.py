@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from clustersim.errors import ScenarioError
-from clustersim.network.graphio import (
+from clustersim.network.graphs import (
     MAX_GRAPH_LINKS,
     MAX_GRAPH_NODES,
     estimate_bytes,

@@ -6,8 +6,8 @@ engine model's per-rank share: the ranks of a chip, all at full speed, never
 oversubscribe it). So a run is one SimPy timeout, as long as its chip's HBM has
 room for everything on it: its runs' full-speed demands and what the flows on it
 (a collective's DMA reads at the source and writes at the destination;
-:meth:`~clustersim.network.flows.FlowNetwork.share_hbm`) can move at most
-(:mod:`clustersim.network.hbm`). When a flow turns the chip *hot*, every run in
+:meth:`~clustersim.network.flows.flownetwork.FlowNetwork.share_hbm`) can move at most
+(:mod:`clustersim.network.flows.hbm`). When a flow turns the chip *hot*, every run in
 progress there becomes an entity of the flow model with the bytes it has left,
 capped at its full-speed demand ``hbm_bytes / seconds``: the max-min solve then
 shares the chip's HBM between it and the flows, and the run ends when its bytes
@@ -18,7 +18,7 @@ that meets one is capped at that much less of its demand for the rest of the run
 
 A run that starts on a chip without flows does no more than note its demand: it
 is added to the chip's fast demand only when a flow arrives there
-(:attr:`~clustersim.network.hbm.SharedHbm.first_flow`), since nothing reads that
+(:attr:`~clustersim.network.flows.hbm.SharedHbm.first_flow`), since nothing reads that
 demand before, so the runs that never meet a flow cost a few list writes.
 
 The rank process keeps its timeout either way (SimPy cannot cancel one): it

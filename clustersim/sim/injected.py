@@ -20,7 +20,7 @@ import simpy
 
 from clustersim.failures.injection import Injector, StepFailure, resolve
 from clustersim.network import Network
-from clustersim.network.topology import Topology
+from clustersim.network.fabric import Topology
 from clustersim.scenario import Resolved
 from clustersim.scenario.failures import FailuresCfg
 from clustersim.sim.fabric import scenario_topology

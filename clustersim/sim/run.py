@@ -21,8 +21,8 @@ from clustersim.hardware.engines import EngineChip
 from clustersim.hardware.tiles import ENGINE_NAMES, TiledOp
 from clustersim.names import check
 from clustersim.network import OPS, Network, algorithm_names
-from clustersim.network.custom import GraphTopology
-from clustersim.network.registry import check_fabrics
+from clustersim.network.fabric import check_fabrics
+from clustersim.network.graphs import GraphTopology
 from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import Resolved
 from clustersim.sim.degraded import derive_degraded_step, healthy_only

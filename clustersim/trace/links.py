@@ -34,8 +34,8 @@ from numpy.typing import NDArray
 from clustersim.trace.io import write_parquet
 
 if TYPE_CHECKING:
-    from clustersim.network.linkstats import LinkUtilisation
-    from clustersim.network.topology import Topology
+    from clustersim.network.fabric import Topology
+    from clustersim.network.flows import LinkUtilisation
 
 __all__ = ["LINK_COLUMNS", "LINK_TABLE", "link_frame", "write_link_table"]
 
@@ -52,7 +52,7 @@ _AXES = ("x", "y", "z")
 
 def _node_types(topology: Topology) -> tuple[list[str], NDArray[np.int64]]:
     """Distinct node types (``chip``, ``switch``, ``leaf``, ``spine2``, ...) and each node's."""
-    from clustersim.network.custom import GraphTopology
+    from clustersim.network.graphs import GraphTopology
 
     types: list[str] = []
     index: dict[str, int] = {}
@@ -100,8 +100,8 @@ def _tiers(
 
 def link_frame(topology: Topology, util: LinkUtilisation) -> pd.DataFrame:
     """The link table (:data:`LINK_COLUMNS`) of ``topology`` with the utilisation ``util``
-    (from :meth:`~clustersim.network.flows.FlowNetwork.link_utilisation`)."""
-    from clustersim.network.links import node_name  # the link names' own spelling
+    (from :meth:`~clustersim.network.flows.flownetwork.FlowNetwork.link_utilisation`)."""
+    from clustersim.network.fabric import node_name  # the link names' own spelling
 
     n_links, n_chips = topology.n_links, topology.n_chips
     if util.mean.size != n_links:

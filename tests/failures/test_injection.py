@@ -19,9 +19,8 @@ from clustersim.failures.injection import (
     fold_with,
     resolve,
 )
+from clustersim.network.fabric import Topology, build_topology, chip_node
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology, chip_node
 from clustersim.scenario.failures import Injection
 
 CAP = 1e9

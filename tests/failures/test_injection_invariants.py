@@ -18,9 +18,8 @@ from hypothesis import strategies as st
 from clustersim import catalog
 from clustersim.errors import PartitionError
 from clustersim.failures.injection import Injector, resolve
+from clustersim.network.fabric import Topology, build_topology
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology
 from clustersim.scenario.failures import Injection
 
 CHIPS = 16

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clustersim.network.collectives import OPS, collective_step_arrays, collective_steps
-from clustersim.network.groups import GroupInfo
+from clustersim.network.collectives import OPS, GroupInfo, collective_step_arrays, collective_steps
 from clustersim.network.microbench import run_collective
 
 FAT_TREE = {"fabric": "fat_tree", "tiers": 2, "radix": 16, "oversubscription": 2}

@@ -7,10 +7,8 @@ import pytest
 import simpy
 
 from clustersim import catalog
-from clustersim.network.domainpaths import distinct_pairs
-from clustersim.network.entity import link_counts
-from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
+from clustersim.network.fabric import build_topology, distinct_pairs
+from clustersim.network.flows import FlowNetwork, link_counts
 
 
 @pytest.mark.parametrize(("instance", "count"), [("trn2.48xlarge", 3), ("trn2u.48xlarge", 8)])

@@ -8,14 +8,19 @@ import scipy.sparse as sp
 import simpy
 from simpy_helpers import finish_times
 
-from clustersim.network.classes import classes_of
-from clustersim.network.entity import FlowGroup
-from clustersim.network.flows import FlowNetwork
-from clustersim.network.hbm import SharedHbm
-from clustersim.network.linkstats import LinkStats, LoadPattern
-from clustersim.network.maxmin import maxmin_rates_reference
-from clustersim.network.solve import Scratch, solve_groups, union
-from clustersim.network.topology import Topology, chip_node
+from clustersim.network.fabric import Topology, chip_node
+from clustersim.network.flows import (
+    FlowGroup,
+    FlowNetwork,
+    LinkStats,
+    LoadPattern,
+    Scratch,
+    SharedHbm,
+    maxmin_rates_reference,
+    solve_groups,
+    union,
+)
+from clustersim.network.flows.classes import classes_of
 
 CAP = 1e9
 

@@ -11,9 +11,8 @@ import simpy
 from simpy_helpers import finish_times
 
 from clustersim.errors import PartitionError
+from clustersim.network.fabric import Topology, build_topology, chip_node
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology, chip_node
 
 CAP = 1e9
 LAT = 1e-6

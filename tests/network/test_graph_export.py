@@ -10,9 +10,8 @@ import networkx as nx
 import pytest
 
 from clustersim.cli import main
-from clustersim.network.graphio import FORMATS, MAX_GRAPH_NODES, fabric_graph
-from clustersim.network.links import node_name
-from clustersim.network.topology import Topology
+from clustersim.network.fabric import Topology, node_name
+from clustersim.network.graphs import FORMATS, MAX_GRAPH_NODES, fabric_graph
 from clustersim.scenario import load_scenario
 
 FAMILIES: dict[str, str] = {

@@ -14,10 +14,8 @@ from test_graph_export import FAMILIES, family_topology
 
 from clustersim.errors import PartitionError, ScenarioError
 from clustersim.network import Network
-from clustersim.network.custom import GraphTopology
-from clustersim.network.graphcheck import check_fabric
-from clustersim.network.graphio import export_fabric, read_fabric
-from clustersim.network.topology import Topology
+from clustersim.network.fabric import Topology
+from clustersim.network.graphs import GraphTopology, check_fabric, export_fabric, read_fabric
 
 CAP, LAT = 100e9, 1e-6
 WHERE = "cluster.fabric_file"
@@ -106,7 +104,7 @@ def test_an_edited_graph_is_not_proven_symmetric() -> None:
 
 
 def export_graph(topo: Topology) -> nx.DiGraph:
-    from clustersim.network.graphio import fabric_graph
+    from clustersim.network.graphs import fabric_graph
 
     return fabric_graph(topo)
 

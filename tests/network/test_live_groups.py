@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from clustersim.network.entity import Component, FlowGroup
-from clustersim.network.live import LiveGroups
+from clustersim.network.flows import Component, FlowGroup, LiveGroups
 
 
 def _group(links: np.ndarray) -> FlowGroup:

@@ -10,7 +10,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from clustersim.network.maxmin import maxmin_rates, maxmin_rates_reference
+from clustersim.network.flows import maxmin_rates, maxmin_rates_reference
 
 
 def solve(matrix: list[list[float]], capacity: list[float]) -> np.ndarray:

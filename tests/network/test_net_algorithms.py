@@ -18,11 +18,15 @@ import simpy
 
 from clustersim import catalog
 from clustersim.network import GroupInfo, Network, resolve_algorithm
-from clustersim.network.algorithms.hierarchical import parallel_steps, phase_algorithm
-from clustersim.network.builders import add_torus_links, torus_path
-from clustersim.network.collectives import Step
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Node, Topology, chip_node
+from clustersim.network.collectives import Step, parallel_steps, phase_algorithm
+from clustersim.network.fabric import (
+    Node,
+    Topology,
+    add_torus_links,
+    build_topology,
+    chip_node,
+    torus_path,
+)
 
 CAP = 50e9
 LAT = 1e-6

@@ -23,11 +23,8 @@ from clustersim.network import (
     register_algorithm,
     resolve_algorithm,
 )
-from clustersim.network import collectives as registry
-from clustersim.network.algorithms.hierarchical import phase_algorithm
-from clustersim.network.groups import torus_grid
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology, chip_node
+from clustersim.network.collectives import phase_algorithm, registry, torus_grid
+from clustersim.network.fabric import Topology, build_topology, chip_node
 
 MIB = 2.0**20
 ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]
@@ -435,7 +432,7 @@ def test_private_fabric_takes_host_links_without_routing(
 ) -> None:
     """On the nonblocking fabric a flow between domains is its chips' two EFA links: the
     folded step built from them equals the one built by routing every flow."""
-    from clustersim.network.fabrics import TreeFabric
+    from clustersim.network.fabric import TreeFabric
 
     topo = build_topology(specs.instance(), specs.chip(), 8)
     assert topo.scaleout is not None and topo.scaleout.private

@@ -14,11 +14,17 @@ from simpy_helpers import finish_times
 from clustersim import catalog
 from clustersim.catalog.schema import EfaSpec, InstanceSpec
 from clustersim.errors import PartitionError, ScenarioError
-from clustersim.network.entity import link_counts
-from clustersim.network.fabrics import SWITCH_HOP_LATENCY_S, TreeFabric, leaf_ports
-from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology, fabric_names
-from clustersim.network.topology import EFA_NODE, Topology, chip_node
+from clustersim.network.fabric import (
+    EFA_NODE,
+    SWITCH_HOP_LATENCY_S,
+    Topology,
+    TreeFabric,
+    build_topology,
+    chip_node,
+    fabric_names,
+    leaf_ports,
+)
+from clustersim.network.flows import FlowNetwork, link_counts
 from clustersim.scenario import load_scenario
 
 CHIP_EFA_BPS = 20e9  # the test instance: 320 GB/s of EFA over 16 chips, one NIC each

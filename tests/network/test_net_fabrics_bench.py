@@ -9,8 +9,8 @@ import pytest
 import simpy
 
 from clustersim import catalog
+from clustersim.network.fabric import build_topology
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
 
 
 @pytest.mark.benchmark

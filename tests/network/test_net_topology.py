@@ -10,9 +10,9 @@ import pytest
 
 from clustersim import catalog
 from clustersim.errors import PartitionError, ScenarioError
-from clustersim.network.builders import snake_coords, torus_path
-from clustersim.network.registry import build_topology, topology_names
-from clustersim.network.topology import EFA_NODE, Topology, _row_sums, chip_node
+from clustersim.network.fabric import build_topology, snake_coords, topology_names, torus_path
+from clustersim.network.fabric.routes import _row_sums
+from clustersim.network.fabric.topology import EFA_NODE, Topology, chip_node
 
 
 def torus_neighbours(a: tuple[int, int], b: tuple[int, int], dims: tuple[int, int]) -> bool:

@@ -12,9 +12,8 @@ from simpy_helpers import finish_times
 from clustersim import catalog
 from clustersim.catalog.schema import InstanceSpec
 from clustersim.errors import ScenarioError
+from clustersim.network.fabric import Topology, build_topology, chip_node
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology, chip_node
 
 
 def build(name: str, count: int) -> tuple[InstanceSpec, float, Topology]:

@@ -12,15 +12,18 @@ import simpy
 from clustersim import catalog
 from clustersim.errors import ScenarioError
 from clustersim.network import Network
-from clustersim.network.collectives import Step, collective_steps
-from clustersim.network.costs import NeuronRuntime, Protocol, neuron_protocol
+from clustersim.network.collectives import GroupInfo, Step, collective_steps
+from clustersim.network.fabric import build_topology, local_path
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.groups import GroupInfo
 from clustersim.network.microbench import run_collective
-from clustersim.network.nccl import NcclRuntime, nccl_tables
-from clustersim.network.registry import build_topology
-from clustersim.network.runtimes import runtime_of
-from clustersim.network.topology import local_path
+from clustersim.network.runtimes import (
+    NcclRuntime,
+    NeuronRuntime,
+    Protocol,
+    nccl_tables,
+    neuron_protocol,
+    runtime_of,
+)
 
 US = 1e-6
 MIB = 2.0**20
@@ -193,7 +196,7 @@ def test_double_tree_nics_carry_a_half_shard_per_tree_edge(nodes: int, sends: in
     tree edge its node ends in, over both mirrored trees: the root of a heap over four
     nodes 3 (two children in one tree, a parent in the mirror), an inner node of a
     larger heap 4. Phase after phase, that root would take 4 (2 each phase)."""
-    from clustersim.network.algorithms.switched import tree_sends
+    from clustersim.network.collectives import tree_sends
 
     assert tree_sends(nodes) == sends
     (step,) = collective_steps("all_reduce", nodes, 2.0, "double_tree", _nodes(nodes, 1))

@@ -11,8 +11,7 @@ import pytest
 import simpy
 
 from clustersim.network import FlowGroup, Network
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology
+from clustersim.network.fabric import Topology, build_topology
 
 STAGES = 3
 RANKS_PER_STAGE = 64  # two instances of 16 chips, two ranks per chip

@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from clustersim import catalog
-from clustersim.network.costs import neuron_protocol
+from clustersim.network.fabric import local_path
 from clustersim.network.microbench import run_collective
-from clustersim.network.topology import local_path
+from clustersim.network.runtimes import neuron_protocol
 
 N = 32 * 2.0**20
 CHIP = catalog.chip("trn1")

@@ -16,9 +16,8 @@ from matplotlib import image as mpimg
 from clustersim import catalog
 from clustersim.catalog.schema import EfaSpec
 from clustersim.cli import main
+from clustersim.network.fabric import Topology, build_topology
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.registry import build_topology
-from clustersim.network.topology import Topology
 from clustersim.report import load_run
 from clustersim.report.data import RunData
 from clustersim.report.figures import FIGURES, render
@@ -218,8 +217,7 @@ def test_figure_is_skipped_without_a_link_table() -> None:
 def test_figure_of_an_imported_graph_without_coordinates() -> None:
     import networkx as nx
 
-    from clustersim.network.custom import GraphTopology
-    from clustersim.network.graphcheck import check_fabric
+    from clustersim.network.graphs import GraphTopology, check_fabric
 
     g = nx.Graph()
     for i in range(8):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clustersim.network import graphio
+from clustersim.network.graphs import graphio
 
 from .harness import assert_contract, case_dir, run_cli, write
 

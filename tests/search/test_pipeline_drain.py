@@ -9,7 +9,7 @@ import simpy
 
 from clustersim.hardware.chip import ChipModel
 from clustersim.network import Network
-from clustersim.network.registry import build_topology
+from clustersim.network.fabric import build_topology
 from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import load_scenario
 from clustersim.search import Estimator, NetModel

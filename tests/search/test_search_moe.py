@@ -132,7 +132,7 @@ def test_dense_and_expert_gathers_share_the_links_as_simulated() -> None:
     import simpy
 
     from clustersim.network import Network
-    from clustersim.network.registry import build_topology
+    from clustersim.network.fabric import build_topology
     from clustersim.network.runtimes import runtime_of
     from clustersim.search.sharded import pair_s
 

@@ -14,7 +14,7 @@ import simpy
 
 from clustersim.hardware.chip import ChipModel
 from clustersim.network import Network
-from clustersim.network.registry import build_topology
+from clustersim.network.fabric import build_topology
 from clustersim.scenario import Resolved, load_scenario
 from clustersim.sim.engine import StepSim, compile_program
 from clustersim.workload import make_layout

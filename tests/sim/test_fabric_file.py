@@ -8,7 +8,7 @@ import networkx as nx
 import pytest
 
 from clustersim.errors import ScenarioError
-from clustersim.network.graphio import export_fabric, fabric_graph
+from clustersim.network.graphs import export_fabric, fabric_graph
 from clustersim.scenario import load_scenario
 from clustersim.sim import run as sim_run
 from clustersim.sim import simulate

@@ -12,8 +12,8 @@ import simpy
 from simpy_helpers import finish_times
 
 from clustersim.cli import main
+from clustersim.network.fabric import Topology, chip_node
 from clustersim.network.flows import FlowNetwork
-from clustersim.network.topology import Topology, chip_node
 from clustersim.sim.hbm import ComputeRuns
 
 GB = 1e9

@@ -1,0 +1,41 @@
+"""The communication runtime of a cluster: the Neuron runtime or NCCL (:mod:`.costs`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from clustersim.catalog.schema import ChipSpec, InstanceSpec
+from clustersim.errors import ScenarioError
+from clustersim.names import closest
+from clustersim.network.runtimes.costs import NeuronRuntime, Runtime, neuron_protocol
+from clustersim.network.runtimes.nccl import PROTOCOLS, NcclRuntime
+
+__all__ = ["runtime_of"]
+
+
+def runtime_of(chip: ChipSpec, instance: InstanceSpec, *, protocol: str | None = None) -> Runtime:
+    """The runtime of ``chip``'s family on ``instance``: NCCL's tuning model on GPUs
+    (it reads one rank's bandwidth inside the instance and across), else the Neuron
+    runtime with the chip's fitted costs. ``protocol`` forces NCCL's protocol (LL,
+    LL128 or Simple, as ``NCCL_PROTO`` does); the Neuron runtime has only its own."""
+    if protocol is not None:
+        if chip.runtime != "nccl":
+            raise ScenarioError(
+                "protocol", protocol, f"only NCCL (GPUs) has protocols; {chip.name} runs Neuron"
+            )
+        by_case = {name.lower(): name for name in PROTOCOLS}
+        if protocol.strip().lower() not in by_case:
+            near = closest(protocol, PROTOCOLS)
+            hint = f"did you mean {near!r}? " if near else ""
+            raise ScenarioError(
+                "protocol", protocol, f"unknown NCCL protocol; {hint}valid: {', '.join(PROTOCOLS)}"
+            )
+        protocol = by_case[protocol.strip().lower()]
+    if chip.runtime == "nccl":
+        intra = instance.fabric.link_bw_Bps * chip.calibration.link_efficiency
+        inter = instance.efa.bandwidth_Bps / instance.chips * chip.efa_link_efficiency
+        runtime = NcclRuntime.of(
+            chip, intra_Bps=intra, inter_Bps=inter, net_latency_s=instance.efa.latency_s
+        )
+        return replace(runtime, only_protocol=protocol)
+    return NeuronRuntime(neuron_protocol(chip))
