@@ -328,7 +328,7 @@ def test_stacks_refuse_cycles_and_own_fits() -> None:
     from clustersim.errors import CatalogError
 
     base = calibration().model_dump()
-    loop = {"a": {"base": "b", "why": "x", "what": "x"}, "b": {"base": "a", "why": "x", "what": "x"}}
+    loop = {n: {"base": b, "why": "x", "what": "x"} for n, b in (("a", "b"), ("b", "a"))}
     cyclic = {**base, "stacks": {**base["stacks"], **loop}}
     with pytest.raises(CatalogError, match="cycle"):
         parse_calibration(cyclic)

@@ -91,7 +91,9 @@ def test_a_bad_stack_is_refused_naming_the_key(stack: str, problem: str) -> None
     assert err.value.path == "software.stack" and problem in str(err.value)
 
 
-def test_run_exits_2_on_an_unknown_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_exits_2_on_an_unknown_stack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     scen = tmp_path / "s.yaml"
     scen.write_text(P5 + "software: {stack: titan}\n")
     assert main(["run", str(scen), "--out", str(tmp_path / "out")]) == 2
