@@ -118,6 +118,10 @@ class Calibration(Strict):
     - ``hbm_efficiency``: fraction of HBM peak that streaming kernels sustain.
     - ``op_overhead_s``: issue overhead per op (kernel launch, instruction dispatch).
     - ``link_efficiency``: fraction of link peak that collectives achieve on the wire.
+    - ``gemm_times``: ``roofline``, a GEMM's time from the tensor peak, the efficiency, the
+      tile and the latency floor above; ``measured``, from the chip's measured GEMM table
+      (``clustersim/catalog/kernels/``: kernel times over m, n and k, with the waves,
+      tiles and launch floor they include), where the chip has one.
     """
 
     tensor_efficiency: Fraction
@@ -129,6 +133,7 @@ class Calibration(Strict):
     hbm_efficiency: Fraction
     op_overhead_s: Duration = 0.0
     link_efficiency: Fraction = 1.0
+    gemm_times: Literal["roofline", "measured"] = "roofline"
 
 
 class EngineClocks(Strict):

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ChipSpec
+from clustersim.hardware.kernels import gemm_table
 from clustersim.hardware.work import ENGINES, Work
 
 __all__ = ["HBM", "ChipModel", "OpTime"]
@@ -67,6 +68,9 @@ class ChipModel:
         self._gpsimd_Bps = (core.gpsimd_tflops or core.vector_tflops) * 1e12 * lnc
         self._hbm_Bps = spec.hbm_bw_Bps * cal.hbm_efficiency * lnc / spec.cores
         self._overhead_s = cal.op_overhead_s
+        self._gemm = gemm_table(spec.name) if cal.gemm_times == "measured" else None
+        if cal.gemm_times == "measured" and self._gemm is None:
+            raise ValueError(f"{spec.name} has no measured GEMM table (gemm_times: measured)")
 
     @property
     def hbm_bytes_per_rank(self) -> float:
@@ -94,7 +98,16 @@ class ChipModel:
         ``kernel == "attention"`` runs at the fused attention kernel's
         efficiency; under ``matmul`` that scales the floored time too, as the
         shipped fits were made.
+
+        With ``gemm_times: measured`` every other matmul takes the chip's measured
+        GEMM time (:mod:`clustersim.hardware.kernels`) instead: no efficiency, tile or
+        floor of the catalog applies to it.
         """
+        if self._gemm is not None and kernel != "attention" and self._gemm.measures(precision):
+            # Measured: the kernel's own time, waves, tiles and launch floor included. An
+            # op's ``count`` problems run as one batched or grouped launch whose output
+            # tiles fill the SMs together, like one GEMM of count x m rows.
+            return self._gemm.time_s(m * count, k, n, precision)
         k_pad = math.ceil(k / self._tile_k) * self._tile_k
         n_pad = math.ceil(n / self._tile_n) * self._tile_n
         flops = 2.0 * m * k_pad * n_pad

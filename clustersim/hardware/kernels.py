@@ -1,0 +1,308 @@
+"""Measured GPU kernel times: GEMM and fused attention forward, looked up in tables.
+
+A GPU op's compute time is taken bottom up from kernels measured on the chip,
+not from a fitted fraction of the datasheet peak. The tables are NVIDIA's
+``aiconfigurator-core`` measurements (Apache-2.0; TensorRT-LLM's cuBLAS-backed
+torch GEMMs and its fused multi-head attention), reduced to one ``.npz`` per chip
+in ``clustersim/catalog/kernels/`` by ``clustersim.hardware.kernels_build``;
+``SOURCES.md`` there names every table.
+
+GEMM, C[m,n] = A[m,k] B[k,n]: latency measured on a grid of m, n and k.
+Between grid points the lookup is trilinear in log m, log n and log k on log
+latency (a power law between neighbours: exact at the measured points, smooth
+in between). Outside the grid:
+
+* beyond the largest size of an axis, time grows in proportion to that axis,
+  i.e. with the FLOPs 2mnk at the efficiency of the grid's edge (a large GEMM
+  is a sequence of full waves of output tiles, each as fast as the edge's);
+* below the smallest size, the edge's latency stands (a launch and
+  pipeline-fill floor: a smaller problem runs in one wave no faster).
+
+Grid cells never measured (only in the largest corner of each grid) take their
+nearest measured neighbour in log size, scaled the same way.
+
+The m axis holds pairs such as 4096 and 4097: the second measures the step
+when one more row of output tiles is needed. Interpolating between 4097 and
+4352 then follows the plateau of equal tile counts. On Hopper the block-scaled
+FP8 kernel also pays a large penalty at unaligned m (1025, 4097 and the like),
+which interpolation carries into the interval after it: an aligned m there
+(1040, say) reads up to about 1.7x slower than its aligned neighbours suggest.
+
+Fused attention forward (causal, the context phase): latency measured over
+batch, sequence length, query heads and KV heads. The kernel parallelises over
+batch x heads x query tiles, so the table keys on problems = batch x heads and
+sequence length, with one layer for multi-head (KV heads = heads) and one for
+grouped-query attention (fewer KV heads, which load less K/V and run about 8%
+faster). Lookup is piecewise linear in log-log, growing linearly in problems and
+with the square of sequence length (causal FLOPs) beyond the measured range.
+
+Only numpy, the standard library and the catalog's data files are used.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from functools import cache, lru_cache
+from importlib import resources
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["PRECISIONS", "AttentionTable", "GemmTable", "attention_table", "gemm_table"]
+
+F64 = NDArray[np.float64]
+
+PRECISIONS: dict[str, str] = {
+    "bf16": "bf16",
+    "fp16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+}
+"""clustersim's precision names mapped to the tables' (FP16 runs BF16's kernels)."""
+
+ATTENTION_LAYERS = ("mha", "gqa")
+"""Attention table layers: KV heads equal to query heads, and fewer."""
+
+
+def _table_key(precision: str, available: tuple[str, ...], what: str) -> str:
+    key = PRECISIONS.get(precision)
+    if key is None or key not in available:
+        raise ValueError(
+            f"no measured {what} for precision {precision!r}; available: {', '.join(available)}"
+        )
+    return key
+
+
+@cache
+def _arrays(chip: str) -> dict[str, NDArray[np.generic]] | None:
+    """Every array of a chip's kernel file, or None when the chip has none."""
+    path = resources.files("clustersim.catalog").joinpath("kernels", f"{chip}.npz")
+    if not path.is_file():
+        return None
+    with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+class _Grid:
+    """One precision's GEMM grid: log axes and log latency with holes filled."""
+
+    def __init__(self, m: F64, n: F64, k: F64, latency_s: F64) -> None:
+        self.axes = (m, n, k)
+        self.measured = latency_s
+        self.log_axes = tuple(np.log(a) for a in self.axes)
+        self.log_t = np.log(_fill_holes(self.axes, latency_s))
+
+    def times(self, m: F64, n: F64, k: F64) -> F64:
+        """Vectorised trilinear lookup in log-log, extrapolated as the module says."""
+        weights: list[tuple[NDArray[np.intp], F64]] = []
+        scale = np.ones(np.broadcast(m, n, k).shape)
+        for x, axis, log_axis in zip((m, n, k), self.axes, self.log_axes, strict=True):
+            scale = scale * np.maximum(1.0, x / axis[-1])  # FLOP scaling past the edge
+            lx = np.clip(np.log(x), log_axis[0], log_axis[-1])  # floor below the edge
+            i = np.clip(np.searchsorted(log_axis, lx, side="right") - 1, 0, len(axis) - 2)
+            frac = (lx - log_axis[i]) / (log_axis[i + 1] - log_axis[i])
+            weights.append((i, frac))
+        (im, fm), (in_, fn), (ik, fk) = weights
+        out = np.zeros(scale.shape)
+        for dm in (0, 1):
+            wm = fm if dm else 1.0 - fm
+            for dn in (0, 1):
+                wn = fn if dn else 1.0 - fn
+                for dk in (0, 1):
+                    wk = fk if dk else 1.0 - fk
+                    out = out + wm * wn * wk * self.log_t[im + dm, in_ + dn, ik + dk]
+        return np.asarray(np.exp(out) * scale, dtype=np.float64)
+
+
+def _fill_holes(axes: tuple[F64, F64, F64], latency_s: F64) -> F64:
+    """Each unmeasured cell from its nearest measured cell in log size, scaled up by
+    the ratio of sizes along every axis where the hole is larger (FLOPs at the
+    neighbour's efficiency), kept at the neighbour's latency where it is smaller."""
+    holes = np.argwhere(np.isnan(latency_s))
+    if len(holes) == 0:
+        return latency_s
+    known = np.argwhere(~np.isnan(latency_s))
+    logs = [np.log2(a) for a in axes]
+    known_xyz = np.stack([logs[d][known[:, d]] for d in range(3)], axis=1)
+    filled = latency_s.copy()
+    for hole in holes:
+        xyz = np.array([logs[d][hole[d]] for d in range(3)])
+        nearest = known[int(np.argmin(((known_xyz - xyz) ** 2).sum(axis=1)))]
+        ratio = np.prod([max(1.0, axes[d][hole[d]] / axes[d][nearest[d]]) for d in range(3)])
+        filled[tuple(hole)] = latency_s[tuple(nearest)] * ratio
+    return filled
+
+
+class GemmTable:
+    """A chip's measured GEMM latencies, one grid per precision."""
+
+    def __init__(self, chip: str, arrays: dict[str, NDArray[np.generic]]) -> None:
+        self.chip = chip
+        self.precisions: tuple[str, ...] = tuple(
+            sorted(str(a) for a in arrays["gemm.precisions"].tolist())
+        )
+        self._arrays = arrays
+        self._grids: dict[str, _Grid] = {}
+        self._time: Callable[[int, int, int, str], float] = lru_cache(maxsize=1 << 16)(
+            self._time_uncached
+        )
+
+    def measures(self, precision: str) -> bool:
+        """Whether the table has GEMMs at ``precision`` (clustersim's name)."""
+        return PRECISIONS.get(precision) in self.precisions
+
+    def grid(self, precision: str) -> tuple[F64, F64, F64, F64]:
+        """The measured grid: m, n and k axes and latency [m, n, k] in s (NaN: not measured)."""
+        g = self._grid(precision)
+        return (*g.axes, g.measured)
+
+    def _grid(self, precision: str) -> _Grid:
+        key = _table_key(precision, self.precisions, f"GEMM on {self.chip}")
+        if key not in self._grids:
+            m, n, k, t = (
+                self._arrays[f"gemm.{key}.{name}"].astype(np.float64)
+                for name in ("m", "n", "k", "latency_s")
+            )
+            self._grids[key] = _Grid(m, n, k, t)
+        return self._grids[key]
+
+    def time_s(self, m: int, k: int, n: int, precision: str) -> float:
+        """Seconds for one GEMM C[m,n] = A[m,k] B[k,n] (cached per shape and precision)."""
+        return self._time(int(m), int(k), int(n), precision)
+
+    def _time_uncached(self, m: int, k: int, n: int, precision: str) -> float:
+        if min(m, k, n) < 1:
+            raise ValueError(f"GEMM dimensions must be positive: m={m}, k={k}, n={n}")
+        g = self._grid(precision)
+        return float(g.times(np.array(float(m)), np.array(float(n)), np.array(float(k))))
+
+    def times_s(self, m: ArrayLike, k: ArrayLike, n: ArrayLike, precision: str) -> F64:
+        """``time_s`` over arrays of shapes at once (broadcast), uncached."""
+        args = [np.asarray(x, dtype=np.float64) for x in (m, n, k)]
+        if any(np.any(a < 1) for a in args):
+            raise ValueError("GEMM dimensions must be positive")
+        return self._grid(precision).times(*args)
+
+    def efficiency(self, m: int, k: int, n: int, precision: str, peak_flops: float) -> float:
+        """Achieved fraction of ``peak_flops`` (FLOP/s): 2mnk / (time x peak)."""
+        return 2.0 * m * n * k / (self.time_s(m, k, n, precision) * peak_flops)
+
+    def ceiling(self, precision: str, peak_flops: float) -> float:
+        """The best efficiency measured anywhere on the grid: the ceiling that a
+        fitted efficiency constant for this chip and precision must stay under."""
+        m, n, k, t = self.grid(precision)
+        flops = 2.0 * m[:, None, None] * n[None, :, None] * k[None, None, :]
+        return float(np.nanmax(flops / t) / peak_flops)
+
+
+class AttentionTable:
+    """A chip's measured fused attention forward (causal) latencies.
+
+    Per precision and head dimension: sequence lengths ``seq``, problems
+    (batch x heads) ``problems`` and latency [layer, seq, problems] in s, NaN
+    where no such shape was measured (long sequences only at small batch).
+    """
+
+    def __init__(self, chip: str, arrays: dict[str, NDArray[np.generic]]) -> None:
+        self.chip = chip
+        self._arrays = arrays
+        keys = [k.split(".") for k in arrays if k.startswith("attn.") and k.endswith(".seq")]
+        self.head_dims: dict[str, tuple[int, ...]] = {}
+        for _, prec, dim, _ in keys:
+            self.head_dims[prec] = tuple(sorted((*self.head_dims.get(prec, ()), int(dim[1:]))))
+        self.precisions = tuple(sorted(self.head_dims))
+        self._forward: Callable[[tuple[int, int, int, int, int], str], float] = lru_cache(
+            maxsize=1 << 14
+        )(self._forward_uncached)
+
+    def grid(self, precision: str, head_dim: int) -> tuple[F64, F64, F64]:
+        """Measured seq and problems axes and latency [layer, seq, problems] in s."""
+        key = _table_key(precision, self.precisions, f"attention on {self.chip}")
+        if head_dim not in self.head_dims[key]:
+            raise ValueError(
+                f"attention on {self.chip} measured at head_dim {self.head_dims[key]}, "
+                f"not {head_dim}"
+            )
+        a = self._arrays
+        p = f"attn.{key}.d{head_dim}"
+        return (
+            a[f"{p}.seq"].astype(np.float64),
+            a[f"{p}.problems"].astype(np.float64),
+            a[f"{p}.latency_s"].astype(np.float64),
+        )
+
+    def forward_s(
+        self,
+        batch: int,
+        seq: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        *,
+        precision: str = "bf16",
+    ) -> float:
+        """Seconds for one causal fused attention forward (cached per shape).
+
+        A head dimension not measured is taken from the nearest measured one,
+        scaled by the ratio of head dimensions (FLOPs grow with it).
+        """
+        shape = (int(batch), int(seq), int(heads), int(kv_heads), int(head_dim))
+        return self._forward(shape, precision)
+
+    def _forward_uncached(self, shape: tuple[int, int, int, int, int], precision: str) -> float:
+        batch, seq, heads, kv_heads, head_dim = shape
+        if min(shape) < 1 or heads % kv_heads:
+            raise ValueError(
+                f"attention shape needs positive sizes and kv_heads dividing heads: "
+                f"batch={batch} seq={seq} heads={heads} kv_heads={kv_heads} head_dim={head_dim}"
+            )
+        key = _table_key(precision, self.precisions, f"attention on {self.chip}")
+        dims = np.array(self.head_dims[key], dtype=np.float64)
+        near = int(dims[np.argmin(np.abs(np.log(dims / head_dim)))])
+        seqs, problems, latency = self.grid(key, near)
+        layer = latency[ATTENTION_LAYERS.index("mha" if kv_heads == heads else "gqa")]
+        if np.isnan(layer).all():  # a layer never measured at this head dim: use the other
+            layer = latency[ATTENTION_LAYERS.index("gqa" if kv_heads == heads else "mha")]
+        t = _seq_interp(seqs, problems, layer, float(seq), float(batch * heads))
+        return t * head_dim / near
+
+
+def _problems_interp(problems: F64, row: F64, p: float) -> float:
+    """Along one sequence length: log-log between measured problem counts, linear
+    in problems past the largest (more waves), the smallest's latency below it."""
+    ok = ~np.isnan(row)
+    px, ty = problems[ok], row[ok]
+    if p >= px[-1]:
+        return float(ty[-1] * p / px[-1])
+    return float(np.exp(np.interp(np.log(p), np.log(px), np.log(ty))))
+
+
+def _seq_interp(seqs: F64, problems: F64, layer: F64, s: float, p: float) -> float:
+    """Across sequence lengths: log-log between measured rows, growing with s^2
+    (causal FLOPs) past the longest, the shortest row's latency below it."""
+    rows = [i for i in range(len(seqs)) if not np.isnan(layer[i]).all()]
+    sx = seqs[rows]
+    if s >= sx[-1]:
+        return _problems_interp(problems, layer[rows[-1]], p) * (s / float(sx[-1])) ** 2
+    if s <= sx[0]:
+        return _problems_interp(problems, layer[rows[0]], p)
+    j = int(np.searchsorted(sx, s, side="right")) - 1
+    lo = _problems_interp(problems, layer[rows[j]], p)
+    hi = _problems_interp(problems, layer[rows[j + 1]], p)
+    f = (np.log(s) - np.log(sx[j])) / (np.log(sx[j + 1]) - np.log(sx[j]))
+    return float(np.exp((1.0 - f) * np.log(lo) + f * np.log(hi)))
+
+
+@cache
+def gemm_table(chip: str) -> GemmTable | None:
+    """The chip's measured GEMM table, or None for chips without one (Trainium)."""
+    arrays = _arrays(chip.lower())
+    return None if arrays is None else GemmTable(chip.lower(), arrays)
+
+
+@cache
+def attention_table(chip: str) -> AttentionTable | None:
+    """The chip's measured attention forward table, or None for chips without one."""
+    arrays = _arrays(chip.lower())
+    return None if arrays is None else AttentionTable(chip.lower(), arrays)
