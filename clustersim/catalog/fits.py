@@ -135,7 +135,15 @@ class Family(Strict):
     constants: dict[str, ConstantSpec]
     prior: str | None = None
     """The family whose fitted efficiencies this one takes where it has no fit of its own."""
+    ceilings: dict[str, Ceiling] = Field(default_factory=dict)
+    """Ceilings of constants the family declares but does not fit (a catalog value, or a
+    constant a kernel table now measures): no chip of the family may exceed them."""
     default_stack: str
+
+    def ceiling(self, name: str) -> Ceiling | None:
+        """The ceiling of ``name``, fitted or declared; None if it has none."""
+        spec = self.constants.get(name)
+        return spec.ceiling if spec is not None and spec.ceiling else self.ceilings.get(name)
     """The software stack a scenario on these chips runs when it names none."""
 
 
@@ -406,30 +414,41 @@ def overlaps(a: tuple[float, float] | list[float], b: tuple[float, float] | list
 
 
 def ceiling_problems(cal: CalibrationFile | None = None) -> list[str]:
-    """Every constant at or above its physical ceiling: a shipped fit's (which presses on
-    it: a mechanism the model lacks, not a fact about the chip) or a chip's declared
-    catalog value."""
+    """Every constant at or above its physical ceiling: a shipped fit's, or one a family
+    runs with through its default stack (its own fit or one lent by a prior), which
+    presses on it (a mechanism the model lacks, not a fact about the chip); or a chip's
+    declared catalog value above it."""
     from clustersim import catalog
 
     cal = cal or calibration()
-    out = []
+    out: list[str] = []
+
+    def press(where: str, family: Family, name: str, value: float) -> None:
+        ceiling = family.ceiling(name)
+        if ceiling is not None and value >= ceiling.value * (1 - CEILING_MARGIN):
+            out.append(
+                f"{where}: {name} {value:.4g} presses on its ceiling {ceiling.value:.4g} "
+                f"({ceiling.source}): find the mechanism the fit stands in for"
+            )
+
     for key, fit in sorted(cal.fits.items()):
         family = cal.families[key.partition("/")[0]]
         for name, value in sorted(fit.constants.items()):
-            spec = family.constants.get(name)
-            if spec is not None and spec.ceiling is not None and spec.presses(value):
-                out.append(
-                    f"{key}: {name} {value:.4g} presses on its ceiling {spec.ceiling.value:.4g} "
-                    f"({spec.ceiling.source}): find the mechanism the fit stands in for"
-                )
+            press(key, family, name, value)
     for fname, family in sorted(cal.families.items()):
         for chip in family.chips:
+            src = fit_source(chip, family.default_stack, cal)
+            if src is not None and src.partition("/")[0] != fname:  # lent by a prior
+                lent = fit_overrides(chip, family.default_stack, cal)
+                for name, value in sorted(lent.items()):
+                    press(f"{chip} ({fname}, lent by {src})", family, name, value)
             declared = catalog.chip(chip).calibration
-            for name, spec in sorted(family.constants.items()):
+            for name in sorted({*family.constants, *family.ceilings}):
                 given = getattr(declared, name, None)
-                if spec.ceiling is not None and given is not None and given > spec.ceiling.value:
+                ceiling = family.ceiling(name)
+                if ceiling is not None and given is not None and given > ceiling.value:
                     out.append(
                         f"{chip} ({fname}): declared {name} {given:.4g} is above its ceiling "
-                        f"{spec.ceiling.value:.4g} ({spec.ceiling.source})"
+                        f"{ceiling.value:.4g} ({ceiling.source})"
                     )
     return out
