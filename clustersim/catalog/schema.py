@@ -155,6 +155,9 @@ class EnginesSpec(Strict):
     - ``matmul_tile``: (stationary, contraction, moving) sizes of one matmul
       instruction: 128 x 128 against 128 x 512 on the systolic array (one PSUM bank).
     - ``instr_min_cycles``: the fewest cycles any Tensor, Vector or Scalar instruction takes.
+    - ``matmul_startup_cycles``: the start-up latency of one matmul instruction on the
+      Tensor engine, on top of its streaming cycles (used by the bottom-up kernel
+      tilings of :mod:`clustersim.hardware.kernel_tiling`; 0 where unpublished).
     - ``psum_banks``: accumulation groups in flight.
     - ``dma_queues`` x ``dma_queue_Bps``: the core's DMA engines; ``dma_setup_s`` the
       set-up of one transfer; ``dma_tile_bytes`` the transfer that saturates a queue.
@@ -165,6 +168,7 @@ class EnginesSpec(Strict):
     clock_ghz: EngineClocks
     matmul_tile: tuple[PositiveInt, PositiveInt, PositiveInt] = (128, 128, 512)
     instr_min_cycles: int = Field(default=0, ge=0, le=100_000)
+    matmul_startup_cycles: int = Field(default=0, ge=0, le=100_000)
     psum_banks: PositiveInt = 8
     dma_queues: PositiveInt = 1
     dma_queue_Bps: LinkRate
