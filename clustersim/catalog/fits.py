@@ -144,6 +144,7 @@ class Family(Strict):
         """The ceiling of ``name``, fitted or declared; None if it has none."""
         spec = self.constants.get(name)
         return spec.ceiling if spec is not None and spec.ceiling else self.ceilings.get(name)
+
     """The software stack a scenario on these chips runs when it names none."""
 
 
