@@ -460,6 +460,8 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     software = stacks.stack_fit(inst.chip, scenario.software.stack)
     if not stack_fit:
         software = replace(software, fit=None, lent=None, constants={})
+    if cl.domain_fill is not None:
+        inst = _filled(inst, cl.domain_fill)
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})
     if software.constants:
         chip_over = catalog.deep_merge({"calibration": dict(software.constants)}, chip_over)
@@ -484,6 +486,29 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
             "cluster.lnc", lnc, f"{chip.name} supports lnc {', '.join(map(str, chip.lnc_options))}"
         )
     return Resolved(scenario, chip, inst, model, lnc, data, software)
+
+
+def _filled(inst: InstanceSpec, fill: int) -> InstanceSpec:
+    """``inst`` with ``fill`` instances in each scale-up domain (``cluster.domain_fill``)."""
+    us = inst.ultraserver
+    if us is None:
+        raise ScenarioError(
+            "cluster.domain_fill", fill, f"{inst.name} forms no UltraServer: nothing to fill"
+        )
+    if fill > us.instances:
+        raise ScenarioError(
+            "cluster.domain_fill",
+            fill,
+            f"one {us.topology} domain holds 1 to {us.instances} {inst.name} instances",
+        )
+    if us.topology != "nvl72" and fill != us.instances:
+        raise ScenarioError(
+            "cluster.domain_fill",
+            fill,
+            f"a {us.topology} UltraServer is built whole; only NVLink switch domains (nvl72) "
+            "may be partly filled",
+        )
+    return inst.model_copy(update={"ultraserver": us.model_copy(update={"instances": fill})})
 
 
 # -- checks on raw values ---------------------------------------------------------------

@@ -45,6 +45,8 @@ class ClusterCfg(Strict):
     nodes), ``efa`` and ``ultraserver`` are mappings merged over the catalog entry.
     ``collectives`` picks an algorithm per collective type (``auto`` by default).
     ``fabric_file`` names a fabric graph that replaces the built fabric.
+    ``domain_fill`` puts that many instances in every scale-up domain of an UltraServer
+    (a GB200 NVL72 rack filled with fewer trays, say), from 1 to the full domain.
     """
 
     instance: str
@@ -54,6 +56,7 @@ class ClusterCfg(Strict):
     neuronlink: Overrides = Field(default_factory=dict)
     efa: Overrides = Field(default_factory=dict)
     ultraserver: Overrides = Field(default_factory=dict)
+    domain_fill: int | None = Field(default=None, ge=1, le=100_000)
     prices_usd_per_hour: Overrides = Field(default_factory=dict)
     collectives: dict[str, str] = Field(default_factory=dict)
     # A fabric graph (GraphML, GML or node-link JSON) that replaces the built fabric;

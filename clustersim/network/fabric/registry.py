@@ -90,7 +90,8 @@ def check_fabrics(
             f"{path}.count",
             count,
             f"must be a multiple of {us.instances}: {us.instances} {instance.name} instances "
-            "form one UltraServer",
+            "form one UltraServer"
+            + (" (cluster.domain_fill puts fewer in each)" if us.topology == "nvl72" else ""),
         )
     fabric = _FABRICS.get(instance.efa.fabric)
     if fabric is None:
