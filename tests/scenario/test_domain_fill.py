@@ -43,5 +43,5 @@ def test_a_fill_out_of_range_is_refused_naming_the_key(
 
 def test_a_count_that_fills_no_whole_domain_says_how_to_fill_fewer() -> None:
     res = load_scenario(GB200, ["cluster.domain_fill=null"])
-    with pytest.raises(ScenarioError, match="cluster.domain_fill puts fewer in each"):
+    with pytest.raises(ScenarioError, match=r"cluster\.domain_fill puts fewer in each"):
         build_topology(res.instance, res.chip, res.scenario.cluster.count)
