@@ -22,7 +22,7 @@ from importlib import resources
 
 from clustersim.catalog.fits import fit_overrides
 from clustersim.scenario import Resolved, load_scenario
-from clustersim.sim import simulate
+from clustersim.sim import Result, simulate
 from clustersim.validation.rows import Published, Row, TrainingRef
 
 __all__ = ["megatron_flops_per_step", "published_step_s", "run_training", "scenario_text"]
@@ -66,6 +66,7 @@ def run_training(ref: TrainingRef) -> Row:
         sets = [f"cluster.chip.calibration.{k}={v!r}" for k, v in sorted(fitted.items())]
         res = load_scenario(scenario_text(ref), sets)
     result = simulate(res, record=False, fidelity=ref.fidelity)
+    assert isinstance(result, Result)  # a reference is a built workload, never a trace
     s = result.summary
     peak = result.plan.chip.peak_flops(res.scenario.training.precision) * res.chips
     model_flops = float(s["model_flops_per_step"])
