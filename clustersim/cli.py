@@ -534,6 +534,15 @@ def _topology(args: argparse.Namespace) -> int:
     return topology_command(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from clustersim.scenario import load_scenario
+    from clustersim.sim.chakra_export import export_command
+
+    res = load_scenario(args.scenario, args.sets)
+    print(export_command(res, args.out, args.prefix, ranks=args.ranks, compress=args.gzip))
+    return 0
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     from clustersim.calibration.command import calibrate_command
 
@@ -570,6 +579,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "reliability": _reliability,
     "sweep": _sweep,
     "topology": _topology,
+    "export": _export,
     "search": _search,
     "validate": _validate,
     "calibrate": _calibrate,
