@@ -283,7 +283,9 @@ def _trace_table(s: dict[str, Any], out: Path) -> Table:
     t.add_row("workload", f"chakra, {s['ranks']} ranks", f"{w['chakra']} ({how}, {w['compute']})")
     t.add_row("step time", f"{step * 1e3:.6g} ms", f"{w['nodes_per_step']:,} nodes per step")
     for part, secs in s["breakdown_s"].items():
-        t.add_row(f"  {part.replace('_', ' ')}", f"{secs * 1e3:.6g} ms", f"{secs / step:.1%} of step")
+        t.add_row(
+            f"  {part.replace('_', ' ')}", f"{secs * 1e3:.6g} ms", f"{secs / step:.1%} of step"
+        )
     t.add_row("cost", f"${cost['usd_per_step']:.6g} /step", f"${cost['usd_per_hour']:,.2f}/h")
     events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
     t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)

@@ -18,7 +18,9 @@ def comp(i: int, us: int, deps: tuple[int, ...] = (), **attrs: int) -> Node:
                 attrs=[CPU, *extra])  # fmt: skip
 
 
-def coll(i: int, comm_type: int, size: int, deps: tuple[int, ...] = (), pg: str | None = None) -> Node:
+def coll(
+    i: int, comm_type: int, size: int, deps: tuple[int, ...] = (), pg: str | None = None
+) -> Node:
     attrs = [CPU, Attr("comm_type", "int64", comm_type), Attr("comm_size", "int64", size)]
     if pg is not None:
         attrs.append(Attr("pg_name", "string", pg))

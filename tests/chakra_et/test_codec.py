@@ -104,7 +104,12 @@ def test_mlc_chakra_reads_what_we_read_and_write(tmp_path: Path) -> None:
         assert meta.version == mine.metadata.version
         assert len(theirs) == len(mine.nodes)
         for t, m in zip(theirs, mine.nodes, strict=True):
-            assert (t.id, t.name, t.type, t.duration_micros) == (m.id, m.name, m.type, m.duration_micros)
+            assert (t.id, t.name, t.type, t.duration_micros) == (
+                m.id,
+                m.name,
+                m.type,
+                m.duration_micros,
+            )
             assert (list(t.ctrl_deps), list(t.data_deps)) == (m.ctrl_deps, m.data_deps)
             for ta, ma in zip(t.attr, m.attrs, strict=True):
                 assert ta.WhichOneof("value") == f"{ma.kind}_val" and ta.name == ma.name

@@ -11,7 +11,7 @@ import pytest
 from clustersim.chakra import Attr, Node, NodeType
 from clustersim.scenario import resolve
 from clustersim.sim import simulate
-from tests.chakra_et.helpers import ASTRA, comp, coll, ring_scenario, write_traces
+from tests.chakra_et.helpers import ASTRA, coll, comp, ring_scenario, write_traces
 
 MiB = 2**20
 A, B = 500e-9, 1 / 50e9  # ASTRA-sim's ring: 500 ns a hop, 50 GB/s a link
