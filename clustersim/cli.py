@@ -165,7 +165,9 @@ def _run(args: argparse.Namespace) -> int:
                 f"summary, trace and injections written to {out}"
             )
         elif summary.get("workload") is not None:
-            con.print(_trace_table(summary, out))
+            from clustersim.sim.chakra_command import trace_table
+
+            con.print(trace_table(summary, out))
         else:
             con.print(_summary_table(summary, out))
         for line in _injection_notes(summary):
@@ -263,30 +265,6 @@ def _summary_table(s: dict[str, Any], out: Path) -> Table:
         if how is not None:  # continue_degraded without a given degraded step time
             note = f"derived: {how['method']} ({how['slowdown']:.3f}x)"
             t.add_row("degraded step", f"{how['step_time_s']:.3f} s", note)
-    events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
-    t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
-    t.add_row("written to", str(out), "")
-    return t
-
-
-def _trace_table(s: dict[str, Any], out: Path) -> Table:
-    """The summary of a trace workload: no model, so no tokens, MFU or memory."""
-    from rich.table import Table
-
-    w, step, cost = s["workload"], s["step_time_s"], s["cost"]
-    title = f"{s['scenario']}: {s['chips']} x {s['chip']} ({s['instances']} x {s['instance']})"
-    t = Table(title=title, show_header=False, title_justify="left")
-    t.add_column("metric", style="bold")
-    t.add_column("value", justify="right")
-    t.add_column("note")
-    how = "replicated" if w["replicate"] else f"{w['files']} files"
-    t.add_row("workload", f"chakra, {s['ranks']} ranks", f"{w['chakra']} ({how}, {w['compute']})")
-    t.add_row("step time", f"{step * 1e3:.6g} ms", f"{w['nodes_per_step']:,} nodes per step")
-    for part, secs in s["breakdown_s"].items():
-        t.add_row(
-            f"  {part.replace('_', ' ')}", f"{secs * 1e3:.6g} ms", f"{secs / step:.1%} of step"
-        )
-    t.add_row("cost", f"${cost['usd_per_step']:.6g} /step", f"${cost['usd_per_hour']:,.2f}/h")
     events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
     t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
     t.add_row("written to", str(out), "")
@@ -563,7 +541,7 @@ def _topology(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from clustersim.scenario import load_scenario
-    from clustersim.sim.chakra_export import export_command
+    from clustersim.sim.chakra_command import export_command
 
     res = load_scenario(args.scenario, args.sets)
     print(export_command(res, args.out, args.prefix, ranks=args.ranks, compress=args.gzip))

@@ -31,14 +31,13 @@ from pathlib import Path
 from clustersim.chakra.files import EtFile, encode_file
 from clustersim.chakra.schema import Attr, CommType, GlobalMetadata, Node, NodeType
 from clustersim.errors import ScenarioError
-from clustersim.scenario import Resolved
 from clustersim.sim.engine import CompiledProgram
 from clustersim.sim.result import Plan
 from clustersim.trace.io import atomic_write_bytes, atomic_write_text
 from clustersim.workload import Layout
 from clustersim.workload.program import Kind
 
-__all__ = ["CHAKRA_VERSION", "ExportSummary", "export_chakra", "rank_trace"]
+__all__ = ["CHAKRA_VERSION", "ExportSummary", "export_chakra", "rank_trace", "slug"]
 
 CHAKRA_VERSION = "0.0.4"
 """``GlobalMetadata.version``: the schema version ASTRA-sim's examples carry."""
@@ -189,23 +188,6 @@ def export_chakra(
     return ExportSummary(files, table, len(chosen), nodes, written)
 
 
-def export_command(res: Resolved, out: Path, prefix: str | None, **options: object) -> str:
-    """Plan ``res``, export it (:func:`export_chakra`) and say what was written."""
-    from clustersim.sim.run import compile_programs, plan
-
-    if res.scenario.workload is not None:
-        raise ScenarioError("workload", "chakra", "the scenario is a trace already")
-    pl = plan(res)
-    compiled = compile_programs(pl)
-    name = prefix or _slug(res.scenario.name)
-    done = export_chakra(pl, compiled, out, name, **options)  # type: ignore[arg-type]
-    return (
-        f"wrote {len(done.files)} traces to {out}/{name}.{{rank}}.et"
-        f"{'.gz' if options.get('compress') else ''}: {done.nodes:,} nodes, "
-        f"{done.bytes / 2**20:,.1f} MiB; process groups in {done.groups}"
-    )
-
-
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     keep = "".join(c if c.isalnum() or c in "._-" else "-" for c in name).strip("-.")
     return keep[:80] or "trace"

@@ -14,8 +14,14 @@ CPU = Attr("is_cpu_op", "bool", False)
 
 def comp(i: int, us: int, deps: tuple[int, ...] = (), **attrs: int) -> Node:
     extra = [Attr(k, "int64" if k == "num_ops" else "uint64", v) for k, v in attrs.items()]
-    return Node(i, f"comp{i}", NodeType.COMP_NODE, data_deps=list(deps), duration_micros=us,
-                attrs=[CPU, *extra])  # fmt: skip
+    return Node(
+        i,
+        f"comp{i}",
+        NodeType.COMP_NODE,
+        data_deps=list(deps),
+        duration_micros=us,
+        attrs=[CPU, *extra],
+    )
 
 
 def coll(

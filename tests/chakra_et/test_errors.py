@@ -92,9 +92,17 @@ def test_groups(tmp_path: Path) -> None:
 
 
 def test_disagreeing_collectives_and_deadlock(tmp_path: Path) -> None:
-    fails(tmp_path, [[coll(0, 0, 8)], [coll(0, 0, 16)], [coll(0, 0, 8)], [coll(0, 0, 8)]],
-          r"t\.1\.et\[node 0\]\.comm_size: collective 0 of group '0' is all_reduce of 8 B")  # fmt: skip
-    recv = Node(0, "r", NodeType.COMM_RECV_NODE, attrs=[Attr("comm_src", "int32", 1), Attr("comm_size", "int64", 8)])  # fmt: skip
+    fails(
+        tmp_path,
+        [[coll(0, 0, 8)], [coll(0, 0, 16)], [coll(0, 0, 8)], [coll(0, 0, 8)]],
+        r"t\.1\.et\[node 0\]\.comm_size: collective 0 of group '0' is all_reduce of 8 B",
+    )
+    recv = Node(
+        0,
+        "r",
+        NodeType.COMM_RECV_NODE,
+        attrs=[Attr("comm_src", "int32", 1), Attr("comm_size", "int64", 8)],
+    )
     fails(
         tmp_path / "d",
         [[recv]],
@@ -126,7 +134,7 @@ def test_model_keys_and_trace_exclude_each_other() -> None:
     with pytest.raises(ScenarioError, match="model and workload exclude each other"):
         resolve(data)
     data = ring_scenario(4, "x") | {"training": {"steps": 1, "seq_len": 8}}
-    with pytest.raises(ScenarioError, match="training.seq_len does not apply"):
+    with pytest.raises(ScenarioError, match=r"training\.seq_len does not apply"):
         resolve(data)
 
 
@@ -136,8 +144,12 @@ def _big_trace(n: int) -> bytes:
     for i in range(n):
         deps = [i - 1] if i else []
         if i % 4 == 3:
-            attrs = [cpu, Attr("comm_type", "int64", 0), Attr("comm_size", "int64", 1 << 20),
-                     Attr("pg_name", "string", "0")]  # fmt: skip
+            attrs = [
+                cpu,
+                Attr("comm_type", "int64", 0),
+                Attr("comm_size", "int64", 1 << 20),
+                Attr("pg_name", "string", "0"),
+            ]
             nodes.append(Node(i, f"ar{i}", NodeType.COMM_COLL_NODE, data_deps=deps, attrs=attrs))
         else:
             attrs = [
@@ -145,8 +157,11 @@ def _big_trace(n: int) -> bytes:
                 Attr("num_ops", "int64", 10**9 + i),
                 Attr("tensor_size", "uint64", 1 << 22),
             ]
-            nodes.append(Node(i, f"mm{i}", NodeType.COMP_NODE, data_deps=deps,
-                              duration_micros=13, attrs=attrs))  # fmt: skip
+            nodes.append(
+                Node(
+                    i, f"mm{i}", NodeType.COMP_NODE, data_deps=deps, duration_micros=13, attrs=attrs
+                )
+            )
     return encode_file(EtFile(GlobalMetadata("0.0.4"), nodes))
 
 

@@ -44,8 +44,21 @@ def test_export_then_import_keeps_the_step_time(name: str, sets: list[str], tmp_
 
 def test_attribute_types_as_astra_sim_reads_them(tmp_path: Path) -> None:
     scenario = ROOT / "scenarios" / "trn2-llama3-8b.yaml"
-    args = ["export", "chakra", str(scenario), "--out", str(tmp_path), "--prefix", "x",
-            "--set", "model.layers=1", "--rank", "5", "--rank", "9"]  # fmt: skip
+    args = [
+        "export",
+        "chakra",
+        str(scenario),
+        "--out",
+        str(tmp_path),
+        "--prefix",
+        "x",
+        "--set",
+        "model.layers=1",
+        "--rank",
+        "5",
+        "--rank",
+        "9",
+    ]
     assert main(args) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["comm_group.json", "x.5.et", "x.9.et"]
     groups = json.loads((tmp_path / "comm_group.json").read_text())
@@ -53,9 +66,13 @@ def test_attribute_types_as_astra_sim_reads_them(tmp_path: Path) -> None:
     assert et.metadata.version == "0.0.4"
     kinds = {
         NodeType.COMP_NODE: {"is_cpu_op": "bool", "num_ops": "int64", "tensor_size": "uint64"},
-        NodeType.COMM_COLL_NODE: {"is_cpu_op": "bool", "comm_type": "int64", "comm_size": "int64",
-                                  "pg_name": "string"},
-    }  # fmt: skip
+        NodeType.COMM_COLL_NODE: {
+            "is_cpu_op": "bool",
+            "comm_type": "int64",
+            "comm_size": "int64",
+            "pg_name": "string",
+        },
+    }
     seen = set()
     for node in et.nodes:
         assert {a.name: a.kind for a in node.attrs} == kinds[NodeType(node.type)]
@@ -70,8 +87,18 @@ def test_attribute_types_as_astra_sim_reads_them(tmp_path: Path) -> None:
 
 def test_gzip_output_reads_back(tmp_path: Path) -> None:
     scenario = ROOT / "scenarios" / "p5-llama3-8b.yaml"
-    args = ["export", "chakra", str(scenario), "--out", str(tmp_path), "--gzip", "--rank", "0",
-            "--set", "model.layers=1"]  # fmt: skip
+    args = [
+        "export",
+        "chakra",
+        str(scenario),
+        "--out",
+        str(tmp_path),
+        "--gzip",
+        "--rank",
+        "0",
+        "--set",
+        "model.layers=1",
+    ]
     assert main(args) == 0
     path = tmp_path / "p5-llama3-8b.0.et.gz"
     assert path.read_bytes()[:2] == b"\x1f\x8b"

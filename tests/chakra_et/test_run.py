@@ -67,9 +67,14 @@ def test_replicate_steps_and_replay_scale(tmp_path: Path) -> None:
     step = 30e-6 + ring_all_reduce(4, MiB)
     assert s["step_time_s"] == pytest.approx(step, rel=1e-9)
     assert s["workload"] == {
-        "chakra": prefix, "files": 1, "replicate": True, "compute": "replay",
-        "nodes_per_step": 12, "process_groups": 1, "dropped_ctrl_deps": 0,
-    }  # fmt: skip
+        "chakra": prefix,
+        "files": 1,
+        "replicate": True,
+        "compute": "replay",
+        "nodes_per_step": 12,
+        "process_groups": 1,
+        "dropped_ctrl_deps": 0,
+    }
 
 
 def test_compute_model_is_the_roofline(tmp_path: Path) -> None:
@@ -94,9 +99,16 @@ def test_overlap_and_dependencies(tmp_path: Path) -> None:
         comp(0, 40),
         coll(1, 0, MiB),  # starts at once, beside node 0
         comp(2, 10),  # queued behind node 0: the rank computes one node at a time
-        Node(3, "after", NodeType.COMP_NODE, ctrl_deps=[1], data_deps=[2], duration_micros=1,
-             attrs=[Attr("is_cpu_op", "bool", False)]),
-    ]  # fmt: skip
+        Node(
+            3,
+            "after",
+            NodeType.COMP_NODE,
+            ctrl_deps=[1],
+            data_deps=[2],
+            duration_micros=1,
+            attrs=[Attr("is_cpu_op", "bool", False)],
+        ),
+    ]
     s = run(ring_scenario(4, write_traces(tmp_path, [nodes]), replicate=True))
     assert ar < 50e-6
     assert s["step_time_s"] == pytest.approx(51e-6, rel=1e-9)
@@ -105,10 +117,26 @@ def test_overlap_and_dependencies(tmp_path: Path) -> None:
 
 def test_send_receive_and_groups(tmp_path: Path) -> None:
     """Rank 0 sends 1 MiB to rank 2 (two hops of the ring); groups from comm_group.json."""
-    send = Node(0, "s", NodeType.COMM_SEND_NODE, attrs=[
-        Attr("comm_dst", "int32", 2), Attr("comm_tag", "int32", 5), Attr("comm_size", "int64", MiB)])  # fmt: skip
-    recv = Node(0, "r", NodeType.COMM_RECV_NODE, attrs=[
-        Attr("comm_src", "int32", 0), Attr("comm_tag", "int32", 5), Attr("comm_size", "int64", MiB)])  # fmt: skip
+    send = Node(
+        0,
+        "s",
+        NodeType.COMM_SEND_NODE,
+        attrs=[
+            Attr("comm_dst", "int32", 2),
+            Attr("comm_tag", "int32", 5),
+            Attr("comm_size", "int64", MiB),
+        ],
+    )
+    recv = Node(
+        0,
+        "r",
+        NodeType.COMM_RECV_NODE,
+        attrs=[
+            Attr("comm_src", "int32", 0),
+            Attr("comm_tag", "int32", 5),
+            Attr("comm_size", "int64", MiB),
+        ],
+    )
     pair = coll(1, 0, MiB, (0,), pg="7")
     odd = coll(0, 0, 8, pg="8")
     prefix = write_traces(tmp_path, [[send, pair], [odd], [recv, pair], [odd]])
@@ -120,3 +148,17 @@ def test_send_receive_and_groups(tmp_path: Path) -> None:
     two = 2 * 2 * A + MiB * B
     assert s["step_time_s"] == pytest.approx(sent + two, rel=1e-5)
     assert s["workload"]["process_groups"] == 2
+
+
+def test_injected_straggler_and_chip_down(tmp_path: Path) -> None:
+    """failures.inject acts on a trace as on a built workload: a chip computing 2x slower
+    from 5 us stretches its 10 us node to 15 us; a chip down fails the step."""
+    prefix = write_traces(tmp_path, [[comp(0, 10), coll(1, 0, MiB, (0,))]])
+    data = ring_scenario(4, prefix, replicate=True)
+    data["failures"] = {"inject": [{"at": "5us", "target": {"chip": 2}, "kind": {"straggle": 2}}]}
+    s = run(data)
+    assert s["step_time_s"] == pytest.approx(15e-6 + ring_all_reduce(4, MiB), rel=1e-9)
+    assert s["injections"][0]["applied_s"] == pytest.approx(5e-6)
+    data["failures"] = {"inject": [{"at": "12us", "target": {"chip": 1}, "kind": "down"}]}
+    s = run(data)
+    assert s["step_time_s"] is None and s["step_failed"]["at_s"] == pytest.approx(12e-6)
