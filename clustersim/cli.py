@@ -144,7 +144,8 @@ def _run(args: argparse.Namespace) -> int:
     links = result.link_table()
     write_link_table(out / LINK_TABLE, links)
     failed = summary.get("step_failed")
-    if not args.no_report:
+    # The report reads layout groups (tp, dp...) that a trace workload does not have.
+    if not args.no_report and sc.workload is None:
         from clustersim.report import RunData, write_report
 
         data = RunData(summary, resolved, resolved_yaml, frame, links=links, engines=engines)
@@ -162,6 +163,10 @@ def _run(args: argparse.Namespace) -> int:
                 f"({failed['cause']}); {summary['steps_completed']} steps completed; "
                 f"summary, trace and injections written to {out}"
             )
+        elif summary.get("workload") is not None:
+            from clustersim.sim.chakra_command import trace_table
+
+            con.print(trace_table(summary, out))
         else:
             from clustersim.terminal import summary_table
 
@@ -491,6 +496,15 @@ def _topology(args: argparse.Namespace) -> int:
     return topology_command(args)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from clustersim.scenario import load_scenario
+    from clustersim.sim.chakra_command import export_command
+
+    res = load_scenario(args.scenario, args.sets)
+    print(export_command(res, args.out, args.prefix, ranks=args.ranks, compress=args.gzip))
+    return 0
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     from clustersim.calibration.command import calibrate_command
 
@@ -527,6 +541,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "reliability": _reliability,
     "sweep": _sweep,
     "topology": _topology,
+    "export": _export,
     "search": _search,
     "validate": _validate,
     "calibrate": _calibrate,

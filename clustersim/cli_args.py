@@ -91,6 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     export.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
 
+    exp = sub.add_parser("export", help="write a scenario's workload as execution traces")
+    exp_sub = exp.add_subparsers(dest="export_format", required=True, metavar="FORMAT")
+    chakra = exp_sub.add_parser(
+        "chakra", help="Chakra execution traces, one file per rank, and comm_group.json"
+    )
+    chakra.add_argument("scenario", type=Path, help="scenario YAML file")
+    chakra.add_argument("--out", type=Path, required=True, help="directory to write")
+    chakra.add_argument("--prefix", help="file name prefix (default: the scenario's name)")
+    chakra.add_argument(
+        "--rank", dest="ranks", action="append", type=int, metavar="R",
+        help="write only this rank's trace (repeatable; comm_group.json is always whole)",
+    )  # fmt: skip
+    chakra.add_argument("--gzip", action="store_true", help="write PREFIX.{rank}.et.gz")
+    chakra.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+
     cat = sub.add_parser("catalog", help="list or show catalog entries")
     cat.add_argument("kind", nargs="?", choices=CATALOG_KINDS)
     cat.add_argument("name", nargs="?")

@@ -44,6 +44,7 @@ from clustersim.catalog.stacks import StackFit
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.scenario.models import Scenario
 from clustersim.scenario.overlay import load_overlay
+from clustersim.scenario.workload import TRACE_TRAINING_KEYS, trace_paths
 from clustersim.units import MAX_MAGNITUDE, MIN_MAGNITUDE
 
 __all__ = ["Resolved", "apply_set", "load_scenario", "parse_yaml", "resolve"]
@@ -315,13 +316,23 @@ class Resolved:
     scenario: Scenario
     chip: ChipSpec
     instance: InstanceSpec
-    model: ModelSpec
+    model_spec: ModelSpec | None
+    """None when the workload comes from traces (``workload``): there is no model."""
     lnc: int
     raw: dict[str, Any]
     software: StackFit = dataclasses.field(
         default_factory=lambda: StackFit(None, True, None, None, None)
     )
     """The software stack the scenario runs and the fit its chip's constants come from."""
+
+    @property
+    def model(self) -> ModelSpec:
+        """The model; a ScenarioError for a trace workload, which has none."""
+        if self.model_spec is None:
+            raise ScenarioError(
+                "workload", MISSING, "a trace workload has no model (this needs model and layout)"
+            )
+        return self.model_spec
 
     @property
     def chips(self) -> int:
@@ -343,7 +354,13 @@ class Resolved:
     def as_dict(self) -> dict[str, Any]:
         """The resolved scenario: every key, with catalog entries expanded."""
         out = self.scenario.model_dump(mode="json")
-        out["model"] = self.model.model_dump(mode="json", exclude={"sources"})
+        if self.model_spec is None:  # a trace workload: its training keys, no model
+            for key in ("model", "parallelism", "moe"):
+                out.pop(key, None)
+            out["training"] = {k: out["training"][k] for k in TRACE_TRAINING_KEYS}
+        else:
+            out.pop("workload", None)
+            out["model"] = self.model_spec.model_dump(mode="json", exclude={"sources"})
         out["cluster"]["resolved"] = {
             "chips": self.chips,
             "ranks": self.ranks,
@@ -389,7 +406,9 @@ def load_scenario(
 
 
 def _relative_to(data: dict[str, Any], base: Path) -> None:
-    """A relative ``cluster.fabric_file`` names a file beside the scenario file."""
+    """A relative ``cluster.fabric_file`` (or trace prefix, ``workload.chakra``) names a
+    file beside the scenario file."""
+    trace_paths(data, base)
     cluster = data.get("cluster")
     if not isinstance(cluster, dict):
         return
@@ -467,7 +486,10 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
         chip_over = catalog.deep_merge({"calibration": dict(software.constants)}, chip_over)
     chip = catalog.chip(inst.chip, chip_over or None, "cluster.chip")
 
-    if isinstance(scenario.model, str):
+    model: ModelSpec | None
+    if scenario.model is None:  # a trace workload
+        model = None
+    elif isinstance(scenario.model, str):
         model = catalog.model(scenario.model, None, "model")
     else:
         spec = dict(scenario.model)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Bytes, Strict
 from clustersim.names import canonical_value
 from clustersim.scenario.failures import FailuresCfg
 from clustersim.scenario.moe import MoECfg
+from clustersim.scenario.workload import WorkloadCfg, trace_scenario
 
 __all__ = [
     "ClusterCfg",
@@ -264,7 +265,9 @@ class Scenario(Strict):
     description: str = ""
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
     cluster: ClusterCfg
-    model: str | dict[str, Any]
+    # absent with a workload read from traces (workload.chakra), required otherwise
+    model: str | dict[str, Any] | None = None
+    workload: WorkloadCfg | None = None
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
     training: TrainingCfg
     failures: FailuresCfg = Field(default_factory=FailuresCfg)
@@ -278,6 +281,15 @@ class Scenario(Strict):
     # A YAML file of catalog entries merged over the shipped catalog (what
     # `clustersim calibrate --out` writes); relative to the scenario file.
     catalog_overlay: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trace_workload(cls, data: Any) -> Any:
+        """``workload`` replaces ``model``, ``parallelism`` and ``moe`` (scenario.workload)."""
+        data = trace_scenario(data)
+        if isinstance(data, dict) and data.get("workload") is None and data.get("model") is None:
+            raise ValueError("model is required (or a workload: {chakra: PREFIX})")
+        return data
 
     @field_validator("name")
     @classmethod

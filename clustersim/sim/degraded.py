@@ -28,6 +28,7 @@ from clustersim.scenario.failures import Injection, InjectionTarget
 
 if TYPE_CHECKING:
     from clustersim.network import Network
+    from clustersim.sim.chakra_run import TraceResult
     from clustersim.sim.guard import Limits
     from clustersim.sim.result import Result
 
@@ -36,7 +37,7 @@ __all__ = ["MAX_CUTS_TRIED", "derive_degraded_step", "healthy_only"]
 MAX_CUTS_TRIED = 4
 """Cables tried, busiest first, before giving up on a fabric where every cut partitions."""
 
-Simulate = Callable[..., "Result"]
+Simulate = Callable[..., "Result | TraceResult"]
 
 
 def healthy_only(res: Resolved) -> Resolved:

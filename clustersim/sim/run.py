@@ -44,7 +44,7 @@ from clustersim.workload import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from clustersim.sim.chakra_run import TraceResult
 
 __all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "degraded_step", "estimate_run", "plan", "simulate"]
 
@@ -161,8 +161,11 @@ def simulate(
     record: bool = True,
     limits: Limits | None = None,
     fidelity: Fidelity = "auto",
-) -> Result:
+) -> Result | TraceResult:
     """Simulate ``training.steps`` steps of the scenario and summarise them.
+
+    A trace workload (``workload.chakra``) runs its traces instead
+    (:func:`clustersim.sim.chakra_run.simulate_trace`), into a ``TraceResult``.
 
     ``fidelity``: ``detailed`` simulates every rank; ``folded`` one representative
     per pipeline stage, with every rank's traffic on the network (``sim.folding``);
@@ -174,6 +177,10 @@ def simulate(
     t_wall = time.perf_counter()
     if fidelity not in ("auto", "detailed", "folded"):
         raise ScenarioError("--fidelity", fidelity, "expected auto, detailed or folded")
+    if res.scenario.workload is not None:
+        from clustersim.sim.chakra_run import simulate_trace
+
+        return simulate_trace(res, progress=progress, record=record, fidelity=fidelity)
     folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
     folded = fold_with(res.scenario.failures.inject, folded, fidelity)
     sc = res.scenario

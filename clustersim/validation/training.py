@@ -22,7 +22,7 @@ from functools import cache
 from importlib import resources
 
 from clustersim.scenario import Resolved, load_scenario
-from clustersim.sim import simulate
+from clustersim.sim import Result, simulate
 from clustersim.validation.rows import Published, Row, TrainingRef, references
 
 __all__ = [
@@ -82,6 +82,7 @@ def run_training(ref: TrainingRef) -> Row:
     res = load_scenario(scenario_text(ref))
     fitted = dict(res.software.constants)
     result = simulate(res, record=False)
+    assert isinstance(result, Result)  # a reference is a built workload, never a trace
     s = result.summary
     peak = result.plan.chip.peak_flops(res.scenario.training.precision) * res.chips
     model_flops = float(s["model_flops_per_step"])

@@ -1,0 +1,164 @@
+"""Running traces: ASTRA-sim's microbenchmarks against the closed forms on its fabric,
+the DAG's semantics, compute modes, steps and replication."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clustersim.chakra import Attr, Node, NodeType
+from clustersim.scenario import resolve
+from clustersim.sim import simulate
+from tests.chakra_et.helpers import ASTRA, coll, comp, ring_scenario, write_traces
+
+MiB = 2**20
+A, B = 500e-9, 1 / 50e9  # ASTRA-sim's ring: 500 ns a hop, 50 GB/s a link
+ASTRA_SIM_ALL_REDUCE_8_S = 117_780e-9  # astra-sim tests/rt_template, 1 MiB on 8 NPUs
+
+
+def run(data: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return simulate(resolve(data), **kw).summary
+
+
+def ring_all_reduce(p: int, n: float) -> float:
+    """The bidirectional ring (``ring``): 2(p-1) hops, (p-1)/p of the buffer a direction."""
+    return 2 * (p - 1) * A + (p - 1) / p * n * B
+
+
+@pytest.mark.parametrize(
+    ("name", "closed"),
+    [
+        ("all_reduce", ring_all_reduce(8, MiB)),
+        ("all_gather", 7 * A + 7 / 8 * MiB / 2 * B),
+        ("reduce_scatter", 7 * A + 7 / 8 * MiB / 2 * B),
+    ],
+)
+def test_astra_sim_microbenchmarks_take_the_ring_closed_form(name: str, closed: float) -> None:
+    s = run(ring_scenario(8, str(ASTRA / name / name)))
+    assert s["step_time_s"] == pytest.approx(closed, rel=1e-9)
+    assert s["workload"]["files"] == 8 and s["mfu"] is None and s["model"] is None
+
+
+def test_against_astra_sim_published_all_reduce() -> None:
+    """ASTRA-sim's 117,780 ns cuts the buffer into 4 chunks run one after another (1 active
+    chunk), each a unidirectional ring: 4 x 14 hops of 500 ns; ours is one bidirectional
+    ring over the whole buffer: 14 hops. README, Chakra traces, gives the figures."""
+    ours = run(ring_scenario(8, str(ASTRA / "all_reduce" / "all_reduce")))["step_time_s"]
+    assert ours == pytest.approx(25_350.08e-9, rel=1e-9)
+    chunked = 4 * (14 * A + 14 * (MiB / 4 / 8) * B)  # ASTRA-sim's chunking, no other cost
+    assert chunked == pytest.approx(64_700.16e-9)
+    assert ours < chunked < ASTRA_SIM_ALL_REDUCE_8_S
+
+
+def test_custom_ring_all_reduce_runs_its_sends_receives_and_compute() -> None:
+    """14 messages of 128 KiB one after another round the ring (each 500 ns + 2.62 us),
+    and 7 reductions of 7 us on each rank."""
+    s = run(ring_scenario(8, str(ASTRA / "custom_ring_allreduce" / "custom_allreduce")))
+    assert s["step_time_s"] == pytest.approx(14 * (A + 131072 * B) + 49e-6, rel=1e-9)
+    assert s["breakdown_s"]["compute"] == pytest.approx(49e-6)
+
+
+def test_replicate_steps_and_replay_scale(tmp_path: Path) -> None:
+    nodes = [comp(0, 10), coll(1, 0, MiB, (0,)), comp(2, 5, (1,))]
+    prefix = write_traces(tmp_path, [nodes])
+    s = run(ring_scenario(4, prefix, replicate=True, scale=2.0) | {"training": {"steps": 3}})
+    step = 30e-6 + ring_all_reduce(4, MiB)
+    assert s["step_time_s"] == pytest.approx(step, rel=1e-9)
+    assert s["workload"] == {
+        "chakra": prefix,
+        "files": 1,
+        "replicate": True,
+        "compute": "replay",
+        "nodes_per_step": 12,
+        "process_groups": 1,
+        "dropped_ctrl_deps": 0,
+    }
+
+
+def test_compute_model_is_the_roofline(tmp_path: Path) -> None:
+    """num_ops at B200's BF16 tensor peak x its efficiency, tensor_size at its HBM rate."""
+    from clustersim import catalog
+
+    chip = catalog.chip("b200", None, "x")
+    cal = chip.calibration
+    peak = chip.core.tensor_tflops.get("bf16") * 1e12 * cal.tensor_efficiency
+    hbm = chip.hbm_bw_Bps * cal.hbm_efficiency
+    nodes = [comp(0, 999, num_ops=10**15, tensor_size=2**30), comp(1, 999, (0,), tensor_size=2**36)]
+    prefix = write_traces(tmp_path, [nodes])
+    s = run(ring_scenario(4, prefix, replicate=True, compute="model"))
+    want = 10**15 / peak + 2**36 / hbm + 2 * cal.op_overhead_s
+    assert s["step_time_s"] == pytest.approx(want, rel=1e-9)
+
+
+def test_overlap_and_dependencies(tmp_path: Path) -> None:
+    """Compute runs one node at a time; a collective overlaps it; data and ctrl deps hold."""
+    ar = ring_all_reduce(4, MiB)
+    nodes = [
+        comp(0, 40),
+        coll(1, 0, MiB),  # starts at once, beside node 0
+        comp(2, 10),  # queued behind node 0: the rank computes one node at a time
+        Node(
+            3,
+            "after",
+            NodeType.COMP_NODE,
+            ctrl_deps=[1],
+            data_deps=[2],
+            duration_micros=1,
+            attrs=[Attr("is_cpu_op", "bool", False)],
+        ),
+    ]
+    s = run(ring_scenario(4, write_traces(tmp_path, [nodes]), replicate=True))
+    assert ar < 50e-6
+    assert s["step_time_s"] == pytest.approx(51e-6, rel=1e-9)
+    assert s["breakdown_s"]["exposed_comm"] == 0.0
+
+
+def test_send_receive_and_groups(tmp_path: Path) -> None:
+    """Rank 0 sends 1 MiB to rank 2 (two hops of the ring); groups from comm_group.json."""
+    send = Node(
+        0,
+        "s",
+        NodeType.COMM_SEND_NODE,
+        attrs=[
+            Attr("comm_dst", "int32", 2),
+            Attr("comm_tag", "int32", 5),
+            Attr("comm_size", "int64", MiB),
+        ],
+    )
+    recv = Node(
+        0,
+        "r",
+        NodeType.COMM_RECV_NODE,
+        attrs=[
+            Attr("comm_src", "int32", 0),
+            Attr("comm_tag", "int32", 5),
+            Attr("comm_size", "int64", MiB),
+        ],
+    )
+    pair = coll(1, 0, MiB, (0,), pg="7")
+    odd = coll(0, 0, 8, pg="8")
+    prefix = write_traces(tmp_path, [[send, pair], [odd], [recv, pair], [odd]])
+    (tmp_path / "comm_group.json").write_text('{"7": [0, 2], "8": [1, 3]}')
+    s = run(ring_scenario(4, prefix))
+    sent = 2 * A + MiB * B  # two hops, pipelined: the flow at link rate after both latencies
+    # a 2-rank ring all-reduce between ranks 0 and 2: two rounds of half the buffer, one
+    # direction (with two ranks a ring has one), each round over two hops
+    two = 2 * 2 * A + MiB * B
+    assert s["step_time_s"] == pytest.approx(sent + two, rel=1e-5)
+    assert s["workload"]["process_groups"] == 2
+
+
+def test_injected_straggler_and_chip_down(tmp_path: Path) -> None:
+    """failures.inject acts on a trace as on a built workload: a chip computing 2x slower
+    from 5 us stretches its 10 us node to 15 us; a chip down fails the step."""
+    prefix = write_traces(tmp_path, [[comp(0, 10), coll(1, 0, MiB, (0,))]])
+    data = ring_scenario(4, prefix, replicate=True)
+    data["failures"] = {"inject": [{"at": "5us", "target": {"chip": 2}, "kind": {"straggle": 2}}]}
+    s = run(data)
+    assert s["step_time_s"] == pytest.approx(15e-6 + ring_all_reduce(4, MiB), rel=1e-9)
+    assert s["injections"][0]["applied_s"] == pytest.approx(5e-6)
+    data["failures"] = {"inject": [{"at": "12us", "target": {"chip": 1}, "kind": "down"}]}
+    s = run(data)
+    assert s["step_time_s"] is None and s["step_failed"]["at_s"] == pytest.approx(12e-6)
