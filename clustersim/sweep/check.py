@@ -43,7 +43,7 @@ import numpy as np
 
 from clustersim.errors import ScenarioError
 from clustersim.scenario import apply_set, resolve
-from clustersim.scenario.load import MAX_TOTAL_TEXT_CHARS
+from clustersim.scenario.yamlsafe import MAX_TOTAL_TEXT_CHARS
 from clustersim.sweep.axes import Point
 from clustersim.sweep.execute import PointTask, resolve_point
 from clustersim.sweep.spec import Study, axis_size

@@ -21,7 +21,8 @@ from clustersim import catalog
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Bytes, Strict
 from clustersim.errors import MISSING, ScenarioError
-from clustersim.scenario.load import MAX_YAML_BYTES, check_values, parse_yaml
+from clustersim.scenario.load import check_values
+from clustersim.scenario.yamlsafe import MAX_YAML_BYTES, parse_yaml
 
 __all__ = [
     "AxisSpec",
