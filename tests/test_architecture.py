@@ -283,6 +283,7 @@ def test_nothing_imports_cli() -> None:
         for t, line in edges.items()
         if t in ("clustersim.cli", "clustersim.cli_args")
         and m not in ("clustersim.cli", "clustersim.__main__")
+        and (m, t) != ("clustersim.docgen", "clustersim.cli_args")
     ]
     assert not bad, "\n".join(bad)
 

@@ -1,4 +1,5 @@
-"""The lane-loss example of the README: one NeuronLink lane lost in a Trn2 UltraServer."""
+"""The lane-loss example of docs/tutorials/failure-study.md: one NeuronLink lane lost
+in a Trn2 UltraServer."""
 
 from __future__ import annotations
 

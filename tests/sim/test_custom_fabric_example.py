@@ -1,5 +1,6 @@
-"""The README's custom-fabric example: a Trn2 UltraServer without the Z links between
-instances 1 and 2 (``scenarios/trn2-ultraserver-custom-fabric.yaml``)."""
+"""The custom-fabric example (docs/how-to/custom-fabric.md): a Trn2 UltraServer
+without the Z links between instances 1 and 2
+(``scenarios/trn2-ultraserver-custom-fabric.yaml``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_the_readme_all_reduce_figures() -> None:
     sizes = [2.0**20, 64 * 2.0**20, 2.0**30]
     built = run_collective("trn2u.48xlarge", 4, "all_reduce", sizes)
     cut = run_collective("trn2u.48xlarge", 4, "all_reduce", sizes, fabric_file=str(FABRIC))
-    want_built, want_cut = [791.2, 1160.4, 10701.7], [791.4, 1242.3, 11650.9]  # README, in us
+    want_built, want_cut = [791.2, 1160.4, 10701.7], [791.4, 1242.3, 11650.9]  # the page, in us
     for row, us in zip(built, want_built, strict=True):
         assert row["time_s"] * 1e6 == pytest.approx(us, abs=0.05)
     for row, us in zip(cut, want_cut, strict=True):

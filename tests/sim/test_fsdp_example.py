@@ -1,4 +1,4 @@
-"""The FSDP example runs, and keeps the figures the README gives for it."""
+"""The FSDP example runs, and keeps the figures docs/explanation/sharding.md gives for it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ EXAMPLE = (
 def test_fsdp_example_matches_the_readme() -> None:
     res = load_scenario(EXAMPLE, ["output.trace=false", "output.html=false"])
     s = simulate(res, record=False, fidelity="folded").summary
-    # README, "Sharded data parallelism": 9.53 s, 62.1% MFU, 40.4 GiB, $0.903 per M tokens
+    # docs/explanation/sharding.md: 9.53 s, 62.1% MFU, 40.4 GiB, $0.903 per M tokens
     # (detailed; the folded run agrees).
     assert s["step_time_s"] == pytest.approx(9.53, rel=0.02)
     assert s["memory_gib_per_chip"]["total"] == pytest.approx(40.4, abs=0.1)

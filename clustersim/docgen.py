@@ -1,0 +1,171 @@
+"""The documentation site's reference pages, generated from the code they describe.
+
+Each function returns the Markdown of one generated block: the command-line
+reference from the argparse parser (``cli_args.build_parser``), the scenario keys
+from the JSON Schema (``clustersim schema``), the catalog from its YAML with each
+figure's source, and the software stacks. ``clustersim.docs`` writes them between
+``<!-- docs:NAME -->`` markers in ``docs/reference/*.md`` and, with ``--check``,
+fails when one is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["catalog_table", "cli_reference", "scenario_keys", "stacks_text", "summary_keys"]
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _help(parser: argparse.ArgumentParser) -> str:
+    formatter = parser.formatter_class
+    try:
+        parser.formatter_class = lambda prog: formatter(prog, width=92)  # type: ignore[call-arg]
+        return parser.format_help().rstrip()
+    finally:
+        parser.formatter_class = formatter
+
+
+def cli_reference() -> str:
+    """Every subcommand's ``--help``, at a fixed width, nested subcommands included."""
+    from clustersim.cli_args import build_parser
+
+    root = build_parser()
+    out = ["## clustersim", "", "```text", _help(root), "```"]
+    pending = [(f"clustersim {n}", p) for n, p in _subcommands(root).items()]
+    while pending:
+        name, parser = pending.pop(0)
+        out += ["", f"## {name}", "", "```text", _help(parser), "```"]
+        pending[:0] = [(f"{name} {n}", p) for n, p in _subcommands(parser).items()]
+    return "\n".join(out)
+
+
+def _type(schema: dict[str, Any]) -> str:
+    if "$ref" in schema:
+        return "mapping"
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    if "anyOf" in schema:
+        kinds = [_type(s) for s in schema["anyOf"] if s.get("type") != "null"]
+        return " or ".join(dict.fromkeys(kinds))
+    kind = schema.get("type", "any")
+    if kind == "array":
+        return f"list of {_type(schema.get('items', {}))}"
+    if kind == "object":
+        return "mapping"
+    return str(kind)
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def scenario_keys() -> str:
+    """One table per section of the scenario file: each key, its type, default and help."""
+    from clustersim.scenario import Scenario
+
+    schema = Scenario.model_json_schema()
+    defs = schema.get("$defs", {})
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def table(title: str, node: dict[str, Any], prefix: str) -> None:
+        rows = [f"### `{title}`", "", "| key | type | default | description |", "|---|---|---|---|"]
+        nested: list[tuple[str, dict[str, Any], str]] = []
+        required = set(node.get("required", ()))
+        for key, prop in node.get("properties", {}).items():
+            ref = prop.get("$ref") or next(
+                (s["$ref"] for s in prop.get("anyOf", ()) if "$ref" in s), None
+            )
+            items_ref = prop.get("items", {}).get("$ref") if prop.get("type") == "array" else None
+            if "default" in prop:
+                default = f"`{json.dumps(prop['default'])}`"
+            else:
+                default = "required" if key in required else ""
+            what = _cell(prop.get("description", ""))
+            if ref or items_ref:
+                name = (ref or items_ref or "").rsplit("/", 1)[-1]
+                sub = f"{prefix}{key}" + (".N" if items_ref else "")
+                what = (what + " " if what else "") + f"see `{sub}`"
+                if name not in seen:
+                    nested.append((sub, defs[name], f"{sub}."))
+            rows.append(f"| `{prefix}{key}` | {_type(prop)} | {default} | {what} |")
+        out.extend([*rows, ""])
+        for sub, sub_node, sub_prefix in nested:
+            seen.add(sub)
+            table(sub, sub_node, sub_prefix)
+
+    table("scenario", schema, "")
+    return "\n".join(out).rstrip()
+
+
+def _flat(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict) and value:
+        out: list[tuple[str, Any]] = []
+        for k, v in value.items():
+            out += _flat(v, f"{prefix}{k}.")
+        return out
+    return [(prefix.rstrip("."), value)]
+
+
+def _source(sources: dict[str, str], key: str) -> str:
+    """The source of ``key``: its own, or the longest dotted prefix's."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        found = sources.get(".".join(parts[:n]))
+        if found is not None:
+            return found
+    return ""
+
+
+def catalog_table(kind: str) -> str:
+    """Every entry of one catalog (``chips``, ``instances``, ``models``): its figures, each
+    with its source as the YAML names it."""
+    from clustersim import catalog
+
+    out: list[str] = []
+    for name, entry in sorted(catalog.entries(kind).items()):
+        raw = dict(entry)
+        sources = {str(k): str(v) for k, v in (raw.pop("sources", None) or {}).items()}
+        out += [f"### {name}", "", "| field | value | source |", "|---|---|---|"]
+        for key, value in _flat(raw):
+            shown = json.dumps(value) if not isinstance(value, str) else value
+            out.append(f"| `{key}` | {_cell(shown)} | {_cell(_source(sources, key))} |")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+def stacks_text() -> str:
+    """What ``clustersim catalog stacks`` prints: each stack, its fit and the rows behind it."""
+    from clustersim.catalog import stacks
+
+    return "```text\n" + "\n".join(stacks.stack_lines()) + "\n```"
+
+
+VOLATILE = frozenset({"wall_s", "events_per_s", "clustersim_version"})
+
+
+def summary_keys(summary: dict[str, Any]) -> str:
+    """The keys of a ``summary.json`` (a run's summary, flattened), each with its type and
+    the quick start's value; keys that vary from run to run are shown without one."""
+    out = ["| key | type | quick start |", "|---|---|---|"]
+    for key, value in _flat({k: v for k, v in summary.items() if not k.startswith("_")}):
+        kind = "null" if value is None else type(value).__name__
+        if key in VOLATILE:
+            shown = "(varies)"
+        elif isinstance(value, float):
+            shown = f"{value:.6g}"
+        elif isinstance(value, list):
+            shown = "[" + ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in value)
+            shown += "]"
+        else:
+            shown = json.dumps(value)
+        out.append(f"| `{key}` | {kind} | {_cell(shown)} |")
+    return "\n".join(out)
