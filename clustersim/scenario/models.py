@@ -172,8 +172,8 @@ class ParallelismCfg(Strict):
     # stage's first model chunk; every other chunk's gradients are one bucket, reduced
     # once its last backward has run (workload.gradbuckets.first_chunk_buckets).
     # every_chunk (the default): every chunk of every stage. first_chunk is not the
-    # default on GPUs yet: on the shipped rows it moves G7 -1.1% -> -6.1% and G12 (B200,
-    # catalog defaults) -9.8% -> -13.6%, and G11 only +8.7% -> +8.3% (README, Validation).
+    # default: what it does to the reference rows is in the calibration and validation
+    # page of the docs.
     grad_bucketing: Literal["first_chunk", "every_chunk"] = "every_chunk"
     # Megatron's --overlap-grad-reduce (ZeRO 0 and 1): each bucket's reduction starts
     # in the last backward as soon as its gradients are complete. false: every model

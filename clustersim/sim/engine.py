@@ -18,10 +18,9 @@ parameters (``start_param_sync``) on one group, the DP x CP group
 (``parallel_state.py``). A communicator is one group of ranks in one role
 (``Instr.group``); pipeline sends stay outside this ordering. ``StepSim.serial_communicators``
 turns it on, and ``simulate`` turns it on for the NCCL runtime (``ChipSpec.runtime``)
-only. With it the pipeline's sends keep a larger share of each NIC (G12's bubble
-falls from 11.5% to 8.3% of the step); it was switched on with the GPU families
-refitted and B200 running H100's fitted efficiencies (its ``prior``, calibration.yaml).
-The Neuron runtime's ordering of one replica group's collectives is not modelled.
+only: then a pipeline send does not share its NIC with gradient buckets queued
+behind one another on their communicator. The Neuron runtime's ordering of one
+replica group's collectives is not modelled.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ def first_chunk_buckets(par: ParallelismCfg) -> bool:
     and ``align_grad_reduce`` (its default, as recalled), Megatron-Core's schedule
     launches each chunk's whole gradient sync at once, ``pipeline_rank`` backward
     steps after the chunk's last backward, rather than bucket by bucket. Not on by
-    default (``every_chunk``): measured in the README's Validation section (G11).
+    default (``every_chunk``); the docs' calibration and validation page gives what it
+    does to the reference rows.
     """
     return par.grad_bucketing == "first_chunk" and par.zero <= 1
 
