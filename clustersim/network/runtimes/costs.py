@@ -24,14 +24,14 @@ Every round pays a handshake, a ring's too. On the Neuron runtime a ring's step
 has a handshake of its own, ``ring_step_s``: the step waits only for its
 neighbour's chunk, where a round of halving-doubling or a mesh waits for a
 partner (or every peer) that has just finished a whole round of its own. That a
-ring step waits for the step before at all is inferred from nccom-test C1, not
-documented: C1's 1 MiB all-reduce takes 0.9 ms more than its 8-byte floor, which
+ring step waits for the step before at all is inferred from nccom-test's all-reduce over 2 x trn1.32xlarge, not
+documented: its 1 MiB all-reduce takes 0.9 ms more than its 8-byte floor, which
 is what the 62 ring steps inside the two instances add over the 8-byte meshes
 (about 18 us a step: the fitted 12 us handshake, a message posted each way, the
 hop), and which a ring that streams its chunks, paying one handshake as its
 pipeline's fill (the model before), cannot produce. That the two handshakes
 differ is the fit's, not a documented figure, and how much they differ depends
-on the launch, which C1 and C3 leave open (``validation/fit_collectives.py``):
+on the launch, which the measured nccom-test curves leave open (``validation/fit_collectives.py``):
 at a launch of 420 us both are 13 us. NCCL's tuning model charges its hop
 latency per ring step like any other round (``ring_step_s`` unset).
 

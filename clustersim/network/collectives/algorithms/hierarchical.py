@@ -25,19 +25,19 @@ Why no halving-doubling inside. The Neuron runtime's size rule (mesh below 1 MB,
 recursive halving-doubling to 56 MB, rings above; ``neuron-runtime/about/
 collectives.rst``) is documented for a collective; which algorithm the
 in-instance phases of a collective across instances run is not. The measured
-curve answers it: nccom-test C1 (all-reduce over 2 x trn1.32xlarge, 64 ranks) is
+curve answers it: nccom-test's all-reduce over 2 x trn1.32xlarge (64 ranks) is
 one latency and one rate from 4 MiB to 1 GiB (about 1.4 ms + n / 24 GB/s), flat
 from 1 MiB to 4 MiB, with no step at 56 MB. Halving-doubling inside up to 56 MB
 and rings above step there (by +36% at 16 MiB and -15% at 64 MiB after the fit),
 and so does the rule applied to the phases' shards (n / L, which moves the steps
 to 32 MiB and 1.8 GB: rms 49% after the fit); a ring inside from 1 MB up, each of
 its 2(L - 1) steps paying the runtime's handshake (:mod:`..costs`), fits every
-C1 size within 9% with the same constants that fit C3 on one instance. No public
+measured size within 9% with the same constants that fit the one-instance curve. No public
 source found says which algorithm the in-instance phases run: the Neuron pages on
 inter-node collectives (``neuron-runtime/explore/internode-collective-comm.rst``)
 are recalled to describe a phase inside each node joined over EFA, with no size
 rule of its own; that is a recollection, not re-read, so the ring here rests on
-C1's shape alone.
+that curve's shape alone.
 """
 
 from __future__ import annotations
