@@ -220,8 +220,8 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
     - all-reduce, reduce-scatter, all-gather: ``hierarchical`` when the group
       spans several scale-up domains with the same number (> 1) of ranks in
       each (its in-domain phases run a ring from :data:`MESH_MAX_BYTES` up, with
-      no halving-doubling range: the curve of nccom-test's all-reduce over 2 x trn1.32xlarge, see
-      :mod:`.algorithms.hierarchical`); otherwise ``mesh`` below
+      no halving-doubling range: the curve of nccom-test's all-reduce over
+      2 x trn1.32xlarge, see :mod:`.algorithms.hierarchical`); otherwise ``mesh`` below
       :data:`MESH_MAX_BYTES` (and p(p-1) <= :data:`MESH_MAX_FLOWS`), ``halving_doubling`` up to
       :data:`HALVING_DOUBLING_MAX_BYTES` when p is a power of two; above, the
       runtime's ring ("KangaRing"): ``torus`` when the group is a grid of two or
