@@ -26,7 +26,8 @@ neighbour's chunk, where a round of halving-doubling or a mesh waits for a
 partner (or every peer) that has just finished a whole round of its own. That a
 ring step waits for the step before at all is inferred from nccom-test's
 all-reduce over 2 x trn1.32xlarge, not documented: its 1 MiB all-reduce takes
-0.9 ms more than its 8-byte floor, which is what the 62 ring steps inside the two instances add over the 8-byte meshes
+0.9 ms more than its 8-byte floor, which is what the 62 ring steps inside the two
+instances add over the 8-byte meshes
 (about 18 us a step: the fitted 12 us handshake, a message posted each way, the
 hop), and which a ring that streams its chunks, paying one handshake as its
 pipeline's fill (the model before), cannot produce. That the two handshakes
