@@ -45,7 +45,7 @@ from clustersim.scenario.workload import ChakraCfg
 from clustersim.sim.chakra_dag import DagSim
 from clustersim.sim.fabric import fabric_graph_topology, scenario_topology
 from clustersim.sim.hbm import ComputeRuns
-from clustersim.sim.injected import build_injector
+from clustersim.sim.injected import build_injector, failed_step_keys
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -234,15 +234,7 @@ def trace_summary(
     if failure is not None:
         return {
             **head,
-            "step_failed": {
-                "at_s": failure.at_s,
-                "step": len(sim.step_ends),
-                "cause": failure.cause,
-                "injection": failure.index,
-            },
-            "steps_completed": len(sim.step_ends),
-            "step_times_s": [float(t) for t in sim.step_times_s],
-            "step_time_s": None,
+            **failed_step_keys(failure, len(sim.step_ends), sim.step_times_s),
             **undefined,
             "breakdown_s": None,
             "cost": None,

@@ -14,6 +14,7 @@ figures that need a finished step (``step_time_s``, ``tokens_per_s``,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import simpy
@@ -37,6 +38,7 @@ __all__ = [
     "INJECTION_COLUMNS",
     "build_injector",
     "check_injections",
+    "failed_step_keys",
     "failed_summary",
     "injection_frame",
 ]
@@ -65,6 +67,23 @@ def check_injections(res: Resolved) -> None:
     resolve(sc.failures.inject, scenario_topology(res))
 
 
+def failed_step_keys(
+    failure: StepFailure, steps_done: int, step_times_s: Sequence[float]
+) -> dict[str, Any]:
+    """The keys a summary gives a step that failed: where and why, and the steps before."""
+    return {
+        "step_failed": {
+            "at_s": failure.at_s,
+            "step": steps_done,
+            "cause": failure.cause,
+            "injection": failure.index,
+        },
+        "steps_completed": steps_done,
+        "step_times_s": [float(t) for t in step_times_s],
+        "step_time_s": None,
+    }
+
+
 def failed_summary(
     pl: Plan,
     sim: StepSim,
@@ -78,15 +97,7 @@ def failed_summary(
     res, sc = pl.resolved, pl.resolved.scenario
     return {
         **run_identity(pl),
-        "step_failed": {
-            "at_s": failure.at_s,
-            "step": len(sim.step_ends),
-            "cause": failure.cause,
-            "injection": failure.index,
-        },
-        "steps_completed": len(sim.step_ends),
-        "step_times_s": [float(t) for t in sim.step_times_s],
-        "step_time_s": None,
+        **failed_step_keys(failure, len(sim.step_ends), sim.step_times_s),
         "tokens_per_step": sc.training.global_batch_size * sc.training.seq_len,
         "tokens_per_s": None,
         "sequences_per_s": None,
