@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustersim.cli_args import build_parser
-from clustersim.errors import ClusterSimError, ScenarioError
+from clustersim.errors import MISSING, ClusterSimError, ScenarioError
 from clustersim.units import UnitError, parse_bytes
 
 if TYPE_CHECKING:
@@ -103,6 +103,8 @@ def _run(args: argparse.Namespace) -> int:
 
     res = load_scenario(args.scenario, _with_chip_model(args), args.seed)
     sc = res.scenario
+    if sc.serving is not None:
+        raise ScenarioError("serving", MISSING, "a serving scenario runs with `clustersim serve`")
     out = args.out or Path(sc.output.dir or Path("reports") / _slug(sc.name))
     _check_out(out, sc.name, force=args.force)
     try:
@@ -174,6 +176,16 @@ def _run(args: argparse.Namespace) -> int:
         for line in _injection_notes(summary):
             con.print(line)
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from clustersim.scenario import load_scenario
+    from clustersim.serve.command import serve_command
+
+    res = load_scenario(args.scenario, list(args.sets), args.seed)
+    out = args.out or Path(res.scenario.output.dir or Path("reports") / _slug(res.scenario.name))
+    _check_out(out, res.scenario.name, force=args.force)
+    return serve_command(res, out, quiet=args.quiet, as_json=args.json)
 
 
 def _injection_notes(s: dict[str, Any]) -> list[str]:
@@ -532,6 +544,7 @@ def _reliability(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
+    "serve": _serve,
     "check": _check,
     "catalog": _catalog,
     "schema": _schema,

@@ -1,0 +1,48 @@
+"""The tensor-parallel all-reduce of one replica, timed by the project's collective model.
+
+A replica's ``tp`` ranks are placed as a scenario places them (ranks in chip order,
+``cores / lnc`` per chip) on the scenario's fabric. Each distinct message size runs
+once alone in a fresh SimPy environment over :class:`~clustersim.network.Network`,
+with the chip's communication runtime (its fixed costs: at TP 32-64 the small
+messages of decode are latency-bound, and those costs are most of their time), and
+the time is cached: every replica is placed alike, and their collectives do not
+share links (each replica spans its own chips).
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from clustersim.network import Network
+from clustersim.network.fabric import build_topology
+from clustersim.network.runtimes import runtime_of
+from clustersim.scenario import Resolved
+
+__all__ = ["TpAllReduce"]
+
+
+class TpAllReduce:
+    """``self(nbytes)``: seconds of one all-reduce of ``nbytes`` over a replica's ranks."""
+
+    def __init__(self, res: Resolved, tp: int) -> None:
+        per_node = res.ranks_per_node
+        instances = max(1, math.ceil(tp / per_node))
+        self.topology = build_topology(res.instance, res.chip, instances)
+        self.runtime = runtime_of(res.chip, res.instance)
+        self.rank_chip = [r // res.ranks_per_chip for r in range(tp)]
+        self.group = list(range(tp))
+        self.algorithms = dict(res.scenario.cluster.collectives)
+        self._cache: dict[float, float] = {}
+
+    def __call__(self, nbytes: float) -> float:
+        if len(self.group) < 2:
+            return 0.0
+        cached = self._cache.get(nbytes)
+        if cached is None:
+            env = simpy.Environment()
+            net = Network(env, self.topology, self.rank_chip, self.algorithms, runtime=self.runtime)
+            env.run(until=net.collective("all_reduce", self.group, nbytes))
+            cached = self._cache[nbytes] = float(env.now)
+        return cached
