@@ -243,6 +243,11 @@ def _check(args: argparse.Namespace) -> int:
     from clustersim.terminal import console
 
     res = load_scenario(args.scenario, args.sets)
+    if res.scenario.serving is not None:
+        from clustersim.serve.run import check_serving
+
+        console().print(check_serving(res))
+        return 0
     # Programs are built per stage, as a folded run would: bound that work too.
     pl = plan(res, check_memory=False, limits=Limits(), folded=True)
     if res.scenario.failures.inject:

@@ -17,20 +17,23 @@ import simpy
 
 from clustersim.network import Network
 from clustersim.network.fabric import build_topology
-from clustersim.network.runtimes import runtime_of
+from clustersim.network.runtimes import NO_COSTS, runtime_of
 from clustersim.scenario import Resolved
 
 __all__ = ["TpAllReduce"]
 
 
 class TpAllReduce:
-    """``self(nbytes)``: seconds of one all-reduce of ``nbytes`` over a replica's ranks."""
+    """``self(nbytes)``: seconds of one all-reduce of ``nbytes`` over a replica's ranks.
 
-    def __init__(self, res: Resolved, tp: int) -> None:
+    ``overheads=False`` leaves the runtime's fixed costs out (the wire time alone, as
+    the collective microbenchmark's ``overheads=False``): a diagnostic, not a scenario key."""
+
+    def __init__(self, res: Resolved, tp: int, *, overheads: bool = True) -> None:
         per_node = res.ranks_per_node
         instances = max(1, math.ceil(tp / per_node))
         self.topology = build_topology(res.instance, res.chip, instances)
-        self.runtime = runtime_of(res.chip, res.instance)
+        self.runtime = runtime_of(res.chip, res.instance) if overheads else NO_COSTS
         self.rank_chip = [r // res.ranks_per_chip for r in range(tp)]
         self.group = list(range(tp))
         self.algorithms = dict(res.scenario.cluster.collectives)

@@ -52,7 +52,8 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: int = 1) -> float:
     ``2 x layers x kv_heads x head_dim x bytes / tp`` (K and V; REFERENCES, "KV cache
     per token"). Above ``kv_heads`` ranks each rank holds one KV head, replicated
     (as NxD Inference does at TP 32-64 on GQA models); a tp that neither divides nor is
-    a multiple of ``kv_heads`` is refused.
+    a multiple of ``kv_heads`` is refused. Query heads and the MLP width are padded up
+    to a multiple of tp instead (one rank's share rounded up).
     """
     if model.kv_heads % tp and tp % model.kv_heads:
         raise ScenarioError(
@@ -82,14 +83,13 @@ def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Sha
         raise ScenarioError(
             "model", model.name, "serving models dense GQA transformers only (no MoE or MLA yet)"
         )
-    if model.heads % tp:
-        raise ScenarioError("parallelism.tp", tp, f"must divide the model's {model.heads} heads")
-    if model.ffn_hidden % tp:
-        raise ScenarioError("parallelism.tp", tp, f"must divide ffn_hidden {model.ffn_hidden}")
+    # Heads and the MLP width that tp does not divide are padded up to a multiple of
+    # it (Llama-3-70B's 64 heads at TP 24 on inf2.48xlarge, REFERENCES S3).
+    heads = math.ceil(model.heads / tp)
     h, hd = model.hidden, model.head_dim
-    q = model.heads * hd // tp
+    q = heads * hd
     kv = max(model.kv_heads // tp, 1) * hd
-    ffn = model.ffn_hidden // tp
+    ffn = math.ceil(model.ffn_hidden / tp)
     up = 2 * ffn if model.activation == "swiglu" else ffn
     gemms = ((h, q + 2 * kv), (q, h), (h, up), (ffn, h))
     wbytes = DTYPE_BYTES[weight_dtype]
@@ -98,7 +98,7 @@ def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Sha
     return _Shapes(
         gemms=gemms,
         weight_bytes=params * wbytes,
-        heads=model.heads // tp,
+        heads=heads,
         head_dim=hd,
         kv_token_bytes=kv_bytes_per_token(model, kv_dtype, tp) / model.layers,
         lm_head=(h, vocab),
@@ -160,12 +160,13 @@ class IterationModel:
 
     def _attention(self, chunk: int, context: int) -> float:
         """QK^T and PV of a prompt chunk of ``chunk`` tokens over its causal context:
-        the ``context`` tokens before it and, on average, half the chunk."""
+        the ``context`` tokens before it and, on average, half the chunk. The local
+        heads are one fused kernel's problems, so they stack as rows of one matmul each
+        (one latency floor for QK^T and one for PV, not one per head)."""
         s = self.shapes
         span = context + (chunk + 1) // 2
-        return self.chip.matmul_s(
-            chunk, s.head_dim, span, self.precision, count=2 * s.heads, kernel="attention"
-        )
+        rows = chunk * s.heads
+        return self.chip.matmul_s(rows, s.head_dim, span, "bf16", count=2, kernel="attention")
 
     def _allreduce(self, rows: int) -> float:
         return (

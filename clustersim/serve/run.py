@@ -28,7 +28,7 @@ from clustersim.serve.iteration import IterationModel
 from clustersim.serve.sched import BLOCK_TOKENS, Request, ServeSim
 from clustersim.units import format_bytes
 
-__all__ = ["ServeResult", "kv_capacity", "serve", "serving_of"]
+__all__ = ["ServeResult", "check_serving", "kv_capacity", "serve", "serving_of"]
 
 GIB = 2.0**30
 
@@ -111,6 +111,21 @@ def iteration_model(res: Resolved, cfg: ServingCfg) -> IterationModel:
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype, allreduce_s=TpAllReduce(res, tp),
     )  # fmt: skip
+
+
+def check_serving(res: Resolved) -> str:
+    """Every check ``serve`` makes before simulating (exit 2 naming the key); one line
+    saying what would run (``clustersim check`` of a serving scenario)."""
+    cfg = serving_of(res)
+    model = iteration_model(res, cfg)
+    blocks = kv_capacity(res, model, cfg)
+    n_rep = replicas_of(res, cfg)
+    return (
+        f"{res.scenario.name}: {n_rep} replicas of tp {model.tp} x {res.chip.name} "
+        f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
+        f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
+        f"{model.iteration_s((), 1, cfg.input_tokens) * 1e3:.2f} ms"
+    )
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
