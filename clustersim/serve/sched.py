@@ -52,9 +52,10 @@ class IterationCost(Protocol):
     ) -> float: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Request:
-    """One request and what happened to it (times in seconds from the start)."""
+    """One request and what happened to it (times in seconds from the start). Requests
+    compare by identity (the scheduler's list lookups)."""
 
     id: int
     arrival: float
