@@ -230,3 +230,19 @@ def test_serve_command_writes_summary_and_requests(tmp_path: Path) -> None:
     frame = pd.read_parquet(tmp_path / "a" / "requests.parquet")
     assert len(frame) == 200 and set(frame["replica"]) <= set(range(8))
     assert main(["run", str(path), "--out", str(tmp_path / "r")]) == 2
+
+
+def test_lognormal_lengths_are_drawn_per_request_within_their_bounds() -> None:
+    lengths = "{kind: lognormal, median: 200, sigma: 1.0, max: 1000}"
+    text = scenario(input_tokens=lengths, output_tokens=lengths, requests=400)
+    frames = [serve(load_scenario(text)).requests for _ in range(2)]
+    pd.testing.assert_frame_equal(frames[0], frames[1])  # one seed, one run
+    frame = frames[0]
+    assert frame["input_tokens"].between(1, 1000).all()
+    assert frame["input_tokens"].nunique() > 100
+    assert frame["input_tokens"].median() == pytest.approx(200, rel=0.15)
+    assert not frame["input_tokens"].equals(frame["output_tokens"])  # separate streams
+    bad = scenario(input_tokens="{kind: lognormal, median: 200, sigma: 1.0, max: 100}")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(bad)
+    assert info.value.path.startswith("serving.input_tokens")

@@ -4,7 +4,8 @@ A serving scenario replaces ``training`` with ``serving`` (``clustersim serve``)
 requests arrive as a Poisson process (``arrival.kind: poisson``, ``rate_per_s``) or
 from a closed loop of ``concurrency`` clients that each send the next request when
 the last one finished; each asks for ``input_tokens`` of prompt and ``output_tokens``
-of generation. ``engine`` picks the scheduling rules (:mod:`clustersim.serve.sched`):
+of generation (fixed, or lognormal per request). ``engine`` picks the scheduling
+rules (:mod:`clustersim.serve.sched`):
 ``vllm`` (continuous batching with chunked prefill, paged KV, preemption by
 recompute), ``trtllm`` (vLLM's rules for now: TensorRT-LLM's in-flight batching is
 not modelled on its own) or ``neuron`` (prefill and decode never share a batch).
@@ -12,14 +13,14 @@ not modelled on its own) or ``neuron`` (prefill and decode never share a batch).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Strict
 
-__all__ = ["ArrivalCfg", "ServingCfg", "SloCfg", "serving_scenario"]
+__all__ = ["ArrivalCfg", "LognormalCfg", "ServingCfg", "SloCfg", "longest", "serving_scenario"]
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
@@ -40,6 +41,37 @@ class ArrivalCfg(Strict):
         if self.kind == "closed" and self.concurrency is None:
             raise ValueError("concurrency is required with kind: closed")
         return self
+
+
+@register_model
+class LognormalCfg(Strict):
+    """Lengths drawn per request from a lognormal of this ``median`` and ``sigma`` (of
+    the length's logarithm), rounded and clipped to ``1..max``. The KV cache is sized
+    for ``max`` (Neuron reserves it per slot)."""
+
+    kind: Literal["lognormal"]
+    median: int = Field(ge=1, le=100_000_000)
+    sigma: float = Field(gt=0, le=10, allow_inf_nan=False)
+    max: int = Field(ge=1, le=100_000_000)
+
+    @model_validator(mode="after")
+    def _max_above_median(self) -> LognormalCfg:
+        if self.max < self.median:
+            raise ValueError(f"max {self.max} is below the median {self.median}")
+        return self
+
+
+Length = Annotated[int, Field(ge=1, le=100_000_000)] | LognormalCfg
+
+
+def longest(length: int | LognormalCfg) -> int:
+    """The most tokens a length allows: the number, or the distribution's ``max``."""
+    return length if isinstance(length, int) else length.max
+
+
+def typical(length: int | LognormalCfg) -> int:
+    """The number, or the distribution's median."""
+    return length if isinstance(length, int) else length.median
 
 
 @register_model
@@ -73,8 +105,9 @@ class ServingCfg(Strict):
     hbm_utilization: float = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
     arrival: ArrivalCfg
     requests: int = Field(default=1000, ge=1, le=10_000_000)
-    input_tokens: int = Field(default=1024, ge=1, le=100_000_000)
-    output_tokens: int = Field(default=128, ge=1, le=100_000_000)
+    # a number of tokens, or {kind: lognormal, median, sigma, max}
+    input_tokens: Length = 1024
+    output_tokens: Length = 128
     slo: SloCfg = Field(default_factory=SloCfg)
     replicas: int | None = Field(default=None, ge=1, le=10_000_000)
     dispatch: Literal["least_loaded", "round_robin"] = "least_loaded"

@@ -2,7 +2,7 @@
 
 A replica's ``tp`` ranks are placed as a scenario places them (ranks in chip order,
 ``cores / lnc`` per chip) on the scenario's fabric. Each distinct message size runs
-once alone in a fresh SimPy environment over :class:`~clustersim.network.Network`,
+once alone over one :class:`~clustersim.network.Network` (empty between sizes),
 with the chip's communication runtime (its fixed costs: at TP 32-64 the small
 messages of decode are latency-bound, and those costs are most of their time), and
 the time is cached: every replica is placed alike, and their collectives do not
@@ -38,14 +38,23 @@ class TpAllReduce:
         self.group = list(range(tp))
         self.algorithms = dict(res.scenario.cluster.collectives)
         self._cache: dict[float, float] = {}
+        self._net: Network | None = None
 
     def __call__(self, nbytes: float) -> float:
         if len(self.group) < 2:
             return 0.0
         cached = self._cache.get(nbytes)
         if cached is None:
-            env = simpy.Environment()
-            net = Network(env, self.topology, self.rank_chip, self.algorithms, runtime=self.runtime)
-            env.run(until=net.collective("all_reduce", self.group, nbytes))
-            cached = self._cache[nbytes] = float(env.now)
+            # One network for every size: between two collectives it holds no flow, so
+            # each runs alone, as in a fresh environment (building one costs more than
+            # most of the collectives it would time).
+            if self._net is None:
+                self._net = Network(
+                    simpy.Environment(), self.topology, self.rank_chip, self.algorithms,
+                    runtime=self.runtime,
+                )  # fmt: skip
+            env = self._net.env
+            start = env.now
+            env.run(until=self._net.collective("all_reduce", self.group, nbytes))
+            cached = self._cache[nbytes] = float(env.now - start)
         return cached

@@ -22,7 +22,7 @@ from clustersim import cost
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved
-from clustersim.scenario.serving import ServingCfg
+from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typical
 from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.iteration import IterationModel
 from clustersim.serve.sched import BLOCK_TOKENS, Request, ServeSim
@@ -51,14 +51,14 @@ def kv_capacity(res: Resolved, model: IterationModel, cfg: ServingCfg) -> int:
     """KV blocks of ``BLOCK_TOKENS`` one replica's cache holds, checked against HBM.
 
     vLLM: what ``hbm_utilization`` of a rank's HBM leaves beside its weights. Neuron:
-    the compiled ``max_num_seqs`` slots of ``input_tokens + output_tokens`` each,
+    the compiled ``max_num_seqs`` slots of the longest ``input_tokens + output_tokens`` each,
     which must fit the same room. Either way one whole request must fit, or exit 2
     naming the sizes.
     """
     hbm = res.chip.hbm_bytes / res.ranks_per_chip * cfg.hbm_utilization
     weights = model.weight_bytes_per_rank
     per_token = model.kv_bytes_per_token_per_rank
-    seq = cfg.input_tokens + cfg.output_tokens
+    seq = longest(cfg.input_tokens) + longest(cfg.output_tokens)
     seq_blocks = math.ceil(seq / BLOCK_TOKENS)
     need = seq_blocks * BLOCK_TOKENS * per_token
     if weights + need > hbm:
@@ -124,8 +124,18 @@ def check_serving(res: Resolved) -> str:
         f"{res.scenario.name}: {n_rep} replicas of tp {model.tp} x {res.chip.name} "
         f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
         f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
-        f"{model.iteration_s((), 1, cfg.input_tokens) * 1e3:.2f} ms"
+        f"{model.iteration_s((), 1, typical(cfg.input_tokens)) * 1e3:.2f} ms"
     )
+
+
+def lengths(length: int | LognormalCfg, count: int, seed: int, stream: int) -> int | list[int]:
+    """The number, or ``count`` lengths drawn from the lognormal with the generator
+    ``default_rng([seed, stream])`` (apart from the arrivals' own), rounded and clipped."""
+    if isinstance(length, int):
+        return length
+    rng = np.random.default_rng([seed, stream])
+    drawn = rng.lognormal(math.log(length.median), length.sigma, size=count)
+    return [int(n) for n in np.clip(np.rint(drawn), 1, length.max)]
 
 
 def _stats(values: np.ndarray) -> dict[str, float | None]:
@@ -167,6 +177,7 @@ def serve(res: Resolved) -> ServeResult:
     blocks = kv_capacity(res, model, cfg)
     n_rep = replicas_of(res, cfg)
     arrival = cfg.arrival
+    seed = res.scenario.seed
     rule: tuple[str, float] = (
         ("poisson", float(arrival.rate_per_s or 0))
         if arrival.kind == "poisson"
@@ -175,8 +186,10 @@ def serve(res: Resolved) -> ServeResult:
     sim = ServeSim(
         [model] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
-        requests=cfg.requests, input_tokens=cfg.input_tokens, output_tokens=cfg.output_tokens,
-        arrival=rule, dispatch=cfg.dispatch, seed=res.scenario.seed,
+        requests=cfg.requests, arrival=rule, dispatch=cfg.dispatch, seed=seed,
+        input_tokens=lengths(cfg.input_tokens, cfg.requests, seed, 1),
+        output_tokens=lengths(cfg.output_tokens, cfg.requests, seed, 2),
+        slot_tokens=longest(cfg.input_tokens) + longest(cfg.output_tokens),
     )  # fmt: skip
     frame = request_frame(sim.run())
     summary = _summary(res, model, sim, frame, blocks)

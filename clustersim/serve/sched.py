@@ -90,8 +90,10 @@ class Replica:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         kv_blocks: int,
+        slot_tokens: int = 0,
     ) -> None:
         self.env = env
+        self.slot_tokens = slot_tokens
         self.index = index
         self.cost = cost
         self.neuron = engine == "neuron"
@@ -210,7 +212,8 @@ class Replica:
         if self.waiting and len(self.running) < self.max_seqs:
             req = self.waiting.popleft()
             req.scheduled = self.env.now
-            self._grow(req, req.input_tokens + req.output_tokens)  # the slot's static KV
+            # the slot's static KV, compiled for the longest request
+            self._grow(req, self.slot_tokens or req.input_tokens + req.output_tokens)
             self.running.append(req)
             return [(req, min(req.prompt_target, self.budget))], []
         return [], list(self.running)
@@ -243,6 +246,8 @@ class ServeSim:
 
     ``arrival`` is ``("poisson", rate_per_s)`` or ``("closed", concurrency)``; the
     Poisson gaps come from ``numpy.random.default_rng(seed)``, so a seed gives one run.
+    ``input_tokens`` and ``output_tokens`` are every request's, or one per request.
+    ``slot_tokens`` (Neuron) is the KV one batch slot reserves, whatever the request.
     """
 
     def __init__(
@@ -254,30 +259,36 @@ class ServeSim:
         max_num_batched_tokens: int,
         kv_blocks: int,
         requests: int,
-        input_tokens: int,
-        output_tokens: int,
+        input_tokens: int | Sequence[int],
+        output_tokens: int | Sequence[int],
         arrival: tuple[str, float],
         dispatch: str = "least_loaded",
         seed: int = 0,
+        slot_tokens: int = 0,
     ) -> None:
         self.env = simpy.Environment()
         self.replicas = [
             Replica(
                 self.env, i, cost, engine=engine, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, kv_blocks=kv_blocks,
+                slot_tokens=slot_tokens,
             )
             for i, cost in enumerate(costs)
         ]  # fmt: skip
         self.requests: list[Request] = []
         self.n = requests
-        self.shape = (input_tokens, output_tokens)
+        self.inputs = [input_tokens] * requests if isinstance(input_tokens, int) else input_tokens
+        self.outputs = (
+            [output_tokens] * requests if isinstance(output_tokens, int) else output_tokens
+        )
         self.arrival = arrival
         self.dispatch = dispatch
         self.rng = np.random.default_rng(seed)
         self._next = 0
 
     def _new(self) -> Request:
-        req = Request(len(self.requests), self.env.now, *self.shape)
+        i = len(self.requests)
+        req = Request(i, self.env.now, int(self.inputs[i]), int(self.outputs[i]))
         self.requests.append(req)
         return req
 
