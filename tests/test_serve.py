@@ -246,3 +246,21 @@ def test_lognormal_lengths_are_drawn_per_request_within_their_bounds() -> None:
     with pytest.raises(ScenarioError) as info:
         load_scenario(bad)
     assert info.value.path.startswith("serving.input_tokens")
+
+
+def test_published_rows_run_and_wire_time_is_a_lower_bound() -> None:
+    """The validation rows run; without the runtime's fixed costs TPOT only falls."""
+    from clustersim.serve.references import ROWS, predict
+
+    row = next(r for r in ROWS if r.id == "S5")
+    ttft, tpot = predict(row)
+    wire_ttft, wire_tpot = predict(row, wire_only=True)
+    assert 0 < wire_tpot < tpot and 0 < wire_ttft < ttft
+
+
+def test_check_of_a_serving_scenario_runs_every_check(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(), "utf-8")
+    assert main(["check", str(path)]) == 0
+    path.write_text(scenario(max_num_seqs=0), "utf-8")
+    assert main(["check", str(path)]) == 2

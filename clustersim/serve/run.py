@@ -100,7 +100,9 @@ def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
     return cfg.replicas
 
 
-def iteration_model(res: Resolved, cfg: ServingCfg) -> IterationModel:
+def iteration_model(res: Resolved, cfg: ServingCfg, *, overheads: bool = True) -> IterationModel:
+    """The replicas' iteration model; ``overheads=False`` times the TP all-reduces at
+    their wire time alone (:class:`~clustersim.serve.collectives.TpAllReduce`)."""
     tp = res.scenario.parallelism.tp
     for key in ("pp", "cp", "ep"):
         if getattr(res.scenario.parallelism, key) != 1:
@@ -109,7 +111,8 @@ def iteration_model(res: Resolved, cfg: ServingCfg) -> IterationModel:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
     return IterationModel(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
-        weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype, allreduce_s=TpAllReduce(res, tp),
+        weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
+        allreduce_s=TpAllReduce(res, tp, overheads=overheads),
     )  # fmt: skip
 
 
@@ -169,11 +172,12 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
     return frame
 
 
-def serve(res: Resolved) -> ServeResult:
-    """Simulate the scenario's requests; exit 2 (ScenarioError) on bad input."""
+def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
+    """Simulate the scenario's requests; exit 2 (ScenarioError) on bad input.
+    ``collective_overheads=False`` is a diagnostic (``iteration_model``'s ``overheads``)."""
     t_wall = time.perf_counter()
     cfg = serving_of(res)
-    model = iteration_model(res, cfg)
+    model = iteration_model(res, cfg, overheads=collective_overheads)
     blocks = kv_capacity(res, model, cfg)
     n_rep = replicas_of(res, cfg)
     arrival = cfg.arrival
