@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clustersim.cli_args import build_parser
-from clustersim.errors import MISSING, ClusterSimError, ScenarioError
+from clustersim.errors import ClusterSimError, ScenarioError
 from clustersim.units import UnitError, parse_bytes
 
 if TYPE_CHECKING:
@@ -103,8 +103,7 @@ def _run(args: argparse.Namespace) -> int:
 
     res = load_scenario(args.scenario, _with_chip_model(args), args.seed)
     sc = res.scenario
-    if sc.serving is not None:
-        raise ScenarioError("serving", MISSING, "a serving scenario runs with `clustersim serve`")
+    res.require_training("run")
     out = args.out or Path(sc.output.dir or Path("reports") / _slug(sc.name))
     _check_out(out, sc.name, force=args.force)
     try:
@@ -518,6 +517,7 @@ def _export(args: argparse.Namespace) -> int:
     from clustersim.sim.chakra_command import export_command
 
     res = load_scenario(args.scenario, args.sets)
+    res.require_training("export")
     print(export_command(res, args.out, args.prefix, ranks=args.ranks, compress=args.gzip))
     return 0
 

@@ -264,3 +264,15 @@ def test_check_of_a_serving_scenario_runs_every_check(tmp_path: Path) -> None:
     assert main(["check", str(path)]) == 0
     path.write_text(scenario(max_num_seqs=0), "utf-8")
     assert main(["check", str(path)]) == 2
+
+
+@pytest.mark.parametrize(
+    "command", [["run"], ["search", "--chips", "16"], ["reliability"], ["export", "chakra"]]
+)
+def test_training_commands_refuse_a_serving_scenario(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(), "utf-8")
+    assert main([*command, str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "serving: a serving scenario runs with `clustersim serve`" in capsys.readouterr().err

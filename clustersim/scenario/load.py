@@ -111,6 +111,13 @@ class Resolved:
             )
         return self.model_spec
 
+    def require_training(self, command: str) -> None:
+        """A ScenarioError naming ``serving`` when a training command gets a serving
+        scenario (its ``training`` section is a placeholder)."""
+        if self.scenario.serving is not None:
+            problem = f"a serving scenario runs with `clustersim serve`, not {command}"
+            raise ScenarioError("serving", MISSING, problem)
+
     @property
     def chips(self) -> int:
         return self.instance.chips * self.scenario.cluster.count
