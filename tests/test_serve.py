@@ -51,7 +51,7 @@ class Fixed:
 
 
 def test_kv_bytes_per_token_matches_the_references() -> None:
-    """REFERENCES: 2 x layers x KV heads x head dim x bytes; 320 KiB (70B), 128 KiB (8B)."""
+    """2 x layers x KV heads x head dim x bytes: 320 KiB (Llama-3-70B), 128 KiB (8B)."""
     assert kv_bytes_per_token(catalog.model("llama3-70b"), "bf16") == 320 * KIB
     assert kv_bytes_per_token(catalog.model("llama3-8b"), "bf16") == 128 * KIB
     assert kv_bytes_per_token(catalog.model("llama3-8b"), "fp8", tp=8) == 128 * KIB / 2 / 8

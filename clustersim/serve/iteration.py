@@ -49,11 +49,11 @@ ACT_BYTES = 2
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: int = 1) -> float:
     """KV cache bytes one token takes on one of ``tp`` ranks, all layers.
 
-    ``2 x layers x kv_heads x head_dim x bytes / tp`` (K and V; REFERENCES, "KV cache
-    per token"). Above ``kv_heads`` ranks each rank holds one KV head, replicated
-    (as NxD Inference does at TP 32-64 on GQA models); a tp that neither divides nor is
-    a multiple of ``kv_heads`` is refused. Query heads and the MLP width are padded up
-    to a multiple of tp instead (one rank's share rounded up).
+    ``2 x layers x kv_heads x head_dim x bytes / tp`` (K and V, each ``kv_heads x
+    head_dim`` per token and layer). Above ``kv_heads`` ranks each rank holds one KV
+    head, replicated (as NxD Inference does at TP 32-64 on GQA models); a tp that
+    neither divides nor is a multiple of ``kv_heads`` is refused. Query heads and the
+    MLP width are padded up to a multiple of tp instead (a rank's share rounded up).
     """
     if model.kv_heads % tp and tp % model.kv_heads:
         raise ScenarioError(
@@ -84,7 +84,8 @@ def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Sha
             "model", model.name, "serving models dense GQA transformers only (no MoE or MLA yet)"
         )
     # Heads and the MLP width that tp does not divide are padded up to a multiple of
-    # it (Llama-3-70B's 64 heads at TP 24 on inf2.48xlarge, REFERENCES S3).
+    # it (Llama-3-70B's 64 heads at TP 24 on inf2.48xlarge, as the Neuron benchmark
+    # tables run it: aws-neuron-sdk about-neuron/benchmarks/inf2).
     heads = math.ceil(model.heads / tp)
     h, hd = model.hidden, model.head_dim
     q = heads * hd
