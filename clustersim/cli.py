@@ -103,6 +103,7 @@ def _run(args: argparse.Namespace) -> int:
 
     res = load_scenario(args.scenario, _with_chip_model(args), args.seed)
     sc = res.scenario
+    res.require_training("run")
     out = args.out or Path(sc.output.dir or Path("reports") / _slug(sc.name))
     _check_out(out, sc.name, force=args.force)
     try:
@@ -176,6 +177,16 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from clustersim.scenario import load_scenario
+    from clustersim.serve.command import serve_command
+
+    res = load_scenario(args.scenario, list(args.sets), args.seed)
+    out = args.out or Path(res.scenario.output.dir or Path("reports") / _slug(res.scenario.name))
+    _check_out(out, res.scenario.name, force=args.force)
+    return serve_command(res, out, quiet=args.quiet, as_json=args.json)
+
+
 def _injection_notes(s: dict[str, Any]) -> list[str]:
     out = []
     for r in s.get("injections", []):
@@ -231,6 +242,11 @@ def _check(args: argparse.Namespace) -> int:
     from clustersim.terminal import console
 
     res = load_scenario(args.scenario, args.sets)
+    if res.scenario.serving is not None:
+        from clustersim.serve.run import check_serving
+
+        console().print(check_serving(res))
+        return 0
     # Programs are built per stage, as a folded run would: bound that work too.
     pl = plan(res, check_memory=False, limits=Limits(), folded=True)
     if res.scenario.failures.inject:
@@ -501,6 +517,7 @@ def _export(args: argparse.Namespace) -> int:
     from clustersim.sim.chakra_command import export_command
 
     res = load_scenario(args.scenario, args.sets)
+    res.require_training("export")
     print(export_command(res, args.out, args.prefix, ranks=args.ranks, compress=args.gzip))
     return 0
 
@@ -532,6 +549,7 @@ def _reliability(args: argparse.Namespace) -> int:
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
+    "serve": _serve,
     "check": _check,
     "catalog": _catalog,
     "schema": _schema,

@@ -72,6 +72,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="write into an output directory that holds another scenario's results",
     )  # fmt: skip
 
+    serve = sub.add_parser(
+        "serve", help="simulate inference serving: requests, TTFT, TPOT, throughput, cost"
+    )
+    serve.add_argument("scenario", type=Path, help="scenario YAML file with a serving section")
+    serve.add_argument("--out", type=Path, help="output directory (default reports/<name>/)")
+    serve.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set serving.arrival.rate_per_s=10 (repeatable)",
+    )  # fmt: skip
+    serve.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
+    serve.add_argument("--quiet", action="store_true", help="print nothing on success")
+    serve.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    serve.add_argument(
+        "--force", action="store_true",
+        help="write into an output directory that holds another scenario's results",
+    )  # fmt: skip
+
     check = sub.add_parser("check", help="validate a scenario; print layout, placement, memory")
     check.add_argument("scenario", type=Path)
     check.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")

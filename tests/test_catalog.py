@@ -262,8 +262,9 @@ def test_instance_chip_exists_and_fabric_fits(name: str) -> None:
 
 
 # Chip bandwidth on ports that an instance leaves unconnected: a trn2.48xlarge outside an
-# UltraServer does not use the 256 GB/s of Z links that join instances.
-UNUSED_PORTS_BPS = {"trn2.48xlarge": 256e9}
+# UltraServer does not use the 256 GB/s of Z links that join instances, nor a one-chip
+# inf2 instance its NeuronLink.
+UNUSED_PORTS_BPS = {"trn2.48xlarge": 256e9, "inf2.xlarge": 192e9, "inf2.8xlarge": 192e9}
 
 
 @pytest.mark.parametrize("name", catalog.names("instances"))
@@ -272,7 +273,9 @@ def test_link_bandwidths_add_up_to_the_chip_bandwidth(name: str) -> None:
     spec = catalog.instance(name)
     chip = catalog.chip(spec.chip)
     # A torus chip has two neighbours per dimension; a switch chip has one link into the switch.
-    links = 2 * len(spec.fabric.dims) if spec.fabric.topology == "torus2d" else 1
+    # A dimension of size 1 has no neighbours (inf2's ring is a torus of [chips, 1]).
+    ring_dims = sum(1 for d in spec.fabric.dims if d > 1)
+    links = 2 * ring_dims if spec.fabric.topology == "torus2d" else 1
     total = links * 2 * spec.fabric.link_bw_Bps
     if spec.ultraserver is not None and spec.ultraserver.topology == "torus3d":
         total += 2 * 2 * spec.ultraserver.link_bw_Bps  # Z ring: two neighbours

@@ -93,6 +93,7 @@ def reliability_command(
 
     t0 = time.perf_counter()
     res = load_scenario(args.scenario, args.sets, args.seed)
+    res.require_training("reliability")
     cfg = res.scenario.failures
     if not cfg.reliability:
         raise ScenarioError(

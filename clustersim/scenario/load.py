@@ -111,6 +111,13 @@ class Resolved:
             )
         return self.model_spec
 
+    def require_training(self, command: str) -> None:
+        """A ScenarioError naming ``serving`` when a training command gets a serving
+        scenario (its ``training`` section is a placeholder)."""
+        if self.scenario.serving is not None:
+            problem = f"a serving scenario runs with `clustersim serve`, not {command}"
+            raise ScenarioError("serving", MISSING, problem)
+
     @property
     def chips(self) -> int:
         return self.instance.chips * self.scenario.cluster.count
@@ -138,6 +145,10 @@ class Resolved:
         else:
             out.pop("workload", None)
             out["model"] = self.model_spec.model_dump(mode="json", exclude={"sources"})
+        if self.scenario.serving is None:
+            out.pop("serving", None)
+        else:  # a serving scenario: its training section is a placeholder
+            out.pop("training", None)
         out["cluster"]["resolved"] = {
             "chips": self.chips,
             "ranks": self.ranks,
@@ -229,6 +240,10 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
             valid = ", ".join(_TOP_KEYS)
             hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {valid}"
             raise ScenarioError(_part(key), value, f"unknown key{hint}")
+    if data.get("serving") is not None and "training" in data:
+        raise ScenarioError(
+            "training", data["training"], "a serving scenario has no training: give one of them"
+        )
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -11,6 +11,7 @@ from clustersim.catalog.schema import Bytes, Strict
 from clustersim.names import canonical_value
 from clustersim.scenario.failures import FailuresCfg
 from clustersim.scenario.moe import MoECfg
+from clustersim.scenario.serving import ServingCfg, serving_scenario
 from clustersim.scenario.workload import WorkloadCfg, trace_scenario
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "ParallelismCfg",
     "RecomputeModule",
     "Scenario",
+    "ServingCfg",
     "SoftwareCfg",
     "TrainingCfg",
 ]
@@ -269,7 +271,9 @@ class Scenario(Strict):
     model: str | dict[str, Any] | None = None
     workload: WorkloadCfg | None = None
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
+    # absent in a serving scenario (`serving`: clustersim serve), required otherwise
     training: TrainingCfg
+    serving: ServingCfg | None = None
     failures: FailuresCfg = Field(default_factory=FailuresCfg)
     moe: MoECfg = Field(default_factory=MoECfg)
     cost: CostCfg = Field(default_factory=CostCfg)
@@ -286,7 +290,7 @@ class Scenario(Strict):
     @classmethod
     def _trace_workload(cls, data: Any) -> Any:
         """``workload`` replaces ``model``, ``parallelism`` and ``moe`` (scenario.workload)."""
-        data = trace_scenario(data)
+        data = serving_scenario(trace_scenario(data))
         if isinstance(data, dict) and data.get("workload") is None and data.get("model") is None:
             raise ValueError("model is required (or a workload: {chakra: PREFIX})")
         return data

@@ -39,6 +39,7 @@ class _Bar:
 def search_command(args: argparse.Namespace) -> int:
     sets = [*args.sets, *([f"chip_model={args.chip_model}"] if args.chip_model else [])]
     res = load_scenario(args.scenario, sets)
+    res.require_training("search")
     err = console(stderr=True)
     bar = None if args.json else _Bar(err)
     try:

@@ -37,8 +37,12 @@ SLOW = [
 ]
 
 
+# Serving scenarios run with `clustersim serve`: no training step to estimate.
+SERVING = ["serve-inf2-llama3-8b.yaml", "serve-trn2-llama3-70b.yaml"]
+
+
 def test_every_shipped_scenario_is_listed() -> None:
-    assert {p.name for p in SCENARIOS.glob("*.yaml")} == {*FAST, *SLOW}
+    assert {p.name for p in SCENARIOS.glob("*.yaml")} == {*FAST, *SLOW, *SERVING}
 
 
 def _ratio(name: str) -> float:

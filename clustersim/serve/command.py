@@ -1,0 +1,99 @@
+"""``clustersim serve``: simulate a serving scenario, write its results, print a table.
+
+The directory gets ``resolved_scenario.yaml``, ``requests.parquet`` (one row per
+request) and, last, ``summary.json``, each written atomically
+(:mod:`clustersim.trace.io`), so a directory with a summary is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from clustersim.scenario import Resolved
+from clustersim.serve.run import ServeResult, serve
+from clustersim.trace import atomic_write_text, write_parquet
+
+__all__ = ["serve_table", "write_results"]
+
+
+def write_results(res: Resolved, result: ServeResult, out: Path) -> None:
+    import yaml
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").unlink(missing_ok=True)
+    atomic_write_text(
+        out / "resolved_scenario.yaml", yaml.safe_dump(res.as_dict(), sort_keys=False)
+    )
+    write_parquet(out / "requests.parquet", result.requests)
+    text = json.dumps(result.summary, indent=2, sort_keys=False) + "\n"
+    atomic_write_text(out / "summary.json", text)
+
+
+def _ms(stats: dict[str, float | None]) -> str:
+    if stats["p50"] is None:
+        return "-"
+    return f"{stats['p50'] * 1e3:,.1f} ms"
+
+
+def _tail(stats: dict[str, float | None]) -> str:
+    ms = {key: value * 1e3 for key, value in stats.items() if value is not None}
+    if len(ms) < len(stats):
+        return ""
+    return f"mean {ms['mean']:,.1f}, p90 {ms['p90']:,.1f}, p99 {ms['p99']:,.1f} ms"
+
+
+def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
+    """What ``clustersim serve`` prints of a summary: metric, value and note."""
+    title = (
+        f"{s['scenario']}: {s['model']} on {s['instances']} x {s['instance']}, "
+        f"{s['replicas']} replicas of tp {s['tp']} ({s['engine']})"
+    )
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column("metric", style="bold")
+    t.add_column("value", justify="right")
+    t.add_column("note")
+    arrival = s["arrival"]
+    rule = (
+        f"Poisson arrivals at {arrival['rate_per_s']:g}/s"
+        if arrival["kind"] == "poisson"
+        else f"closed loop of {arrival['concurrency']} clients"
+    )
+    t.add_row("requests", f"{s['requests_finished']:,}", f"of {s['requests']:,}; {rule}")
+    for key, name in (("ttft_s", "TTFT p50"), ("tpot_s", "TPOT p50"), ("e2e_s", "latency p50")):
+        t.add_row(name, _ms(s[key]), _tail(s[key]))
+    t.add_row(
+        "throughput",
+        f"{s['output_tokens_per_s']:,.0f} tok/s",
+        f"{s['requests_per_s']:,.2f} req/s; goodput {s['goodput_requests_per_s']:,.2f} req/s "
+        f"(TTFT <= {s['slo']['ttft_s']:g} s, TPOT <= {s['slo']['tpot_s']:g} s)",
+    )
+    t.add_row(
+        "cost",
+        f"${s['usd_per_million_output_tokens']:,.2f}/M out",
+        f"${s['usd_per_million_input_tokens']:,.3f}/M in; ${s['usd_per_hour']:,.2f}/h",
+    )
+    t.add_row(
+        "KV cache",
+        f"{s['kv_cache_peak_fraction']:.1%} peak",
+        f"{s['kv_cache_tokens_per_replica']:,} tokens per replica; "
+        f"{s['preemptions']:,} preemptions; weights {s['weights_gib_per_rank']:.2f} GiB per rank",
+    )
+    if out is not None:
+        t.add_row("wall time", f"{s['wall_s']:.2f} s", f"results in {out}")
+    return t
+
+
+def serve_command(res: Resolved, out: Path, *, quiet: bool, as_json: bool) -> int:
+    from clustersim.terminal import console
+
+    result = serve(res)
+    write_results(res, result, out)
+    if as_json:
+        print(json.dumps(result.summary, indent=2))
+    elif not quiet:
+        console().print(serve_table(result.summary, str(out)))
+    return 0

@@ -1,0 +1,212 @@
+"""The time of one engine iteration on one tensor-parallel replica.
+
+An iteration runs every layer of the model once over a batch: some prompt chunks
+being prefilled and some sequences decoding one token each. On each of the
+replica's ``tp`` ranks a layer is one pipelined op (the chip model's roofline,
+:class:`~clustersim.hardware.chip.ChipModel`):
+
+- compute: the layer's four GEMMs (QKV, output projection, gate and up, down) on
+  ``T`` token rows, each through ``ChipModel.op_time(Work(...))`` (so a GPU with
+  ``gemm_times: measured`` takes its measured GEMM tables, others the roofline),
+  plus prefill attention (QK^T and PV per local head, at the fused attention
+  kernel's efficiency, over the causal context the chunk sees);
+- HBM: the rank's shard of the layer's weights, the KV cache every sequence reads
+  (decodes and chunks with earlier context) and the KV it writes;
+
+and lasts ``max(compute, HBM)`` plus the chip's per-op overhead
+(``calibration.op_overhead_s``, 5 ops per layer) plus two tensor-parallel
+all-reduces of the ``T x hidden`` activations (after attention and after the MLP,
+Megatron's layout) timed by the project's collective model
+(:mod:`clustersim.serve.collectives`), plus ``fixed_per_layer_s`` (0: no published
+per-layer serving overhead was found to take it from). The LM head runs once per
+iteration on the sequences that produce a token.
+
+Not modelled: norms, rotary embeddings, sampling, the logits' gather, CPU-side
+scheduling and the KV block tables' indirection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from clustersim.catalog.schema import ModelSpec
+from clustersim.errors import ScenarioError
+from clustersim.hardware.chip import HBM, ChipModel
+from clustersim.hardware.work import Work
+
+__all__ = ["DTYPE_BYTES", "OPS_PER_LAYER", "IterationModel", "kv_bytes_per_token"]
+
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+OPS_PER_LAYER = 5
+"""QKV, attention, output projection, gate-up, down: each pays the chip's op overhead."""
+ACT_BYTES = 2
+"""Activations (and so the TP all-reduces) are 16-bit at every compute precision."""
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: int = 1) -> float:
+    """KV cache bytes one token takes on one of ``tp`` ranks, all layers.
+
+    ``2 x layers x kv_heads x head_dim x bytes / tp`` (K and V, each ``kv_heads x
+    head_dim`` per token and layer). Above ``kv_heads`` ranks each rank holds one KV
+    head, replicated (as NxD Inference does at TP 32-64 on GQA models); a tp that
+    neither divides nor is a multiple of ``kv_heads`` is refused. Query heads and the
+    MLP width are padded up to a multiple of tp instead (a rank's share rounded up).
+    """
+    if model.kv_heads % tp and tp % model.kv_heads:
+        raise ScenarioError(
+            "parallelism.tp",
+            tp,
+            f"must divide the model's {model.kv_heads} KV heads or be a multiple of them",
+        )
+    heads_per_rank = max(model.kv_heads // tp, 1)
+    return 2.0 * model.layers * heads_per_rank * model.head_dim * DTYPE_BYTES[kv_dtype]
+
+
+@dataclass(frozen=True)
+class _Shapes:
+    """One rank's share of a layer: GEMM (k, n) shapes, weight bytes, local heads."""
+
+    gemms: tuple[tuple[int, int], ...]
+    weight_bytes: float
+    heads: int
+    head_dim: int
+    kv_token_bytes: float  # one token's K and V of one layer on this rank
+    lm_head: tuple[int, int]
+    lm_head_bytes: float
+
+
+def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Shapes:
+    if model.moe is not None or model.mla is not None:
+        raise ScenarioError(
+            "model", model.name, "serving models dense GQA transformers only (no MoE or MLA yet)"
+        )
+    # Heads and the MLP width that tp does not divide are padded up to a multiple of
+    # it (Llama-3-70B's 64 heads at TP 24 on inf2.48xlarge, as the Neuron benchmark
+    # tables run it: aws-neuron-sdk about-neuron/benchmarks/inf2).
+    heads = math.ceil(model.heads / tp)
+    h, hd = model.hidden, model.head_dim
+    q = heads * hd
+    kv = max(model.kv_heads // tp, 1) * hd
+    ffn = math.ceil(model.ffn_hidden / tp)
+    up = 2 * ffn if model.activation == "swiglu" else ffn
+    gemms = ((h, q + 2 * kv), (q, h), (h, up), (ffn, h))
+    wbytes = DTYPE_BYTES[weight_dtype]
+    params = sum(k * n for k, n in gemms)
+    vocab = math.ceil(model.vocab / tp)
+    return _Shapes(
+        gemms=gemms,
+        weight_bytes=params * wbytes,
+        heads=heads,
+        head_dim=hd,
+        kv_token_bytes=kv_bytes_per_token(model, kv_dtype, tp) / model.layers,
+        lm_head=(h, vocab),
+        lm_head_bytes=h * vocab * wbytes,
+    )
+
+
+class IterationModel:
+    """Iteration times of one replica: ``tp`` ranks of ``chip`` serving ``model``.
+
+    ``allreduce_s(nbytes)`` is the time of one all-reduce of ``nbytes`` over the
+    replica's ranks (0 for tp 1).
+    """
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        chip: ChipModel,
+        tp: int,
+        *,
+        precision: str = "bf16",
+        weight_dtype: str = "bf16",
+        kv_dtype: str = "bf16",
+        allreduce_s: Callable[[float], float] = lambda _n: 0.0,
+        fixed_per_layer_s: float = 0.0,
+    ) -> None:
+        self.model = model
+        self.chip = chip
+        self.tp = tp
+        self.precision = precision
+        self.shapes = _shapes(model, tp, weight_dtype, kv_dtype)
+        self.allreduce_s = allreduce_s
+        self.fixed_per_layer_s = fixed_per_layer_s
+        self.op_overhead_s = chip.spec.calibration.op_overhead_s
+        self._gemm_s = lru_cache(maxsize=65536)(self._gemms)
+        self._attn_s = lru_cache(maxsize=262144)(self._attention)
+        self._ar_s = lru_cache(maxsize=65536)(self._allreduce)
+
+    @property
+    def weight_bytes_per_rank(self) -> float:
+        """The weights one rank holds (layers and LM head; embeddings are not read)."""
+        s = self.shapes
+        return self.model.layers * s.weight_bytes + 2 * s.lm_head_bytes
+
+    @property
+    def kv_bytes_per_token_per_rank(self) -> float:
+        return self.shapes.kv_token_bytes * self.model.layers
+
+    def _hbm_s(self, nbytes: float) -> float:
+        return self.chip.op_time(Work(hbm_bytes=nbytes)).engine_s[HBM]
+
+    def _gemms(self, rows: int) -> float:
+        """The layer's four GEMMs on ``rows`` tokens: tensor time, no overhead."""
+        total = 0.0
+        for k, n in self.shapes.gemms:
+            work = Work(matmul=(rows, k, n), precision=self.precision)
+            total += self.chip.op_time(work).engine_s[0]
+        return total
+
+    def _attention(self, chunk: int, context: int) -> float:
+        """QK^T and PV of a prompt chunk of ``chunk`` tokens over its causal context:
+        the ``context`` tokens before it and, on average, half the chunk. The local
+        heads are one fused kernel's problems, so they stack as rows of one matmul each
+        (one latency floor for QK^T and one for PV, not one per head)."""
+        s = self.shapes
+        span = context + (chunk + 1) // 2
+        rows = chunk * s.heads
+        return self.chip.matmul_s(rows, s.head_dim, span, "bf16", count=2, kernel="attention")
+
+    def _allreduce(self, rows: int) -> float:
+        return (
+            0.0 if self.tp == 1 else self.allreduce_s(float(rows * self.model.hidden * ACT_BYTES))
+        )
+
+    def layer_s(
+        self, chunks: Sequence[tuple[int, int]], decodes: int, decode_context: int, rows: int
+    ) -> float:
+        """One layer: ``chunks`` (tokens, earlier context) of prefill, ``decodes``
+        sequences reading ``decode_context`` cached tokens in all, ``rows`` GEMM rows."""
+        s = self.shapes
+        compute = self._gemm_s(rows) + sum(self._attn_s(c, ctx) for c, ctx in chunks)
+        read_kv = decode_context + sum(ctx for _c, ctx in chunks)
+        new_tokens = decodes + sum(c for c, _ctx in chunks)
+        hbm = s.weight_bytes + (read_kv + new_tokens) * s.kv_token_bytes
+        fixed = OPS_PER_LAYER * self.op_overhead_s + self.fixed_per_layer_s
+        return max(compute, self._hbm_s(hbm)) + fixed + 2 * self._ar_s(rows)
+
+    def lm_head_s(self, rows: int) -> float:
+        s = self.shapes
+        k, n = s.lm_head
+        tensor = self.chip.op_time(Work(matmul=(rows, k, n), precision=self.precision)).engine_s[0]
+        return max(tensor, self._hbm_s(s.lm_head_bytes)) + self.op_overhead_s
+
+    def iteration_s(
+        self,
+        chunks: Sequence[tuple[int, int]] = (),
+        decodes: int = 0,
+        decode_context: int = 0,
+        *,
+        padded_decodes: int | None = None,
+    ) -> float:
+        """One iteration: every layer, then the LM head on the sequences that emit a
+        token. ``padded_decodes`` (Neuron's fixed batch) sets the decode rows the
+        GEMMs compute, whatever the number of live sequences."""
+        rows_decode = decodes if padded_decodes is None else padded_decodes
+        rows = rows_decode + sum(c for c, _ctx in chunks)
+        if rows == 0:
+            return 0.0
+        layer = self.layer_s(chunks, decodes, decode_context, rows)
+        return self.model.layers * layer + self.lm_head_s(rows_decode + len(chunks))

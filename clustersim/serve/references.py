@@ -1,0 +1,85 @@
+"""Published serving measurements, each run as its source ran it, against the model.
+
+    python -m clustersim.serve.references [--wire]
+
+Rows S3, S5 and S7 (Neuron, batch or concurrency 1) and S11 and S12 (H100) of the
+project's inference references: the instance, TP, prompt and output lengths, batch
+or concurrency (a closed loop of that many clients, one replica), weight dtype and
+engine rules. Nothing here is tuned to them. ``--wire`` times the tensor-parallel
+all-reduces without the communication runtime's fixed costs (their wire time
+alone): a diagnostic of where the error lies, not a setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from clustersim.scenario import load_scenario
+from clustersim.serve.run import serve
+
+__all__ = ["ROWS", "Row", "predict"]
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    instance: str
+    model: str
+    tp: int
+    serving: str  # the engine's keys, YAML flow mapping entries
+    concurrency: int
+    input_tokens: int
+    output_tokens: int
+    ttft_ms: float
+    tpot_ms: float
+
+
+NEURON_BATCH_1 = "engine: neuron, max_num_seqs: 1"
+ROWS: tuple[Row, ...] = (
+    Row("S3", "inf2.48xlarge", "llama3-70b", 24, f"{NEURON_BATCH_1}, max_num_batched_tokens: 128",
+        1, 128, 1024, 80.0, 32.47),
+    Row("S5", "trn1.32xlarge", "llama3-70b", 32, f"{NEURON_BATCH_1}, max_num_batched_tokens: 128",
+        1, 128, 1024, 53.2, 24.48),
+    Row("S7", "trn2.48xlarge", "llama3-70b", 64,
+        f"{NEURON_BATCH_1}, max_num_batched_tokens: 10000", 1, 10000, 1500, 814.2, 19.6),
+    Row("S11", "p5.48xlarge", "llama3-70b", 4,
+        "engine: vllm, precision: fp8, weight_dtype: fp8, max_num_seqs: 8",
+        8, 1024, 1024, 96.3, 12.11),
+    Row("S12", "p5.48xlarge", "llama3-8b", 1, "engine: trtllm, max_num_seqs: 64",
+        64, 1024, 128, 176.9, 20.05),
+)  # fmt: skip
+
+
+def scenario_text(row: Row) -> str:
+    return (
+        f"name: {row.id}\ncluster: {{instance: {row.instance}}}\nmodel: {row.model}\n"
+        f"parallelism: {{tp: {row.tp}}}\n"
+        f"serving: {{{row.serving}, replicas: 1, requests: {4 * row.concurrency}, "
+        f"arrival: {{kind: closed, concurrency: {row.concurrency}}}, "
+        f"input_tokens: {row.input_tokens}, output_tokens: {row.output_tokens}}}\n"
+    )
+
+
+def predict(row: Row, *, wire_only: bool = False) -> tuple[float, float]:
+    """Predicted p50 TTFT and TPOT of ``row``, in milliseconds."""
+    s = serve(load_scenario(scenario_text(row)), collective_overheads=not wire_only).summary
+    return s["ttft_s"]["p50"] * 1e3, s["tpot_s"]["p50"] * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m clustersim.serve.references")
+    parser.add_argument("--wire", action="store_true", help="collectives at wire time only")
+    args = parser.parse_args()
+    print("| row | TTFT pred. | TTFT pub. | err | TPOT pred. | TPOT pub. | err |")
+    print("|---|---|---|---|---|---|---|")
+    for row in ROWS:
+        ttft, tpot = predict(row, wire_only=args.wire)
+        print(
+            f"| {row.id} | {ttft:.1f} ms | {row.ttft_ms:g} ms | {ttft / row.ttft_ms - 1:+.0%} "
+            f"| {tpot:.2f} ms | {row.tpot_ms:g} ms | {tpot / row.tpot_ms - 1:+.0%} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""From a resolved serving scenario to its requests and summary.
+
+``serve(res)`` checks the scenario (exit 2 naming the key), sizes the replicas'
+KV cache from what their HBM holds beside the weights, builds one
+:class:`~clustersim.serve.iteration.IterationModel` (every replica is placed alike,
+so all share it), simulates the requests (:class:`~clustersim.serve.sched.ServeSim`)
+and summarises them: TTFT, TPOT and end-to-end latency percentiles, throughput,
+goodput under the SLO, and cost per million tokens at the cluster's price.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from clustersim import cost
+from clustersim.errors import MISSING, ScenarioError
+from clustersim.hardware.chip import ChipModel
+from clustersim.scenario import Resolved
+from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typical
+from clustersim.serve.collectives import TpAllReduce
+from clustersim.serve.iteration import IterationModel
+from clustersim.serve.sched import BLOCK_TOKENS, Request, ServeSim
+from clustersim.units import format_bytes
+
+__all__ = ["ServeResult", "check_serving", "kv_capacity", "serve", "serving_of"]
+
+GIB = 2.0**30
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+
+
+def serving_of(res: Resolved) -> ServingCfg:
+    """The scenario's ``serving`` section; exit 2 when it has none."""
+    cfg = res.scenario.serving
+    if cfg is None:
+        raise ScenarioError("serving", MISSING, "clustersim serve needs a serving section")
+    return cfg
+
+
+def kv_capacity(res: Resolved, model: IterationModel, cfg: ServingCfg) -> int:
+    """KV blocks of ``BLOCK_TOKENS`` one replica's cache holds, checked against HBM.
+
+    vLLM: what ``hbm_utilization`` of a rank's HBM leaves beside its weights. Neuron:
+    the compiled ``max_num_seqs`` slots of the longest ``input_tokens + output_tokens`` each,
+    which must fit the same room. Either way one whole request must fit, or exit 2
+    naming the sizes.
+    """
+    hbm = res.chip.hbm_bytes / res.ranks_per_chip * cfg.hbm_utilization
+    weights = model.weight_bytes_per_rank
+    per_token = model.kv_bytes_per_token_per_rank
+    seq = longest(cfg.input_tokens) + longest(cfg.output_tokens)
+    seq_blocks = math.ceil(seq / BLOCK_TOKENS)
+    need = seq_blocks * BLOCK_TOKENS * per_token
+    if weights + need > hbm:
+        raise ScenarioError(
+            "model",
+            res.model.name,
+            f"does not fit a rank at tp {model.tp}: weights {format_bytes(weights)} + KV of one "
+            f"{seq}-token request {format_bytes(need)} > {format_bytes(hbm)} "
+            f"({cfg.hbm_utilization:g} of {format_bytes(hbm / cfg.hbm_utilization)} per rank)",
+        )
+    room = int((hbm - weights) // (BLOCK_TOKENS * per_token))
+    if cfg.engine != "neuron":
+        return room
+    static = cfg.max_num_seqs * seq_blocks
+    if static > room:
+        raise ScenarioError(
+            "serving.max_num_seqs",
+            cfg.max_num_seqs,
+            f"Neuron reserves KV for every slot: {cfg.max_num_seqs} x {seq} tokens = "
+            f"{format_bytes(static * BLOCK_TOKENS * per_token)} per rank > the "
+            f"{format_bytes(hbm - weights)} left beside the weights",
+        )
+    return static
+
+
+def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
+    tp = res.scenario.parallelism.tp
+    fit = res.ranks // tp
+    if fit < 1:
+        raise ScenarioError("parallelism.tp", tp, f"more than the cluster's {res.ranks} ranks")
+    if cfg.replicas is None:
+        return fit
+    if cfg.replicas > fit:
+        raise ScenarioError(
+            "serving.replicas",
+            cfg.replicas,
+            f"only {fit} replicas of tp {tp} fit {res.ranks} ranks",
+        )
+    return cfg.replicas
+
+
+def iteration_model(res: Resolved, cfg: ServingCfg, *, overheads: bool = True) -> IterationModel:
+    """The replicas' iteration model; ``overheads=False`` times the TP all-reduces at
+    their wire time alone (:class:`~clustersim.serve.collectives.TpAllReduce`)."""
+    tp = res.scenario.parallelism.tp
+    for key in ("pp", "cp", "ep"):
+        if getattr(res.scenario.parallelism, key) != 1:
+            raise ScenarioError(f"parallelism.{key}", 0, "serving models tensor parallelism only")
+    if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
+        raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
+    return IterationModel(
+        res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
+        weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
+        allreduce_s=TpAllReduce(res, tp, overheads=overheads),
+    )  # fmt: skip
+
+
+def check_serving(res: Resolved) -> str:
+    """Every check ``serve`` makes before simulating (exit 2 naming the key); one line
+    saying what would run (``clustersim check`` of a serving scenario)."""
+    cfg = serving_of(res)
+    model = iteration_model(res, cfg)
+    blocks = kv_capacity(res, model, cfg)
+    n_rep = replicas_of(res, cfg)
+    return (
+        f"{res.scenario.name}: {n_rep} replicas of tp {model.tp} x {res.chip.name} "
+        f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
+        f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
+        f"{model.iteration_s((), 1, typical(cfg.input_tokens)) * 1e3:.2f} ms"
+    )
+
+
+def lengths(length: int | LognormalCfg, count: int, seed: int, stream: int) -> int | list[int]:
+    """The number, or ``count`` lengths drawn from the lognormal with the generator
+    ``default_rng([seed, stream])`` (apart from the arrivals' own), rounded and clipped."""
+    if isinstance(length, int):
+        return length
+    rng = np.random.default_rng([seed, stream])
+    drawn = rng.lognormal(math.log(length.median), length.sigma, size=count)
+    return [int(n) for n in np.clip(np.rint(drawn), 1, length.max)]
+
+
+def _stats(values: np.ndarray) -> dict[str, float | None]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def request_frame(requests: list[Request]) -> pd.DataFrame:
+    """One row per request: its times (s from the start), tokens and replica."""
+    frame = pd.DataFrame(
+        {
+            "id": [r.id for r in requests],
+            "replica": [r.replica for r in requests],
+            "arrival_s": [r.arrival for r in requests],
+            "scheduled_s": [r.scheduled for r in requests],
+            "first_token_s": [r.first_token for r in requests],
+            "finish_s": [r.finish for r in requests],
+            "input_tokens": [r.input_tokens for r in requests],
+            "output_tokens": [r.generated for r in requests],
+            "preemptions": [r.preemptions for r in requests],
+        }
+    )
+    frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
+    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
+    frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
+    decode_tokens = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
+    frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_tokens
+    return frame
+
+
+def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
+    """Simulate the scenario's requests; exit 2 (ScenarioError) on bad input.
+    ``collective_overheads=False`` is a diagnostic (``iteration_model``'s ``overheads``)."""
+    t_wall = time.perf_counter()
+    cfg = serving_of(res)
+    model = iteration_model(res, cfg, overheads=collective_overheads)
+    blocks = kv_capacity(res, model, cfg)
+    n_rep = replicas_of(res, cfg)
+    arrival = cfg.arrival
+    seed = res.scenario.seed
+    rule: tuple[str, float] = (
+        ("poisson", float(arrival.rate_per_s or 0))
+        if arrival.kind == "poisson"
+        else ("closed", float(arrival.concurrency or 1))
+    )
+    sim = ServeSim(
+        [model] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
+        requests=cfg.requests, arrival=rule, dispatch=cfg.dispatch, seed=seed,
+        input_tokens=lengths(cfg.input_tokens, cfg.requests, seed, 1),
+        output_tokens=lengths(cfg.output_tokens, cfg.requests, seed, 2),
+        slot_tokens=longest(cfg.input_tokens) + longest(cfg.output_tokens),
+    )  # fmt: skip
+    frame = request_frame(sim.run())
+    summary = _summary(res, model, sim, frame, blocks)
+    summary["wall_s"] = time.perf_counter() - t_wall
+    return ServeResult(summary, frame)
+
+
+def _summary(
+    res: Resolved, model: IterationModel, sim: ServeSim, frame: pd.DataFrame, blocks: int
+) -> dict[str, Any]:
+    cfg = serving_of(res)
+    finished = frame[np.isfinite(frame["finish_s"])]
+    span = float(finished["finish_s"].max() - frame["arrival_s"].min()) if len(finished) else 0.0
+    out_tokens = float(finished["output_tokens"].sum())
+    in_tokens = float(finished["input_tokens"].sum())
+
+    def rate(amount: float) -> float:
+        return amount / span if span > 0 else 0.0
+
+    slo = cfg.slo
+    good = finished[(finished["ttft_s"] <= slo.ttft_s) & ~(finished["tpot_s"] > slo.tpot_s)]
+    sc = res.scenario
+    usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
+    return {
+        "scenario": sc.name,
+        "model": res.model.name,
+        "chip": res.chip.name,
+        "instance": res.instance.name,
+        "instances": sc.cluster.count,
+        "engine": cfg.engine,
+        "engine_rules": "vllm" if cfg.engine == "trtllm" else cfg.engine,
+        "tp": model.tp,
+        "replicas": len(sim.replicas),
+        "requests": len(frame),
+        "requests_finished": len(finished),
+        "arrival": cfg.arrival.model_dump(exclude_none=True),
+        "ttft_s": _stats(frame["ttft_s"].to_numpy(float)),
+        "tpot_s": _stats(frame["tpot_s"].to_numpy(float)),
+        "e2e_s": _stats(frame["e2e_s"].to_numpy(float)),
+        "queue_s": _stats(frame["queue_s"].to_numpy(float)),
+        "makespan_s": span,
+        "output_tokens_per_s": rate(out_tokens),
+        "input_tokens_per_s": rate(in_tokens),
+        "requests_per_s": rate(float(len(finished))),
+        "goodput_requests_per_s": rate(float(len(good))),
+        "slo": cfg.slo.model_dump(),
+        "usd_per_hour": usd_hour,
+        "usd_per_million_output_tokens": cost.usd_per_million_tokens(usd_hour, rate(out_tokens)),
+        "usd_per_million_input_tokens": cost.usd_per_million_tokens(usd_hour, rate(in_tokens)),
+        "kv_cache_blocks_per_replica": blocks,
+        "kv_cache_tokens_per_replica": blocks * BLOCK_TOKENS,
+        "kv_cache_peak_fraction": max(r.peak_blocks for r in sim.replicas) / blocks,
+        "weights_gib_per_rank": model.weight_bytes_per_rank / GIB,
+        "preemptions": sum(r.preemptions for r in sim.replicas),
+        "iterations": sum(r.iterations for r in sim.replicas),
+        "software": {
+            "stack": res.software.stack,
+            "note": "chip constants of the training stack's fit; serving runtimes not fitted",
+        },
+    }

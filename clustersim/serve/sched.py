@@ -1,0 +1,323 @@
+"""Request-level serving simulation: arrivals, dispatch, and each replica's scheduler.
+
+Every replica is one SimPy process that runs engine iterations back to back while
+it has work; an iteration's duration comes from an :class:`IterationCost` (the
+chip and network model, :class:`~clustersim.serve.iteration.IterationModel`, or a
+fixed time in tests). Two schedulers, as the engines document them:
+
+- ``vllm`` (vLLM V1's scheduler; ``trtllm`` uses it too for now): continuous
+  batching with chunked prefill. Each iteration spends at most
+  ``max_num_batched_tokens``: first on the running sequences (one token per decode,
+  the next chunk of an unfinished prompt), then on admitting waiting requests, at
+  most ``max_num_seqs`` running. The KV cache is paged in blocks of
+  ``BLOCK_TOKENS``; a request is admitted only while its chunk's blocks are free,
+  and when a running sequence needs a block that is not free the most recently
+  admitted sequence is preempted: its blocks are freed and it goes back to the
+  front of the queue, to recompute its prompt and the tokens it had generated.
+- ``neuron`` (vllm-neuron and NxD Inference): prefill and decode never share an
+  iteration. A waiting request, when a batch slot is free, is prefilled alone in
+  segments of ``max_num_batched_tokens`` while every decode stalls; a decode
+  iteration computes the compiled batch of ``max_num_seqs`` rows however many
+  slots are live. The KV cache is reserved per slot at compile time, so there is
+  no preemption.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from clustersim.errors import SimulationError
+
+__all__ = ["BLOCK_TOKENS", "IterationCost", "Request", "ServeSim"]
+
+BLOCK_TOKENS = 16
+"""vLLM's default KV block size (``--block-size 16``)."""
+
+
+class IterationCost(Protocol):
+    def iteration_s(
+        self,
+        chunks: Sequence[tuple[int, int]] = (),
+        decodes: int = 0,
+        decode_context: int = 0,
+        *,
+        padded_decodes: int | None = None,
+    ) -> float: ...
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request and what happened to it (times in seconds from the start). Requests
+    compare by identity (the scheduler's list lookups)."""
+
+    id: int
+    arrival: float
+    input_tokens: int
+    output_tokens: int
+    replica: int = -1
+    scheduled: float = math.nan
+    first_token: float = math.nan
+    finish: float = math.nan
+    generated: int = 0
+    kv_tokens: int = 0  # tokens whose K and V are in the cache
+    blocks: int = 0
+    preemptions: int = 0
+    done: simpy.Event | None = None
+    prompt_target: int = 0
+    """Tokens to prefill: the prompt, and after a preemption the tokens generated too."""
+
+    def __post_init__(self) -> None:
+        self.prompt_target = self.input_tokens
+
+
+class Replica:
+    """One replica's queue, running batch and KV blocks, driven by its scheduler."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        cost: IterationCost,
+        *,
+        engine: str,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        kv_blocks: int,
+        slot_tokens: int = 0,
+    ) -> None:
+        self.env = env
+        self.slot_tokens = slot_tokens
+        self.index = index
+        self.cost = cost
+        self.neuron = engine == "neuron"
+        self.max_seqs = max_num_seqs
+        self.budget = max_num_batched_tokens
+        self.kv_blocks = kv_blocks
+        self.used_blocks = 0
+        self.peak_blocks = 0
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.preemptions = 0
+        self.iterations = 0
+        self.busy_s = 0.0
+        self._wake: simpy.Event | None = None
+        env.process(self._loop())
+
+    @property
+    def load(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def submit(self, req: Request) -> None:
+        req.replica = self.index
+        self.waiting.append(req)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _loop(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        while True:
+            if not self.waiting and not self.running:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+            chunks, decodes = self._plan_neuron() if self.neuron else self._plan_vllm()
+            if not chunks and not decodes:
+                if self.running or not self.waiting:
+                    continue  # preempted every sequence: admit again at once
+                raise SimulationError(f"replica {self.index}: a request cannot fit its KV cache")
+            context = sum(r.kv_tokens for r in decodes)
+            padded = self.max_seqs if (self.neuron and decodes) else None
+            t = self.cost.iteration_s(
+                [(c, r.kv_tokens) for r, c in chunks], len(decodes), context, padded_decodes=padded
+            )
+            yield env.timeout(t)
+            self.iterations += 1
+            self.busy_s += t
+            self._complete(chunks, decodes)
+
+    # -- vLLM: continuous batching, chunked prefill, paged KV, preemption by recompute
+
+    def _blocks_for(self, req: Request, tokens: int) -> int:
+        return math.ceil((req.kv_tokens + tokens) / BLOCK_TOKENS) - req.blocks
+
+    def _grow(self, req: Request, tokens: int) -> bool:
+        need = self._blocks_for(req, tokens)
+        if self.used_blocks + need > self.kv_blocks:
+            return False
+        req.blocks += need
+        self.used_blocks += need
+        self.peak_blocks = max(self.peak_blocks, self.used_blocks)
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        self.running.remove(req)
+        self.used_blocks -= req.blocks
+        req.blocks = 0
+        req.kv_tokens = 0
+        req.prompt_target = req.input_tokens + req.generated
+        req.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(req)
+
+    def _plan_vllm(self) -> tuple[list[tuple[Request, int]], list[Request]]:
+        budget = self.budget
+        chunks: list[tuple[Request, int]] = []
+        decodes: list[Request] = []
+        preempted = False
+        for req in list(self.running):
+            if req not in self.running or budget == 0:
+                continue
+            left = req.prompt_target - req.kv_tokens
+            tokens = min(left, budget) if left > 0 else 1
+            while not self._grow(req, tokens):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+            if req not in self.running:
+                continue
+            budget -= tokens
+            if left > 0:
+                chunks.append((req, tokens))
+            else:
+                decodes.append(req)
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+            req = self.waiting[0]
+            tokens = min(req.prompt_target - req.kv_tokens, budget)
+            if not self._grow(req, tokens):
+                break
+            self.waiting.popleft()
+            if math.isnan(req.scheduled):
+                req.scheduled = self.env.now
+            self.running.append(req)
+            chunks.append((req, tokens))
+            budget -= tokens
+        return chunks, decodes
+
+    # -- Neuron: prefill alone (decodes stall), fixed decode batch, static KV
+
+    def _plan_neuron(self) -> tuple[list[tuple[Request, int]], list[Request]]:
+        for req in self.running:  # a prompt still being prefilled in segments
+            left = req.prompt_target - req.kv_tokens
+            if left > 0:
+                return [(req, min(left, self.budget))], []
+        if self.waiting and len(self.running) < self.max_seqs:
+            req = self.waiting.popleft()
+            req.scheduled = self.env.now
+            # the slot's static KV, compiled for the longest request
+            self._grow(req, self.slot_tokens or req.input_tokens + req.output_tokens)
+            self.running.append(req)
+            return [(req, min(req.prompt_target, self.budget))], []
+        return [], list(self.running)
+
+    def _complete(self, chunks: list[tuple[Request, int]], decodes: list[Request]) -> None:
+        now = self.env.now
+        emitted: list[Request] = []
+        for req, tokens in chunks:
+            req.kv_tokens += tokens
+            if req.kv_tokens == req.prompt_target:
+                emitted.append(req)
+        for req in decodes:
+            req.kv_tokens += 1
+            emitted.append(req)
+        for req in emitted:
+            if req.generated == 0:
+                req.first_token = now
+            req.generated += 1
+            if req.generated >= req.output_tokens:
+                req.finish = now
+                self.running.remove(req)
+                self.used_blocks -= req.blocks
+                req.blocks = 0
+                if req.done is not None:
+                    req.done.succeed()
+
+
+class ServeSim:
+    """Arrivals, dispatch and the replicas of one serving run.
+
+    ``arrival`` is ``("poisson", rate_per_s)`` or ``("closed", concurrency)``; the
+    Poisson gaps come from ``numpy.random.default_rng(seed)``, so a seed gives one run.
+    ``input_tokens`` and ``output_tokens`` are every request's, or one per request.
+    ``slot_tokens`` (Neuron) is the KV one batch slot reserves, whatever the request.
+    """
+
+    def __init__(
+        self,
+        costs: Sequence[IterationCost],
+        *,
+        engine: str,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        kv_blocks: int,
+        requests: int,
+        input_tokens: int | Sequence[int],
+        output_tokens: int | Sequence[int],
+        arrival: tuple[str, float],
+        dispatch: str = "least_loaded",
+        seed: int = 0,
+        slot_tokens: int = 0,
+    ) -> None:
+        self.env = simpy.Environment()
+        self.replicas = [
+            Replica(
+                self.env, i, cost, engine=engine, max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens, kv_blocks=kv_blocks,
+                slot_tokens=slot_tokens,
+            )
+            for i, cost in enumerate(costs)
+        ]  # fmt: skip
+        self.requests: list[Request] = []
+        self.n = requests
+        self.inputs = [input_tokens] * requests if isinstance(input_tokens, int) else input_tokens
+        self.outputs = (
+            [output_tokens] * requests if isinstance(output_tokens, int) else output_tokens
+        )
+        self.arrival = arrival
+        self.dispatch = dispatch
+        self.rng = np.random.default_rng(seed)
+        self._next = 0
+
+    def _new(self) -> Request:
+        i = len(self.requests)
+        req = Request(i, self.env.now, int(self.inputs[i]), int(self.outputs[i]))
+        self.requests.append(req)
+        return req
+
+    def _send(self, req: Request) -> None:
+        if self.dispatch == "round_robin":
+            target = self.replicas[req.id % len(self.replicas)]
+        else:
+            target = min(self.replicas, key=lambda r: r.load)
+        target.submit(req)
+
+    def _poisson(self, rate: float) -> Generator[simpy.Event, Any, None]:
+        gaps = self.rng.exponential(1.0 / rate, size=self.n)
+        for gap in gaps:
+            yield self.env.timeout(float(gap))
+            self._send(self._new())
+
+    def _client(self) -> Generator[simpy.Event, Any, None]:
+        while len(self.requests) < self.n:
+            req = self._new()
+            req.done = self.env.event()
+            self._send(req)
+            yield req.done
+
+    def run(self) -> list[Request]:
+        kind, value = self.arrival
+        if kind == "poisson":
+            self.env.process(self._poisson(value))
+        else:
+            for _ in range(min(int(value), self.n)):
+                self.env.process(self._client())
+        self.env.run()
+        return self.requests

@@ -1,0 +1,278 @@
+"""Inference serving: closed forms of the iteration model and the request simulation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from clustersim import catalog
+from clustersim.cli import main
+from clustersim.errors import ScenarioError
+from clustersim.hardware.chip import ChipModel
+from clustersim.scenario import load_scenario
+from clustersim.serve.iteration import OPS_PER_LAYER, IterationModel, kv_bytes_per_token
+from clustersim.serve.run import serve
+from clustersim.serve.sched import BLOCK_TOKENS, ServeSim
+
+KIB = 1024
+
+
+def scenario(extra: str = "", **serving: object) -> str:
+    keys = {"arrival": "{kind: poisson, rate_per_s: 20}", "requests": 200, **serving}
+    body = "".join(f"  {k}: {v}\n" for k, v in keys.items())
+    return (
+        "name: serve-test\ncluster: {instance: trn2.48xlarge}\nmodel: llama3-8b\n"
+        f"parallelism: {{tp: 8}}\n{extra}serving:\n{body}"
+    )
+
+
+class Fixed:
+    """An iteration that always lasts ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def iteration_s(
+        self,
+        chunks: Sequence[tuple[int, int]] = (),
+        decodes: int = 0,
+        decode_context: int = 0,
+        *,
+        padded_decodes: int | None = None,
+    ) -> float:
+        return self.seconds
+
+
+# -- KV cache arithmetic -------------------------------------------------------------
+
+
+def test_kv_bytes_per_token_matches_the_references() -> None:
+    """2 x layers x KV heads x head dim x bytes: 320 KiB (Llama-3-70B), 128 KiB (8B)."""
+    assert kv_bytes_per_token(catalog.model("llama3-70b"), "bf16") == 320 * KIB
+    assert kv_bytes_per_token(catalog.model("llama3-8b"), "bf16") == 128 * KIB
+    assert kv_bytes_per_token(catalog.model("llama3-8b"), "fp8", tp=8) == 128 * KIB / 2 / 8
+    # above the 8 KV heads each rank holds one head, replicated
+    assert kv_bytes_per_token(catalog.model("llama3-70b"), "bf16", tp=64) == 320 * KIB / 8
+    with pytest.raises(ScenarioError, match=r"parallelism\.tp"):
+        kv_bytes_per_token(catalog.model("llama3-8b"), "bf16", tp=12)
+
+
+def test_kv_capacity_is_hbm_left_beside_the_weights() -> None:
+    res = load_scenario(scenario(requests=1))
+    result = serve(res)
+    s = result.summary
+    hbm = res.chip.hbm_bytes / res.ranks_per_chip * 0.9
+    per_token = 128 * KIB / 8
+    weights = s["weights_gib_per_rank"] * 2**30
+    expected = int((hbm - weights) // (BLOCK_TOKENS * per_token)) * BLOCK_TOKENS
+    assert s["kv_cache_tokens_per_replica"] == expected
+
+
+# -- iteration time ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("instance", "tp"), [("trn2.48xlarge", 8), ("p5.48xlarge", 1)])
+def test_batch_one_decode_is_the_hbm_roofline_plus_fixed_costs(instance: str, tp: int) -> None:
+    """Batch-1 decode reads every weight and the cached KV once: (weights + KV) over the
+    rank's sustained HBM bandwidth, plus the op overheads and 2 all-reduces per layer.
+    (At TP 8 an H100's GEMM latency floor, 4 x 5 us a layer, outlasts the HBM reads.)"""
+    inst = catalog.instance(instance)
+    spec = catalog.chip(inst.chip)
+    lnc = spec.lnc_default
+    chip = ChipModel(spec, lnc)
+    model = catalog.model("llama3-8b")
+    ar_s, context = 7e-6, 1000
+    it = IterationModel(model, chip, tp, allreduce_s=lambda _n: ar_s)
+    hbm_Bps = spec.hbm_bw_Bps * spec.calibration.hbm_efficiency * lnc / spec.cores
+    h, hd = model.hidden, model.head_dim
+    q, kv = model.heads * hd // tp, model.kv_heads * hd // tp
+    layer_params = h * (q + 2 * kv) + q * h + 3 * h * model.ffn_hidden // tp
+    layer_kv = (context + 1) * 2 * kv * 2
+    lm_head = h * model.vocab // tp * 2
+    roofline = (model.layers * (2 * layer_params + layer_kv) + lm_head) / hbm_Bps
+    overhead = spec.calibration.op_overhead_s
+    fixed = model.layers * (OPS_PER_LAYER * overhead + 2 * ar_s * (tp > 1)) + overhead
+    assert it.iteration_s((), 1, context) == pytest.approx(roofline + fixed, rel=1e-12)
+
+
+def test_prefill_grows_with_the_prompt_and_decode_with_the_batch() -> None:
+    chip = ChipModel(catalog.chip("h100"), 1)
+    it = IterationModel(catalog.model("llama3-8b"), chip, 1)
+    assert it.iteration_s([(4096, 0)]) > 2 * it.iteration_s([(1024, 0)])
+    assert it.iteration_s((), 256, 256 * 1000) > it.iteration_s((), 1, 1000)
+
+
+# -- the request simulation ----------------------------------------------------------
+
+
+def test_md1_mean_wait_matches_pollaczek_khinchine() -> None:
+    """Poisson arrivals, batch 1, a fixed service time D: M/D/1's mean wait in queue is
+    rho / (2 mu (1 - rho))."""
+    service, rho = 0.01, 0.7
+    rate = rho / service
+    sim = ServeSim(
+        [Fixed(service)], engine="vllm", max_num_seqs=1, max_num_batched_tokens=1024,
+        kv_blocks=10_000, requests=60_000, input_tokens=100, output_tokens=1,
+        arrival=("poisson", rate), seed=3,
+    )  # fmt: skip
+    reqs = sim.run()
+    wait = sum(r.scheduled - r.arrival for r in reqs) / len(reqs)
+    mu = 1 / service
+    assert wait == pytest.approx(rho / (2 * mu * (1 - rho)), rel=0.03)
+    assert all(r.finish - r.scheduled == pytest.approx(service) for r in reqs)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "neuron"])
+def test_requests_and_tokens_are_conserved_under_kv_pressure(engine: str) -> None:
+    blocks = 64 if engine == "vllm" else 4 * 15  # neuron: 4 slots of 15 blocks
+    sim = ServeSim(
+        [Fixed(0.01), Fixed(0.02)], engine=engine, max_num_seqs=4 if engine == "neuron" else 64,
+        max_num_batched_tokens=100, kv_blocks=blocks, requests=300, input_tokens=130,
+        output_tokens=100, arrival=("poisson", 50.0), seed=1,
+    )  # fmt: skip
+    reqs = sim.run()
+    assert len(reqs) == 300
+    assert all(r.generated == 100 and r.finish >= r.first_token >= r.arrival for r in reqs)
+    assert sum(sum(1 for r in reqs if r.replica == i) for i in (0, 1)) == 300
+    for rep in sim.replicas:
+        assert rep.used_blocks == 0 and not rep.running and not rep.waiting
+        assert rep.peak_blocks <= blocks
+    preempted = sum(rep.preemptions for rep in sim.replicas)
+    assert preempted > 0 if engine == "vllm" else preempted == 0
+
+
+def test_neuron_decodes_stall_while_a_prompt_is_prefilled() -> None:
+    """Two requests at once, a 300-token prompt in segments of 100: the second's three
+    prefill iterations come after the first's first token and delay its second."""
+    sim = ServeSim(
+        [Fixed(1.0)], engine="neuron", max_num_seqs=2, max_num_batched_tokens=100,
+        kv_blocks=2 * 25, requests=2, input_tokens=300, output_tokens=3,
+        arrival=("closed", 2), seed=0,
+    )  # fmt: skip
+    first, second = sim.run()
+    assert first.first_token == 3.0  # three segments of 100
+    assert second.first_token == 6.0  # three more, while the first stalls
+    assert first.finish == 8.0 and second.finish == 8.0  # then two decode iterations
+
+
+def test_closed_loop_keeps_concurrency_requests_in_flight() -> None:
+    sim = ServeSim(
+        [Fixed(0.5)], engine="vllm", max_num_seqs=8, max_num_batched_tokens=10_000,
+        kv_blocks=10_000, requests=12, input_tokens=10, output_tokens=2,
+        arrival=("closed", 4), seed=0,
+    )  # fmt: skip
+    reqs = sim.run()
+    assert [r.arrival for r in reqs] == [0.0] * 4 + [1.0] * 4 + [2.0] * 4
+
+
+# -- scenario checks and the command -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (scenario("training: {seq_len: 8, global_batch_size: 8}\n"), "training"),
+        (scenario(arrival="{kind: poisson, rate_per_s: 0}"), "serving.arrival.rate_per_s"),
+        (scenario(arrival="{kind: poisson, rate_per_s: .inf}"), "serving.arrival.rate_per_s"),
+        (scenario(slo="{ttft_s: 0}"), "serving.slo.ttft_s"),
+        (scenario(max_num_seqs=0), "serving.max_num_seqs"),
+        (scenario(replicas=9), "serving.replicas"),
+        (scenario(input_tokens=2_000_000), "model"),
+        (scenario(engine="neuron", max_num_seqs=1_000_000), "serving.max_num_seqs"),
+        (
+            scenario()
+            .replace(
+                "model: llama3-8b",
+                "model: {name: m, layers: 2, hidden: 768, heads: 48, kv_heads: 8, "
+                "ffn_hidden: 1536, vocab: 1200, head_dim: 16}",
+            )
+            .replace("tp: 8", "tp: 12"),
+            "parallelism.tp",
+        ),
+    ],
+)
+def test_bad_serving_input_names_the_key(text: str, key: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        serve(load_scenario(text))
+    assert info.value.path == key
+
+
+def test_a_model_that_does_not_fit_names_the_sizes() -> None:
+    text = scenario().replace("llama3-8b", "llama3-70b").replace("tp: 8", "tp: 1")
+    sizes = r"weights 131 GiB \+ KV of one 1152-token request 360 MiB > 21.6 GiB"
+    with pytest.raises(ScenarioError, match=sizes):
+        serve(load_scenario(text))
+
+
+def test_serve_command_writes_summary_and_requests(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(), "utf-8")
+    runs = []
+    for name in ("a", "b"):
+        assert main(["serve", str(path), "--out", str(tmp_path / name), "--quiet"]) == 0
+        summary = json.loads((tmp_path / name / "summary.json").read_text("utf-8"))
+        summary.pop("wall_s")
+        runs.append(summary)
+    assert runs[0] == runs[1]  # deterministic for a seed
+    s = runs[0]
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        assert set(s[key]) == {"mean", "p50", "p90", "p99"}
+    for key in (
+        "output_tokens_per_s", "requests_per_s", "goodput_requests_per_s",
+        "usd_per_million_output_tokens", "usd_per_million_input_tokens",
+        "kv_cache_peak_fraction", "preemptions",
+    ):  # fmt: skip
+        assert key in s
+    frame = pd.read_parquet(tmp_path / "a" / "requests.parquet")
+    assert len(frame) == 200 and set(frame["replica"]) <= set(range(8))
+    assert main(["run", str(path), "--out", str(tmp_path / "r")]) == 2
+
+
+def test_lognormal_lengths_are_drawn_per_request_within_their_bounds() -> None:
+    lengths = "{kind: lognormal, median: 200, sigma: 1.0, max: 1000}"
+    text = scenario(input_tokens=lengths, output_tokens=lengths, requests=400)
+    frames = [serve(load_scenario(text)).requests for _ in range(2)]
+    pd.testing.assert_frame_equal(frames[0], frames[1])  # one seed, one run
+    frame = frames[0]
+    assert frame["input_tokens"].between(1, 1000).all()
+    assert frame["input_tokens"].nunique() > 100
+    assert frame["input_tokens"].median() == pytest.approx(200, rel=0.15)
+    assert not frame["input_tokens"].equals(frame["output_tokens"])  # separate streams
+    bad = scenario(input_tokens="{kind: lognormal, median: 200, sigma: 1.0, max: 100}")
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(bad)
+    assert info.value.path.startswith("serving.input_tokens")
+
+
+def test_published_rows_run_and_wire_time_is_a_lower_bound() -> None:
+    """The validation rows run; without the runtime's fixed costs TPOT only falls."""
+    from clustersim.serve.references import ROWS, predict
+
+    row = next(r for r in ROWS if r.id == "S5")
+    ttft, tpot = predict(row)
+    wire_ttft, wire_tpot = predict(row, wire_only=True)
+    assert 0 < wire_tpot < tpot and 0 < wire_ttft < ttft
+
+
+def test_check_of_a_serving_scenario_runs_every_check(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(), "utf-8")
+    assert main(["check", str(path)]) == 0
+    path.write_text(scenario(max_num_seqs=0), "utf-8")
+    assert main(["check", str(path)]) == 2
+
+
+@pytest.mark.parametrize(
+    "command", [["run"], ["search", "--chips", "16"], ["reliability"], ["export", "chakra"]]
+)
+def test_training_commands_refuse_a_serving_scenario(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(), "utf-8")
+    assert main([*command, str(path), "--out", str(tmp_path / "out")]) == 2
+    assert "serving: a serving scenario runs with `clustersim serve`" in capsys.readouterr().err
