@@ -12,9 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
-__all__ = ["catalog_table", "cli_reference", "scenario_keys", "stacks_text", "summary_keys"]
+__all__ = [
+    "catalog_table",
+    "cli_reference",
+    "run_output",
+    "scenario_keys",
+    "serve_output",
+    "serve_validation",
+    "stacks_text",
+    "summary_keys",
+]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -169,3 +179,30 @@ def summary_keys(summary: dict[str, Any]) -> str:
             shown = json.dumps(value)
         out.append(f"| `{key}` | {kind} | {_cell(shown)} |")
     return "\n".join(out)
+
+
+def run_output(summary: dict[str, Any]) -> str:
+    """What ``clustersim run`` prints of ``summary`` (no wall time or output directory),
+    fenced as the docs quote it."""
+    from clustersim.terminal import summary_table, table_text
+
+    return "```\n" + table_text(summary_table(summary)) + "\n```"
+
+
+def serve_output() -> str:
+    """What ``clustersim serve`` prints for the serving tutorial's scenario (seeded, so the
+    same every run; no wall time or output directory), fenced as the docs quote it."""
+    from clustersim.scenario import load_scenario
+    from clustersim.serve.command import serve_table
+    from clustersim.serve.run import serve
+    from clustersim.terminal import table_text
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "serve-trn2-llama3-70b.yaml"
+    return "```\n" + table_text(serve_table(serve(load_scenario(path)).summary)) + "\n```"
+
+
+def serve_validation() -> str:
+    """The serving references predicted against their publications (a Markdown table)."""
+    from clustersim.serve.references import validation_table
+
+    return validation_table()

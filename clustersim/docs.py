@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clustersim import docgen
+
 __all__ = [
     "FIGURES",
     "Figure",
@@ -230,12 +232,6 @@ def hardware_intervals(group: str) -> Callable[[Context], str]:
     return compute
 
 
-def _quickstart_output(ctx: Context) -> str:
-    from clustersim.terminal import summary_table, table_text
-
-    return "```\n" + table_text(summary_table(ctx.quickstart())) + "\n```"
-
-
 def measured_table(reference: str) -> Callable[[Context], str]:
     """The measured-collective rows of ``reference`` by size: measured against simulated
     (a time for the small-message floor, busbw otherwise), the error in time, and what ran."""
@@ -292,8 +288,6 @@ def _role_stat(role: str, key: str) -> Callable[[Context], str]:
 
 def _generated(name: str) -> Callable[[Context], str]:
     def compute(ctx: Context) -> str:
-        from clustersim import docgen
-
         if name == "cli":
             return docgen.cli_reference()
         if name == "scenario":
@@ -421,10 +415,24 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         "quickstart-output",
         "",
-        _quickstart_output,
+        lambda ctx: docgen.run_output(ctx.quickstart()),
         what="what `clustersim run` prints for the quick start (its wall time and output "
         "directory left out), from a fresh run",
         pages=("README.md", "docs/tutorials/first-run.md"),
+    ),
+    Figure(
+        "serve-output",
+        "",
+        lambda ctx: docgen.serve_output(),
+        what="what `clustersim serve` prints for the serving tutorial's Trn2 scenario",
+        pages=("docs/tutorials/serving.md",),
+    ),
+    Figure(
+        "serve-validation",
+        "",
+        lambda ctx: docgen.serve_validation(),
+        what="the serving references predicted against their publications",
+        pages=("docs/tutorials/serving.md",),
     ),
     Figure(
         "quickstart-wall",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from clustersim.scenario import load_scenario
 from clustersim.serve.run import serve
 
-__all__ = ["ROWS", "Row", "predict"]
+__all__ = ["ROWS", "Row", "predict", "validation_table"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,36 @@ def predict(row: Row, *, wire_only: bool = False) -> tuple[float, float]:
     """Predicted p50 TTFT and TPOT of ``row``, in milliseconds."""
     s = serve(load_scenario(scenario_text(row)), collective_overheads=not wire_only).summary
     return s["ttft_s"]["p50"] * 1e3, s["tpot_s"]["p50"] * 1e3
+
+
+def _engine(row: Row) -> str:
+    return row.serving.split(",")[0].removeprefix("engine:").strip()
+
+
+def validation_table() -> str:
+    """Every row predicted against its publication, and TPOT with the collectives at
+    wire time only (where the error lies), as a Markdown table: what the docs quote."""
+    out = [
+        "| row | setup | TTFT pred. | TTFT pub. | err | TPOT pred. | TPOT pub. | err "
+        "| TPOT, wire only |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in ROWS:
+        ttft, tpot = predict(row)
+        setup = (
+            f"{row.instance}, {row.model}, TP{row.tp}, concurrency {row.concurrency}, "
+            f"{row.input_tokens}/{row.output_tokens}, {_engine(row)}"
+        )
+        wire = "(TP1: no collectives)"
+        if row.tp > 1:
+            w = predict(row, wire_only=True)[1]
+            wire = f"{w:.1f} ms ({w / row.tpot_ms - 1:+.0%})"
+        out.append(
+            f"| {row.id} | {setup} | {ttft:.1f} ms | {row.ttft_ms:g} ms "
+            f"| {ttft / row.ttft_ms - 1:+.0%} | {tpot:.2f} ms | {row.tpot_ms:g} ms "
+            f"| {tpot / row.tpot_ms - 1:+.0%} | {wire} |"
+        )
+    return "\n".join(out)
 
 
 def main() -> None:
