@@ -40,15 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="simulate a scenario and write summary, trace and report")
-    run.add_argument("scenario", type=Path, help="scenario YAML file")
-    run.add_argument("--out", type=Path, help="output directory (default reports/<name>/)")
-    run.add_argument(
-        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-        help="override a scenario key, e.g. --set parallelism.tp=4 (repeatable)",
-    )  # fmt: skip
-    run.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
-    run.add_argument("--quiet", action="store_true", help="print nothing on success")
-    run.add_argument("--json", action="store_true", help="print summary.json to stdout")
+    _simulate_arguments(run, "scenario YAML file", "parallelism.tp=4")
     run.add_argument(
         "--no-report", action="store_true",
         help="skip trace.json, the figures and report.html (rebuild later with `report`)",
@@ -67,27 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-memory", default="8GiB", metavar="SIZE",
         help="refuse runs estimated to need more memory (default 8GiB)",
     )  # fmt: skip
-    run.add_argument(
-        "--force", action="store_true",
-        help="write into an output directory that holds another scenario's results",
-    )  # fmt: skip
+    _force(run)
 
     serve = sub.add_parser(
         "serve", help="simulate inference serving: requests, TTFT, TPOT, throughput, cost"
     )
-    serve.add_argument("scenario", type=Path, help="scenario YAML file with a serving section")
-    serve.add_argument("--out", type=Path, help="output directory (default reports/<name>/)")
-    serve.add_argument(
-        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-        help="override a scenario key, e.g. --set serving.arrival.rate_per_s=10 (repeatable)",
-    )  # fmt: skip
-    serve.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
-    serve.add_argument("--quiet", action="store_true", help="print nothing on success")
-    serve.add_argument("--json", action="store_true", help="print summary.json to stdout")
-    serve.add_argument(
-        "--force", action="store_true",
-        help="write into an output directory that holds another scenario's results",
-    )  # fmt: skip
+    _simulate_arguments(
+        serve, "scenario YAML file with a serving section", "serving.arrival.rate_per_s=10"
+    )
+    _force(serve)
 
     check = sub.add_parser("check", help="validate a scenario; print layout, placement, memory")
     check.add_argument("scenario", type=Path)
@@ -335,6 +315,26 @@ def _reliability_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, help="write {} and {} here".format(*RELIABILITY_FILES))
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
+
+
+def _simulate_arguments(parser: argparse.ArgumentParser, what: str, example: str) -> None:
+    """The scenario, output and override arguments ``run`` and ``serve`` share."""
+    parser.add_argument("scenario", type=Path, help=what)
+    parser.add_argument("--out", type=Path, help="output directory (default reports/<name>/)")
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+        help=f"override a scenario key, e.g. --set {example} (repeatable)",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing on success")
+    parser.add_argument("--json", action="store_true", help="print summary.json to stdout")
+
+
+def _force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force", action="store_true",
+        help="write into an output directory that holds another scenario's results",
+    )  # fmt: skip
 
 
 def _chip_model(parser: argparse.ArgumentParser) -> None:
