@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -185,9 +185,17 @@ class Stack(Strict):
     """With ``prior``: the relative half-width (a 90% band) of running on another
     stack's fit, joined with the family's interval in quadrature."""
     source: str = ""
+    tp_comm_overlap: Literal["blocking", "backward", "dataflow"] | None = None
+    """What the backward of a tensor-parallel sublayer overlaps its TP collectives with
+    (``parallelism.tp_comm_overlap``, clustersim.workload.tp_comm), as the stack's code
+    schedules it; a release (``base``) takes its base's. Absent: blocking."""
+    tp_comm_overlap_source: str = ""
+    """Where the stack's code or documentation shows its ``tp_comm_overlap``."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Stack:
+        if self.tp_comm_overlap is not None and not self.tp_comm_overlap_source:
+            raise ValueError("a stack's tp_comm_overlap names its source (tp_comm_overlap_source)")
         if self.base is not None and self.prior is not None:
             raise ValueError("a stack has a base or a prior, not both")
         if (self.base or self.prior) and not self.why:
@@ -279,6 +287,18 @@ def fit_stack(stack: str, cal: CalibrationFile | None = None) -> str:
     while stack in cal.stacks and (base := cal.stacks[stack].base) is not None:
         stack = base
     return stack
+
+
+def tp_comm_overlap(stack: str | None, cal: CalibrationFile | None = None) -> str:
+    """The TP overlap rule ``stack`` runs (``Stack.tp_comm_overlap``): its own, else the
+    nearest base's that declares one, else ``blocking``."""
+    cal = cal or calibration()
+    while stack is not None and stack in cal.stacks:
+        entry = cal.stacks[stack]
+        if entry.tp_comm_overlap is not None:
+            return entry.tp_comm_overlap
+        stack = entry.base
+    return "blocking"
 
 
 def fit_source(chip: str, stack: str, cal: CalibrationFile | None = None) -> str | None:

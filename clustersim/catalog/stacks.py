@@ -23,6 +23,7 @@ from clustersim.catalog.fits import (
     fit_overrides,
     fit_source,
     fit_stack,
+    tp_comm_overlap,
 )
 from clustersim.errors import ScenarioError
 from clustersim.names import closest
@@ -52,6 +53,9 @@ class StackFit:
     fit: str | None
     lent: str | None
     constants: dict[str, float] = field(default_factory=dict)
+    tp_comm_overlap: str = "blocking"
+    """The stack's TP overlap rule (``parallelism.tp_comm_overlap`` when the scenario
+    sets none)."""
 
     def describe(self) -> str:
         """One line for a summary: the stack and where its constants come from."""
@@ -73,6 +77,7 @@ class StackFit:
             "fit": self.fit,
             "lent": self.lent,
             "constants": dict(self.constants),
+            "tp_comm_overlap": self.tp_comm_overlap,
             "note": self.describe(),
         }
 
@@ -113,7 +118,9 @@ def stack_fit(
     default = stack is None
     name = default_stack(chip, cal) if stack is None else stack
     if family is None or name is None:
-        return StackFit(stack, default, None, None, None)
+        return StackFit(
+            stack, default, None, None, None, tp_comm_overlap=tp_comm_overlap(name, cal)
+        )
     fitted = fit_stack(name, cal)
     key = fit_source(chip, name, cal)
     lent = None
@@ -124,7 +131,7 @@ def stack_fit(
         elif of not in (fitted, "all"):
             lent = f"stack prior {of}"
     constants = fit_overrides(chip, name, cal)
-    return StackFit(name, default, fitted, key, lent, constants)
+    return StackFit(name, default, fitted, key, lent, constants, tp_comm_overlap(name, cal))
 
 
 def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, object]:
@@ -171,6 +178,9 @@ def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, o
     }
     if entry.why:
         out["why"] = entry.why
+    out["tp_comm_overlap"] = tp_comm_overlap(name, cal)
+    if entry.tp_comm_overlap_source:
+        out["tp_comm_overlap_source"] = entry.tp_comm_overlap_source
     if releases:
         out["releases"] = releases
     if entry.source:

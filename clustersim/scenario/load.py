@@ -271,6 +271,9 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     software = stacks.stack_fit(inst.chip, scenario.software.stack)
     if not stack_fit:
         software = replace(software, fit=None, lent=None, constants={})
+    if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule
+        par = scenario.parallelism.model_copy(update={"tp_comm_overlap": software.tp_comm_overlap})
+        scenario = scenario.model_copy(update={"parallelism": par})
     if cl.domain_fill is not None:
         inst = _filled(inst, cl.domain_fill)
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})

@@ -143,6 +143,16 @@ class ParallelismCfg(Strict):
         default=None, min_length=1, max_length=len(get_args(RecomputeModule))
     )
     sequence_parallel: bool = True
+    # How the backward of a tensor-parallel sublayer overlaps its TP collectives with
+    # its own compute (clustersim.workload.ops): blocking (every TP collective blocks),
+    # backward (Megatron-Core's linear layers: the column-parallel backward's input
+    # all-gather runs under its input-gradient GEMM, and the reduce-scatter, or
+    # all-reduce, of that gradient under the weight-gradient GEMM), dataflow (a
+    # compiler that orders work only by its dependencies, as the Neuron compiler does:
+    # the input all-gather starts with the sublayer's backward, and both of its
+    # weight-gradient GEMMs run under the reduce-scatter). Absent: the software stack's
+    # rule (`clustersim catalog stacks`), blocking where the stack names none.
+    tp_comm_overlap: Literal["blocking", "backward", "dataflow"] | None = None
     # flash: the attention core keeps scores on chip; unfused: scores and probabilities
     # go through HBM and the causal square is computed whole (Megatron-LM before flash
     # attention; see clustersim.workload.ops)

@@ -1,7 +1,8 @@
 """The estimate's seconds of a block's op templates, and what overlapped collectives cost.
 
 Compute ops take their time on the chip's roofline and blocking collectives their
-closed-form cost. The CP ring's transfers (``workload.cp_ring``) overlap the compute
+closed-form cost. The CP ring's transfers (``workload.cp_ring``) and the TP
+backward's asynchronous collectives (``workload.tp_comm``) overlap the compute
 between their start and their wait: what they take beyond it is exposed, and the
 compute under them loses the SMs the collective takes (counted with the
 communication, so the compute stays the simulator's).
@@ -42,11 +43,16 @@ def templates_s(
     """(compute, communication) seconds of ``tpls``; see the module doc."""
     comp = comm = 0.0
     ring_s = under_s = 0.0  # the ring transfer in flight, and the compute since its start
+    # Other asynchronous collectives (the TP backward's, workload.tp_comm) by group and
+    # collective: [seconds, compute since its start].
+    flight: dict[tuple[str, str], list[float]] = {}
     for kind, _, _, work, coll, group, nbytes in tpls:
         if kind == Kind.COMPUTE and work is not None:
             t = work_s(work)
             comp += t
             under_s += t
+            for f in flight.values():
+                f[1] += t
         elif kind == Kind.COLLECTIVE:
             comm += coll_s(*group_of(group, layout), coll, nbytes)
         elif kind == Kind.ASYNC_COLLECTIVE and group == "cp":
@@ -54,4 +60,8 @@ def templates_s(
         elif kind == Kind.WAIT_ASYNC and group == "cp" and ring_s > 0:
             comm += max(ring_s - under_s, 0.0) + sm_lost_s(sm_fraction, ring_s, under_s, 0.0)
             ring_s = 0.0
+        elif kind == Kind.ASYNC_COLLECTIVE and group != "cp":
+            flight[(group, coll)] = [coll_s(*group_of(group, layout), coll, nbytes), 0.0]
+        elif kind == Kind.WAIT_ASYNC and (f := flight.pop((group, coll), None)) is not None:
+            comm += max(f[0] - f[1], 0.0) + sm_lost_s(sm_fraction, f[0], f[1], 0.0)
     return comp, comm

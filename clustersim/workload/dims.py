@@ -249,6 +249,7 @@ class Dims:
     fp8_scaling: str = "delayed"  # training.fp8.scaling
     cp_comm_type: str = "all_gather"  # parallelism.cp_comm_type
     precision: str = "bf16"  # training.precision
+    tp_overlap: str = "blocking"  # parallelism.tp_comm_overlap (workload.ops._TP)
 
     @property
     def saved_input_bytes(self) -> int:
@@ -324,6 +325,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         fp8_scaling=train.fp8.scaling,
         cp_comm_type=par.cp_comm_type,
         precision=train.precision,
+        tp_overlap=par.tp_comm_overlap or "blocking",
     )
 
 

@@ -30,7 +30,6 @@ from clustersim.hardware.work import Work
 from clustersim.workload.cp_ring import ring_core
 from clustersim.workload.dims import Dims
 from clustersim.workload.ops import (
-    _TP,
     ACT_BYTES,
     Part,
     Tpl,
@@ -45,6 +44,7 @@ from clustersim.workload.program import Phase
 from clustersim.workload.templates import coll as _coll
 from clustersim.workload.templates import compute as _compute
 from clustersim.workload.templates import twice as _twice
+from clustersim.workload.tp_comm import TPComm
 
 __all__ = ["mla_activation_bytes", "mla_attention_part", "mla_layer_params"]
 
@@ -109,7 +109,7 @@ def mla_attention_part(dm: Dims, mla: MLASpec, precision: str, recompute: str) -
     T, Ts, h, a = dm.tokens, dm.sp_tokens, dm.hidden, dm.heads_local
     dn, dr, dv = mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim
     core_prec = "bf16" if precision == "fp8" else precision
-    tp = _TP(dm)
+    tp = TPComm(dm)
     gather = tp.on and tp.sp
     width = _latent_width(mla)
     latent_bytes = float(T * width * ACT_BYTES)

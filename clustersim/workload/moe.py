@@ -73,7 +73,6 @@ from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
 from clustersim.workload.dims import Dims, make_dims
 from clustersim.workload.layout import Layout
 from clustersim.workload.ops import (
-    _TP,
     ACT_BYTES,
     Part,
     Tpl,
@@ -89,6 +88,7 @@ from clustersim.workload.program import Kind, Phase
 from clustersim.workload.templates import coll as _coll
 from clustersim.workload.templates import compute as _compute
 from clustersim.workload.templates import twice as _twice
+from clustersim.workload.tp_comm import TPComm
 
 __all__ = [
     "ROW_TILE",
@@ -238,7 +238,7 @@ def stage_routing(
 def moe_part(dm: Dims, moe: MoESpec, route: Routing, precision: str) -> Part:
     """The MoE sublayer's templates (see the module doc)."""
     Ts, h, e, k = dm.sp_tokens, dm.hidden, moe.experts, moe.top_k
-    tp = _TP(dm)
+    tp = TPComm(dm)
     norm = _norm(dm, Ts)
     residual = _residual(Ts, h)
     gate = _Linear.of(Ts, h, e, "bf16" if precision == "fp8" else precision)

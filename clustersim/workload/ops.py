@@ -37,10 +37,12 @@ per rank, V vocabulary per rank):
   logit.
 - TP with sequence parallelism: all-gather (T*h*2 bytes) before each
   column-parallel linear, reduce-scatter after each row-parallel one, mirrored
-  in backward. Megatron also re-gathers the sequence-parallel input in backward
-  for the wgrad; it overlaps that with the dgrad matmul, so it is left out.
-  Without sequence parallelism there is one all-reduce after each row-parallel
-  linear forward and after each column-parallel dgrad.
+  in backward. Without sequence parallelism there is one all-reduce after each
+  row-parallel linear forward and after each column-parallel dgrad. What the
+  backward's collectives overlap (and the re-gather of the sequence-parallel
+  input for the wgrad) is the stack's rule, ``parallelism.tp_comm_overlap``
+  (``tp_comm``); the attention and dense MLP sublayers follow it, MLA and MoE
+  sublayers keep their collectives blocking.
 - CP (``parallelism.cp_comm_type: all_gather``, and unfused attention): K and V
   (local KV heads) are all-gathered over ``cp`` before the core and their
   gradients reduce-scattered after its backward; only the local chunk is kept, so
@@ -73,6 +75,7 @@ from clustersim.workload.templates import ACT_BYTES, Tpl
 from clustersim.workload.templates import coll as _coll
 from clustersim.workload.templates import compute as _compute
 from clustersim.workload.templates import twice as _twice
+from clustersim.workload.tp_comm import TPComm
 
 __all__ = [
     "ACT_BYTES",
@@ -185,39 +188,6 @@ def _residual(rows: int, hidden: int) -> Work:
     return Work(vector_ops=float(elems), hbm_bytes=float(3 * ACT_BYTES * elems))
 
 
-class _TP:
-    """Where the TP collectives go, with and without sequence parallelism."""
-
-    def __init__(self, dm: Dims) -> None:
-        self.on = dm.tp > 1
-        self.sp = dm.sequence_parallel
-        self.nbytes = dm.tokens * dm.hidden * ACT_BYTES
-
-    def enter_fwd(self, phase: str) -> list[Tpl]:
-        """Before a column-parallel linear: gather the sequence shards."""
-        return [_coll("tp", "all_gather", phase, self.nbytes)] if self.on and self.sp else []
-
-    def exit_fwd(self, phase: str) -> list[Tpl]:
-        """After a row-parallel linear: sum the partial outputs."""
-        if not self.on:
-            return []
-        kind = "reduce_scatter" if self.sp else "all_reduce"
-        return [_coll("tp", kind, phase, self.nbytes)]
-
-    def exit_bwd(self) -> list[Tpl]:
-        """Mirror of ``exit_fwd`` at the start of the block's backward."""
-        if self.on and self.sp:
-            return [_coll("tp", "all_gather", Phase.BACKWARD, self.nbytes)]
-        return []
-
-    def enter_bwd(self) -> list[Tpl]:
-        """Mirror of ``enter_fwd``: sum the input gradients of the column-parallel dgrad."""
-        if not self.on:
-            return []
-        kind = "reduce_scatter" if self.sp else "all_reduce"
-        return [_coll("tp", kind, Phase.BACKWARD, self.nbytes)]
-
-
 @dataclass(frozen=True)
 class Part:
     """Half a transformer layer: the attention or the feed-forward sublayer.
@@ -308,7 +278,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     T, Ts, h, d = dm.tokens, dm.sp_tokens, dm.hidden, dm.head_dim
     a, g = dm.heads_local, dm.kv_heads_local
     core_prec = "bf16" if precision == "fp8" else precision
-    tp = _TP(dm)
+    tp = TPComm(dm)
     norm = _norm(dm, Ts)
     residual = _residual(Ts, h)
     qkv = _Linear.of(T, h, dm.qkv_cols, precision)
@@ -358,17 +328,24 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     def mark(piece: str) -> None:
         ready[len(bwd) - 1] = (piece,)
 
-    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd()]
+    out_wgrad = _compute("attn.out.wgrad", B, out.wgrad)
+    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd(), *tp.regather_early()]
     bwd += cast("attn.out.grad", B, T, h)
-    bwd += [_compute("attn.out.dgrad", B, out.dgrad), _compute("attn.out.wgrad", B, out.wgrad)]
-    mark("attn.out")
+    bwd += [_compute("attn.out.dgrad", B, out.dgrad)]
+    if not tp.defers_wgrad:
+        bwd += [out_wgrad]
+        mark("attn.out")
     bwd += core_bwd
     if not dm.learned_positions:
         bwd += [_compute("attn.rope", B, _twice(rope))]
     bwd += cast("attn.qkv.grad", B, T, dm.qkv_cols)
-    bwd += [_compute("attn.qkv.dgrad", B, qkv.dgrad), _compute("attn.qkv.wgrad", B, qkv.wgrad)]
+    bwd += [*tp.regather_late(), _compute("attn.qkv.dgrad", B, qkv.dgrad), *tp.start_reduce()]
+    if tp.defers_wgrad:
+        bwd += [out_wgrad]
+        mark("attn.out")
+    bwd += [_compute("attn.qkv.wgrad", B, qkv.wgrad)]
     mark("attn.qkv")
-    bwd += [*tp.enter_bwd(), _compute("attn.norm", B, _twice(norm))]
+    bwd += [*tp.finish_reduce(), _compute("attn.norm", B, _twice(norm))]
     mark("attn.norm")
     return Part(forward, tuple(bwd), ready, core, {"core_attn": core})
 
@@ -376,7 +353,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
 def mlp_part(dm: Dims, precision: str) -> Part:
     """The dense MLP: norm, up (gate and up under SwiGLU), activation, down."""
     T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
-    tp = _TP(dm)
+    tp = TPComm(dm)
     norm = _norm(dm, Ts)
     residual = _residual(Ts, h)
     up = _Linear.of(T, h, dm.up_cols, precision)
@@ -405,15 +382,22 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     def mark(piece: str) -> None:
         ready[len(bwd) - 1] = (piece,)
 
-    bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.exit_bwd()]
+    down_wgrad = _compute("mlp.down.wgrad", B, down.wgrad)
+    bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.exit_bwd(), *tp.regather_early()]
     bwd += cast("mlp.down.grad", B, T, h)
-    bwd += [_compute("mlp.down.dgrad", B, down.dgrad), _compute("mlp.down.wgrad", B, down.wgrad)]
-    mark("mlp.down")
+    bwd += [_compute("mlp.down.dgrad", B, down.dgrad)]
+    if not tp.defers_wgrad:
+        bwd += [down_wgrad]
+        mark("mlp.down")
     bwd += [_compute("mlp.act", B, _twice(act))]
     bwd += cast("mlp.up.grad", B, T, dm.up_cols)
-    bwd += [_compute("mlp.up.dgrad", B, up.dgrad), _compute("mlp.up.wgrad", B, up.wgrad)]
+    bwd += [*tp.regather_late(), _compute("mlp.up.dgrad", B, up.dgrad), *tp.start_reduce()]
+    if tp.defers_wgrad:
+        bwd += [down_wgrad]
+        mark("mlp.down")
+    bwd += [_compute("mlp.up.wgrad", B, up.wgrad)]
     mark("mlp.up")
-    bwd += [*tp.enter_bwd(), _compute("mlp.norm", B, _twice(norm))]
+    bwd += [*tp.finish_reduce(), _compute("mlp.norm", B, _twice(norm))]
     mark("mlp.norm")
     # Megatron's ``mlp`` recompute reruns the MLP module: its fused norm, TP collectives
     # and linears, not the residual add after it.
@@ -505,7 +489,7 @@ def embed_block(dm: Dims) -> Block:
         hbm += 2 * ACT_BYTES * elems
         vector += elems
     work = Work(vector_ops=vector, hbm_bytes=float(hbm))
-    tp = _TP(dm)
+    tp = TPComm(dm)
     F, B = Phase.FORWARD, Phase.BACKWARD
     fwd = [_compute("embed", F, work), *tp.exit_fwd(F)]
     bwd = [*tp.exit_bwd(), _compute("embed", B, _twice(work))]
@@ -547,7 +531,7 @@ def head_block(dm: Dims) -> Block:
     target logit and the sum of exponentials).
     """
     T, h, V = dm.tokens, dm.hidden, dm.vocab_local
-    tp = _TP(dm)
+    tp = TPComm(dm)
     norm = _norm(dm, dm.sp_tokens)
     head = _Linear.of(T, h, V, "bf16")
     logits = T * V

@@ -229,8 +229,9 @@ def _unit_of(ins: Instr, current: str | None, unit: str, layer_chunk: dict[int, 
             return "C0" if ins.name == "embed" else layer_chunk[-1]
         return HEAD_UNIT if ins.name.split(".", 1)[0] in _HEAD_OPS else EMBED_UNIT
     blocking = ins.kind == Kind.COLLECTIVE and ins.group in ("tp", "cp", "ep", "etp")
-    ring = ins.kind in (Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC) and ins.group == "cp"
-    return current if blocking or ring else None
+    # The CP ring's transfers and the TP backward's overlapped collectives (tp_comm).
+    inside = ins.kind in (Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC) and ins.group in ("cp", "tp")
+    return current if blocking or inside else None
 
 
 @dataclass

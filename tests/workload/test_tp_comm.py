@@ -1,0 +1,121 @@
+"""What a tensor-parallel sublayer's backward overlaps, by the stack's rule (workload.tp_comm)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clustersim.catalog.stacks import stack_fit
+from clustersim.scenario import load_scenario
+from clustersim.sim import simulate
+from clustersim.workload import Kind, build_programs
+from clustersim.workload.dims import make_dims
+from clustersim.workload.ops import attention_part, mlp_part
+from clustersim.workload.program import Phase
+
+from .helpers import setup, tiny
+
+
+def _bwd(rule: str, part: str = "mlp", sp: bool = True) -> list[str]:
+    """The sublayer's backward as names, async starts as ``>name`` and waits as ``<name``."""
+    par, train, layout = setup(8, tp=4, sequence_parallel=sp, tp_comm_overlap=rule)
+    dm = make_dims(tiny(), par, train, layout)
+    p = mlp_part(dm, "bf16") if part == "mlp" else attention_part(dm, "bf16", "selective")
+    mark = {Kind.ASYNC_COLLECTIVE: ">", Kind.WAIT_ASYNC: "<"}
+    return [mark.get(t[0], "") + t[1] for t in p.bwd]
+
+
+def test_blocking_keeps_every_tp_collective_in_line() -> None:
+    assert _bwd("blocking") == [
+        "mlp.residual", "tp.all_gather", "mlp.down.dgrad", "mlp.down.wgrad", "mlp.act",
+        "mlp.up.dgrad", "mlp.up.wgrad", "tp.reduce_scatter", "mlp.norm",
+    ]  # fmt: skip
+
+
+def test_backward_runs_the_regather_under_dgrad_and_the_reduce_scatter_under_wgrad() -> None:
+    # Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication.backward
+    assert _bwd("backward") == [
+        "mlp.residual", "tp.all_gather", "mlp.down.dgrad", "mlp.down.wgrad", "mlp.act",
+        ">tp.all_gather.input", "mlp.up.dgrad", "<tp.wait.input", ">tp.reduce_scatter",
+        "mlp.up.wgrad", "<tp.wait", "mlp.norm",
+    ]  # fmt: skip
+
+
+def test_dataflow_runs_both_weight_gradients_under_the_reduce_scatter() -> None:
+    assert _bwd("dataflow", "attn") == [
+        "attn.residual", "tp.all_gather", ">tp.all_gather.input", "attn.out.dgrad",
+        "attn.core.bwd.qk_dp", "attn.core.bwd.softmax", "attn.core.bwd.dq",
+        "attn.core.bwd.dkv", "attn.rope", "attn.qkv.dgrad", "<tp.wait.input",
+        ">tp.reduce_scatter", "attn.out.wgrad", "attn.qkv.wgrad", "<tp.wait", "attn.norm",
+    ]  # fmt: skip
+
+
+def test_without_sequence_parallelism_the_all_reduce_overlaps_and_nothing_is_regathered() -> None:
+    assert _bwd("backward", sp=False) == [
+        "mlp.residual", "mlp.down.dgrad", "mlp.down.wgrad", "mlp.act", "mlp.up.dgrad",
+        ">tp.all_reduce", "mlp.up.wgrad", "<tp.wait", "mlp.norm",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("rule", ["blocking", "backward", "dataflow"])
+def test_gradients_are_ready_after_their_weight_gradient(rule: str) -> None:
+    par, train, layout = setup(8, tp=4, tp_comm_overlap=rule)
+    dm = make_dims(tiny(), par, train, layout)
+    for p in (mlp_part(dm, "bf16"), attention_part(dm, "bf16", "selective")):
+        for i, pieces in p.ready.items():
+            name = p.bwd[i][1]
+            assert all(name == f"{piece}.wgrad" or piece.endswith("norm") for piece in pieces)
+
+
+@pytest.mark.parametrize("rule", ["blocking", "backward", "dataflow"])
+def test_programs_carry_the_same_work_under_every_rule(rule: str) -> None:
+    par, train, layout = setup(8, tp=4, tp_comm_overlap=rule)
+    progs = build_programs(tiny(), par, train, layout)
+    flops = sum(i.work.tensor_flops for p in progs for i in p.instrs if i.work is not None)
+    base, _, base_layout = setup(8, tp=4, tp_comm_overlap="blocking")
+    ref = build_programs(tiny(), base, train, base_layout)
+    assert flops == sum(i.work.tensor_flops for p in ref for i in p.instrs if i.work is not None)
+    # Every async TP collective is waited for inside its backward.
+    for p in progs:
+        started = [i for i in p.instrs if i.kind == Kind.ASYNC_COLLECTIVE and i.group == "tp"]
+        waits = [i for i in p.instrs if i.kind == Kind.WAIT_ASYNC and i.group == "tp"]
+        assert len(started) == len(waits)
+        assert all(i.phase == Phase.BACKWARD for i in started)
+
+
+SCENARIO = """
+name: tp-overlap
+cluster: {instance: trn1.32xlarge, count: 1}
+model: {name: tiny, layers: 4, hidden: 2048, heads: 16, kv_heads: 8, ffn_hidden: 8192,
+        vocab: 8192, max_seq_len: 4096}
+parallelism: {tp: 8, microbatch_size: 1}
+training: {seq_len: 4096, global_batch_size: 8}
+output: {trace: false, html: false}
+"""
+
+
+def _step(*sets: str) -> dict[str, Any]:
+    return simulate(load_scenario(SCENARIO, list(sets)), record=False).summary
+
+
+def test_stack_rule_is_the_default_and_the_scenario_key_wins() -> None:
+    assert stack_fit("trn1", None).tp_comm_overlap == "dataflow"  # nxd-training
+    assert stack_fit("h100", None).tp_comm_overlap == "backward"  # megatron-core
+    assert stack_fit("a100", "megatron-lm-sc21").tp_comm_overlap == "blocking"
+    assert stack_fit("h100", "nemo-24.07").tp_comm_overlap == "backward"  # its base's
+    res = load_scenario(SCENARIO, [])
+    assert res.scenario.parallelism.tp_comm_overlap == "dataflow"
+    res = load_scenario(SCENARIO, ["parallelism.tp_comm_overlap=blocking"])
+    assert res.scenario.parallelism.tp_comm_overlap == "blocking"
+
+
+def test_overlap_hides_what_the_weight_gradients_cover_and_no_more() -> None:
+    blocking = _step("parallelism.tp_comm_overlap=blocking")
+    dataflow = _step("parallelism.tp_comm_overlap=dataflow")
+    assert dataflow["breakdown_s"]["compute"] == pytest.approx(blocking["breakdown_s"]["compute"])
+    saved = blocking["step_time_s"] - dataflow["step_time_s"]
+    # At most the weight-gradient GEMMs' time can hide a collective: half the backward's
+    # linear-layer work, a third of the step's GEMMs (forward, dgrad, wgrad).
+    assert 0 < saved < blocking["breakdown_s"]["compute"] / 3
+    assert dataflow["breakdown_s"]["exposed_comm"] < blocking["breakdown_s"]["exposed_comm"]
