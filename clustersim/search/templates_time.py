@@ -62,6 +62,7 @@ def templates_s(
             ring_s = 0.0
         elif kind == Kind.ASYNC_COLLECTIVE and group != "cp":
             flight[(group, coll)] = [coll_s(*group_of(group, layout), coll, nbytes), 0.0]
-        elif kind == Kind.WAIT_ASYNC and (f := flight.pop((group, coll), None)) is not None:
-            comm += max(f[0] - f[1], 0.0) + sm_lost_s(sm_fraction, f[0], f[1], 0.0)
+        elif kind == Kind.WAIT_ASYNC and (group, coll) in flight:
+            took, under = flight.pop((group, coll))
+            comm += max(took - under, 0.0) + sm_lost_s(sm_fraction, took, under, 0.0)
     return comp, comm
