@@ -128,8 +128,22 @@ class ReferenceNoise(Strict):
     source: str = Field(min_length=1)
 
 
+class Transfer(Strict):
+    """How a family's fits, made on rows of one of its chips, reach its other chips:
+    their efficiencies scaled by the engine model's (``hardware.kernel_tiling``) ratio of
+    what one matmul of ``shape`` (m, k, n) sustains on each chip, so the generations'
+    clocks, DMA rates and SBUF sizes carry over and the fitted remainder (what the
+    compiler leaves of the best kernel) stays the same."""
+
+    fitted_on: str
+    shape: tuple[int, int, int]
+    source: str = Field(min_length=1)
+
+
 class Family(Strict):
     chips: tuple[str, ...]
+    transfer: Transfer | None = None
+    """Where the family's rows ran on one chip only: how its fits reach the others."""
     default_spread: float = Field(gt=0, lt=1)
     reference_noise: ReferenceNoise
     constants: dict[str, ConstantSpec]

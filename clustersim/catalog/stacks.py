@@ -56,6 +56,10 @@ class StackFit:
     tp_comm_overlap: str = "blocking"
     """The stack's TP overlap rule (``parallelism.tp_comm_overlap`` when the scenario
     sets none)."""
+    scaled: str | None = None
+    """How the efficiencies reached a chip the fit's rows did not run on (the family's
+    ``transfer``), e.g. ``from trn1 by the engine model, x1.031``; None when they did not
+    move."""
 
     def describe(self) -> str:
         """One line for a summary: the stack and where its constants come from."""
@@ -67,7 +71,8 @@ class StackFit:
         if self.fit is None:
             return f"{name}: no fit, catalog constants"
         how = f", lent by its {self.lent}" if self.lent else ""
-        return f"{name}: fit {self.fit}{how}"
+        scaled = f", efficiencies scaled {self.scaled}" if self.scaled else ""
+        return f"{name}: fit {self.fit}{how}{scaled}"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -78,6 +83,7 @@ class StackFit:
             "lent": self.lent,
             "constants": dict(self.constants),
             "tp_comm_overlap": self.tp_comm_overlap,
+            "scaled": self.scaled,
             "note": self.describe(),
         }
 

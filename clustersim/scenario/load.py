@@ -25,10 +25,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from clustersim import catalog
-from clustersim.catalog import stacks
+from clustersim.catalog import fits, stacks
 from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.catalog.stacks import StackFit
 from clustersim.errors import MISSING, ScenarioError
+from clustersim.hardware.kernel_tiling import roofline_efficiency
 from clustersim.scenario.models import Scenario
 from clustersim.scenario.overlay import load_overlay
 from clustersim.scenario.workload import TRACE_TRAINING_KEYS, trace_paths
@@ -271,6 +272,7 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     software = stacks.stack_fit(inst.chip, scenario.software.stack)
     if not stack_fit:
         software = replace(software, fit=None, lent=None, constants={})
+    software = _transferred(software, inst.chip)
     if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule
         par = scenario.parallelism.model_copy(update={"tp_comm_overlap": software.tp_comm_overlap})
         scenario = scenario.model_copy(update={"parallelism": par})
@@ -303,6 +305,25 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
             "cluster.lnc", lnc, f"{chip.name} supports lnc {', '.join(map(str, chip.lnc_options))}"
         )
     return Resolved(scenario, chip, inst, model, lnc, data, software)
+
+
+def _transferred(software: StackFit, chip: str) -> StackFit:
+    """``software`` with its efficiencies carried to ``chip`` by its family's ``transfer``
+    (``catalog.fits.Transfer``) when the fit's rows ran on another chip of the family."""
+    cal = fits.calibration()
+    family = fits.family_of(chip, cal)
+    transfer = None if family is None else cal.families[family].transfer
+    if transfer is None or chip == transfer.fitted_on or not software.constants:
+        return software
+    ratio = roofline_efficiency(catalog.chip(chip), *transfer.shape) / roofline_efficiency(
+        catalog.chip(transfer.fitted_on), *transfer.shape
+    )
+    constants = {
+        k: v * ratio if k.endswith(fits.PRIOR_SUFFIX) and k != "hbm_efficiency" else v
+        for k, v in software.constants.items()
+    }
+    how = f"from {transfer.fitted_on} by the engine model, x{ratio:.3f}"
+    return replace(software, constants=constants, scaled=how)
 
 
 def _filled(inst: InstanceSpec, fill: int) -> InstanceSpec:
