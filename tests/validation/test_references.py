@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from clustersim.catalog.fits import family_of, fit_stack
 from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario
 from clustersim.sim.run import check_precision
@@ -14,23 +15,29 @@ from clustersim.validation.rows import Row, TrainingRef, references
 from clustersim.validation.training import scenario_text
 
 
-def _family_and_devices(ref: TrainingRef) -> tuple[str, int]:
+def _fit_group_and_devices(ref: TrainingRef) -> tuple[str, int]:
+    """The row's fit group (its chip's family and the stack its stack is fitted as) and
+    its device count."""
     res = load_scenario(scenario_text(ref))
-    return res.chip.name, res.chips
+    stack = res.software.stack
+    assert stack is not None, ref.name
+    family = family_of(res.chip.name) or res.chip.name
+    return f"{family}/{fit_stack(stack)}", res.chips
 
 
-def test_roles_alternate_by_scale_within_each_chip_family() -> None:
+def test_roles_alternate_by_scale_within_each_fit_group() -> None:
     """The rule of references.yaml: sorted by devices (ties in file order), the rows of a
-    chip family alternate calibration, holdout, ... starting with calibration."""
-    by_family: dict[str, list[tuple[int, int, TrainingRef]]] = {}
+    fit group (chip family and the stack fitted) alternate calibration, holdout, ...
+    starting with calibration."""
+    by_group: dict[str, list[tuple[int, int, TrainingRef]]] = {}
     for i, ref in enumerate(references().training):
-        family, devices = _family_and_devices(ref)
-        by_family.setdefault(family, []).append((devices, i, ref))
-    assert {"a100", "h100", "trn1"} <= set(by_family)
-    for family, rows in by_family.items():
+        group, devices = _fit_group_and_devices(ref)
+        by_group.setdefault(group, []).append((devices, i, ref))
+    assert {"a100/megatron-core", "h100/megatron-core", "trainium/nxd-training"} <= set(by_group)
+    for group, rows in by_group.items():
         rows.sort(key=lambda t: (t[0], t[1]))
         want = ["calibration" if j % 2 == 0 else "holdout" for j in range(len(rows))]
-        assert [r.role for _, _, r in rows] == want, family
+        assert [r.role for _, _, r in rows] == want, (group, [r.name for _, _, r in rows])
     holdouts = [r for r in references().training if r.role == "holdout"]
     assert len(holdouts) >= 8
 

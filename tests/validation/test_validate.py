@@ -37,6 +37,14 @@ LAYOUTS = {
     "t1-llama2-7b": (8, 1, 64, 1024, 4096),
     "t5-llama2-13b": (8, 4, 32, 1024, 4096),
     "t6-llama2-70b": (32, 4, 8, 1024, 4096),
+    "n1-gpt3-6.7b": (8, 1, 4, 64, 2048),
+    "n2-gpt3-6.7b": (8, 1, 64, 1024, 2048),
+    "n3-gpt3-23b": (8, 4, 32, 1024, 2048),
+    "n4-gpt3-46b": (8, 8, 16, 1024, 2048),
+    "n5-llama2-7b": (8, 1, 64, 256, 4096),
+    "n6-llama2-7b": (8, 4, 32, 1024, 4096),
+    "n7-llama2-13b": (8, 4, 16, 1024, 4096),
+    "n8-llama2-13b": (8, 4, 32, 1024, 4096),  # printed as 16 instances; DP 32 needs 32
     "nemo-gpt3-175b-512": (4, 8, 16, 2048, 2048),
     "nemo-gpt3-175b-128": (4, 8, 4, 256, 2048),
     "nemo-llama2-7b": (1, 1, 8, 128, 4096),
@@ -64,7 +72,7 @@ def test_reference_set_covers_the_published_rows() -> None:
     assert {r.formula for r in refs.collectives} >= {"ring", "halving_doubling", "pairwise"}
     quick = reference_names(quick=True)
     assert "megatron-1008b" not in quick and "megatron-1.7b" in quick
-    assert "trn1-llama2-7b" in quick  # the one Trainium row runs in the default tests
+    assert "trn1-llama2-7b" in quick  # Trainium rows run in the default tests
     assert set(reference_names()) == set(names)
 
 
