@@ -111,7 +111,7 @@ class NetModel:
             else 0.0,
             efa_Bps=instance.efa.bandwidth_Bps / instance.chips * chip.efa_link_efficiency,
             efa_latency_s=instance.efa.latency_s,
-            runtime=runtime_of(chip, instance),
+            runtime=runtime_of(chip, instance, in_program=True),
             torus=torus,
         )
 

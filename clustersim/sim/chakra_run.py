@@ -158,7 +158,7 @@ def simulate_trace(
     hbm_Bps = res.chip.hbm_bw_Bps * res.chip.calibration.hbm_efficiency
     network = Network(
         env, topology, rank_chip, sc.cluster.collectives,
-        runtime=runtime_of(res.chip, res.instance), hbm_Bps=hbm_Bps,
+        runtime=runtime_of(res.chip, res.instance, in_program=True), hbm_Bps=hbm_Bps,
     )  # fmt: skip
     injector = build_injector(env, topology, sc.failures)
     sim = DagSim(

@@ -201,7 +201,7 @@ def simulate(
     # HBM is shared, not split: each chip's sustained bandwidth is one capacity of the
     # max-min solve, loaded by the flows that start or end on it and by its compute.
     hbm_Bps = res.chip.hbm_bw_Bps * res.chip.calibration.hbm_efficiency
-    runtime = runtime_of(res.chip, res.instance)
+    runtime = runtime_of(res.chip, res.instance, in_program=True)
     network = Network(
         env, topology, rank_chip, sc.cluster.collectives, runtime=runtime, hbm_Bps=hbm_Bps
     )
