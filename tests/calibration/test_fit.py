@@ -339,14 +339,14 @@ def test_stacks_refuse_cycles_and_own_fits() -> None:
 
 
 def test_constants_not_fitted_keep_the_rows_chip_values() -> None:
-    """Two Trainium rows fit tensor_efficiency alone; attention_efficiency, which the catalog
-    leaves unset (it follows tensor_efficiency, as the simulator runs it), stays unset in
-    every estimate of the fit and of its leave-one-out refits instead of being pinned to
-    the catalog's tensor efficiency."""
+    """Two Trainium rows fit attention_efficiency alone (the family's first constant);
+    hbm_efficiency, and tensor_efficiency, which the family does not fit (its GEMMs take
+    the measured kernel's value), keep the rows' catalog values in every estimate of the
+    fit and of its leave-one-out refits."""
     from clustersim.calibration.fit import leave_one_out
 
     family = calibration().families["trainium"]
-    rows = _rows(["trn1-llama2-7b", "t5-llama2-13b"], {"tensor_efficiency": 0.8})
+    rows = _rows(["trn1-llama2-7b", "t5-llama2-13b"], {"attention_efficiency": 0.4})
     seen: list[tuple[float, float | None, float]] = []
 
     def estimate(res: object, chip: ChipSpec) -> float:
@@ -356,7 +356,9 @@ def test_constants_not_fitted_keep_the_rows_chip_values() -> None:
 
     result = fit_group("trainium/synthetic", rows, family, estimate=estimate)
     leave_one_out(result, rows, family, estimate=estimate)
-    assert list(result.constants) == ["tensor_efficiency"]
-    assert result.constants["tensor_efficiency"] == pytest.approx(0.8, rel=1e-3)
-    catalog_hbm = rows[0].res.chip.calibration.hbm_efficiency
-    assert seen and all(att is None and hbm == catalog_hbm for _, att, hbm in seen)
+    assert list(result.constants) == ["attention_efficiency"]
+    assert result.constants["attention_efficiency"] == pytest.approx(0.4, rel=1e-3)
+    catalog = rows[0].res.chip.calibration
+    assert seen and all(
+        t == catalog.tensor_efficiency and hbm == catalog.hbm_efficiency for t, _, hbm in seen
+    )
