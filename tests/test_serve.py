@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,8 +14,16 @@ from clustersim import catalog
 from clustersim.cli import main
 from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import ChipModel
+from clustersim.hardware.kernels import gemm_table
+from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import load_scenario
-from clustersim.serve.iteration import OPS_PER_LAYER, IterationModel, kv_bytes_per_token
+from clustersim.serve.collectives import TpAllReduce, in_program_protocol
+from clustersim.serve.iteration import (
+    GPU_SMALL_KERNELS,
+    OPS_PER_LAYER,
+    IterationModel,
+    kv_bytes_per_token,
+)
 from clustersim.serve.run import serve
 from clustersim.serve.sched import BLOCK_TOKENS, ServeSim
 
@@ -75,18 +84,18 @@ def test_kv_capacity_is_hbm_left_beside_the_weights() -> None:
 # -- iteration time ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("instance", "tp"), [("trn2.48xlarge", 8), ("p5.48xlarge", 1)])
+@pytest.mark.parametrize(("instance", "tp"), [("trn2.48xlarge", 8), ("trn1.32xlarge", 8)])
 def test_batch_one_decode_is_the_hbm_roofline_plus_fixed_costs(instance: str, tp: int) -> None:
     """Batch-1 decode reads every weight and the cached KV once: (weights + KV) over the
-    rank's sustained HBM bandwidth, plus the op overheads and 2 all-reduces per layer.
-    (At TP 8 an H100's GEMM latency floor, 4 x 5 us a layer, outlasts the HBM reads.)"""
+    rank's sustained HBM bandwidth, plus the op overheads and 2 all-reduces per layer,
+    plus one program launch per iteration (Trainium: one pipelined program)."""
     inst = catalog.instance(instance)
     spec = catalog.chip(inst.chip)
     lnc = spec.lnc_default
     chip = ChipModel(spec, lnc)
     model = catalog.model("llama3-8b")
-    ar_s, context = 7e-6, 1000
-    it = IterationModel(model, chip, tp, allreduce_s=lambda _n: ar_s)
+    ar_s, context, launch_s = 7e-6, 1000, 2e-4
+    it = IterationModel(model, chip, tp, allreduce_s=lambda _n: ar_s, launch_s=launch_s)
     hbm_Bps = spec.hbm_bw_Bps * spec.calibration.hbm_efficiency * lnc / spec.cores
     h, hd = model.hidden, model.head_dim
     q, kv = model.heads * hd // tp, model.kv_heads * hd // tp
@@ -95,8 +104,35 @@ def test_batch_one_decode_is_the_hbm_roofline_plus_fixed_costs(instance: str, tp
     lm_head = h * model.vocab // tp * 2
     roofline = (model.layers * (2 * layer_params + layer_kv) + lm_head) / hbm_Bps
     overhead = spec.calibration.op_overhead_s
-    fixed = model.layers * (OPS_PER_LAYER * overhead + 2 * ar_s * (tp > 1)) + overhead
+    fixed = model.layers * (OPS_PER_LAYER * overhead + 2 * ar_s * (tp > 1)) + overhead + launch_s
     assert it.iteration_s((), 1, context) == pytest.approx(roofline + fixed, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_gpu_decode_is_its_measured_kernels_in_sequence(tp: int) -> None:
+    """On a GPU with measured kernel tables a decode layer is its four measured GEMMs
+    (their weight reads inside), the KV read at the sustained HBM rate, the small
+    kernels' overheads and 2 all-reduces, one after another; the LM head is measured."""
+    spec = catalog.chip("h100")
+    model = catalog.model("llama3-8b")
+    table = gemm_table("h100")
+    assert table is not None
+    ar_s, context, batch = 9e-6, 3000, 8
+    it = IterationModel(model, ChipModel(spec, 1), tp, allreduce_s=lambda _n: ar_s)
+    h, hd = model.hidden, model.head_dim
+    q, kv = model.heads * hd // tp, model.kv_heads * hd // tp
+    ffn = model.ffn_hidden // tp
+    gemms = sum(table.time_s(batch, k, n, "bf16") for k, n in
+                ((h, q + 2 * kv), (q, h), (h, 2 * ffn), (ffn, h)))  # fmt: skip
+    kv_read = (context + batch) * 2 * kv * 2 / (spec.hbm_bw_Bps * spec.calibration.hbm_efficiency)
+    overhead = spec.calibration.op_overhead_s
+    layer = gemms + kv_read + GPU_SMALL_KERNELS * overhead + 2 * ar_s * (tp > 1)
+    lm_head = table.time_s(batch, h, model.vocab // tp, "bf16") + overhead
+    expected = model.layers * layer + lm_head
+    assert it.iteration_s((), batch, context) == pytest.approx(expected, rel=1e-12)
+    # and the measured GEMMs are slower than the HBM roofline of their weights at small m
+    weights = 2 * sum(k * n for k, n in it.shapes.gemms)
+    assert gemms > weights / (spec.hbm_bw_Bps * spec.calibration.hbm_efficiency)
 
 
 def test_prefill_grows_with_the_prompt_and_decode_with_the_batch() -> None:
@@ -276,3 +312,26 @@ def test_training_commands_refuse_a_serving_scenario(
     path.write_text(scenario(), "utf-8")
     assert main([*command, str(path), "--out", str(tmp_path / "out")]) == 2
     assert "serving: a serving scenario runs with `clustersim serve`" in capsys.readouterr().err
+
+
+def test_neuron_collectives_inside_a_program_pay_no_launch_and_post_in_parallel() -> None:
+    """In a compiled serving program a Neuron all-reduce pays no launch of its own (the
+    iteration pays one) and posts a mesh round's messages on the rank's DMA engines
+    together: ``floor(16 x lnc / message_engines)`` at once, so a TP64 mesh round of
+    63 messages costs ceil(63 / lanes) postings instead of 63."""
+    res = load_scenario(scenario().replace("tp: 8", "tp: 64"))
+    spec = res.chip
+    proto = in_program_protocol(spec, res.lnc)
+    assert proto.launch_s == 0.0
+    lanes = int(16 * res.lnc // spec.collectives.message_engines)
+    assert proto.message_lanes == lanes
+    ar = TpAllReduce(res, 64)
+    assert ar.launch_s == spec.collectives.launch_s
+    training = TpAllReduce(res, 64)
+    training.runtime = runtime_of(spec, res.instance)  # host-launched, serial posting
+    nbytes = 16 * KIB  # one decode token's activations
+    saved = (63 - math.ceil(63 / lanes)) * spec.collectives.message_s
+    # the mesh all-reduce: two rounds, each posting fewer messages one after another
+    assert training(nbytes) - ar(nbytes) == pytest.approx(
+        spec.collectives.launch_s + 2 * saved, rel=1e-6
+    )

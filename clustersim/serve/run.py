@@ -109,10 +109,11 @@ def iteration_model(res: Resolved, cfg: ServingCfg, *, overheads: bool = True) -
             raise ScenarioError(f"parallelism.{key}", 0, "serving models tensor parallelism only")
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
+    allreduce = TpAllReduce(res, tp, overheads=overheads)
     return IterationModel(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
-        allreduce_s=TpAllReduce(res, tp, overheads=overheads),
+        allreduce_s=allreduce, launch_s=allreduce.launch_s,
     )  # fmt: skip
 
 
