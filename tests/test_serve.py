@@ -25,7 +25,7 @@ from clustersim.serve.iteration import (
     kv_bytes_per_token,
 )
 from clustersim.serve.run import serve
-from clustersim.serve.sched import BLOCK_TOKENS, ServeSim
+from clustersim.serve.sched import BLOCK_TOKENS, ServeSim, bucket
 
 KIB = 1024
 
@@ -335,3 +335,63 @@ def test_neuron_collectives_inside_a_program_pay_no_launch_and_post_in_parallel(
     assert training(nbytes) - ar(nbytes) == pytest.approx(
         spec.collectives.launch_s + 2 * saved, rel=1e-6
     )
+
+
+def test_neuron_buckets_are_powers_of_two_up_to_the_compiled_length() -> None:
+    assert [bucket(n, 10_000) for n in (1, 128, 129, 1000, 5000, 9000, 10_000)] == [
+        128, 128, 256, 1024, 8192, 10_000, 10_000,
+    ]  # fmt: skip
+    assert bucket(300, 200) == 300  # longer than every bucket: runs as it is
+
+
+class Recorder(Fixed):
+    """A fixed iteration that records what each iteration computed."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.calls: list[tuple[list[tuple[int, int]], int, int, int | None]] = []
+
+    def iteration_s(
+        self,
+        chunks: Sequence[tuple[int, int]] = (),
+        decodes: int = 0,
+        decode_context: int = 0,
+        *,
+        padded_decodes: int | None = None,
+    ) -> float:
+        self.calls.append((list(chunks), decodes, decode_context, padded_decodes))
+        return self.seconds
+
+
+def test_neuron_iterations_compute_their_compiled_buckets() -> None:
+    """A 300-token prompt runs in the 512 bucket; decode attends over the padded batch of
+    max_num_seqs rows at the longest live sequence's bucket."""
+    cost = Recorder(0.01)
+    sim = ServeSim(
+        [cost], engine="neuron", max_num_seqs=4, max_num_batched_tokens=2048,
+        kv_blocks=4 * 40, requests=1, input_tokens=300, output_tokens=3,
+        arrival=("closed", 1), slot_tokens=640,
+    )  # fmt: skip
+    sim.run()
+    assert cost.calls[0] == ([(512, 0)], 0, 0, None)
+    # decodes at 300 and 301 cached tokens: the 512 bucket, 4 padded rows
+    assert cost.calls[1:] == [([], 1, 4 * 512, 4), ([], 1, 4 * 512, 4)]
+
+
+def test_trtllm_schedules_a_context_whole_where_vllm_chunks_it() -> None:
+    """With a 1000-token budget and one sequence decoding, vLLM fills the budget with a
+    999-token chunk of the next prompt; TensorRT-LLM (no chunked context by default)
+    waits for an iteration the whole prompt fits."""
+    firsts = {}
+    for engine in ("vllm", "trtllm"):
+        cost = Recorder(0.01)
+        sim = ServeSim(
+            [cost], engine=engine, max_num_seqs=8, max_num_batched_tokens=1000,
+            kv_blocks=10_000, requests=2, input_tokens=[500, 1000], output_tokens=[50, 5],
+            arrival=("poisson", 1000.0), seed=0,
+        )  # fmt: skip
+        reqs = sim.run()
+        assert all(r.generated == r.output_tokens for r in reqs)
+        firsts[engine] = [c for call in cost.calls for c in call[0] if c[0] > 500]
+    assert firsts["vllm"][0] == (999, 0)
+    assert firsts["trtllm"] == [(1000, 0)]

@@ -7,8 +7,9 @@ the last one finished; each asks for ``input_tokens`` of prompt and ``output_tok
 of generation (fixed, or lognormal per request). ``engine`` picks the scheduling
 rules (:mod:`clustersim.serve.sched`):
 ``vllm`` (continuous batching with chunked prefill, paged KV, preemption by
-recompute), ``trtllm`` (vLLM's rules for now: TensorRT-LLM's in-flight batching is
-not modelled on its own) or ``neuron`` (prefill and decode never share a batch).
+recompute), ``trtllm`` (in-flight batching of the same shape, a prompt scheduled
+whole: TensorRT-LLM's chunked context is off by default) or ``neuron`` (prefill and
+decode never share a batch; shapes padded to compiled buckets).
 """
 
 from __future__ import annotations

@@ -225,7 +225,7 @@ def _summary(
         "instance": res.instance.name,
         "instances": sc.cluster.count,
         "engine": cfg.engine,
-        "engine_rules": "vllm" if cfg.engine == "trtllm" else cfg.engine,
+        "engine_rules": cfg.engine,
         "tp": model.tp,
         "replicas": len(sim.replicas),
         "requests": len(frame),

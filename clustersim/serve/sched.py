@@ -5,8 +5,8 @@ it has work; an iteration's duration comes from an :class:`IterationCost` (the
 chip and network model, :class:`~clustersim.serve.iteration.IterationModel`, or a
 fixed time in tests). Two schedulers, as the engines document them:
 
-- ``vllm`` (vLLM V1's scheduler; ``trtllm`` uses it too for now): continuous
-  batching with chunked prefill. Each iteration spends at most
+- ``vllm`` (vLLM V1's scheduler) and ``trtllm`` (TensorRT-LLM's in-flight
+  batching): continuous batching with chunked prefill. Each iteration spends at most
   ``max_num_batched_tokens``: first on the running sequences (one token per decode,
   the next chunk of an unfinished prompt), then on admitting waiting requests, at
   most ``max_num_seqs`` running. The KV cache is paged in blocks of
@@ -14,12 +14,17 @@ fixed time in tests). Two schedulers, as the engines document them:
   and when a running sequence needs a block that is not free the most recently
   admitted sequence is preempted: its blocks are freed and it goes back to the
   front of the queue, to recompute its prompt and the tokens it had generated.
+  ``trtllm`` differs in one rule: chunked context is off by default in
+  TensorRT-LLM (``enable_chunked_prefill``, LLM API), so a waiting prompt joins an
+  iteration only whole, within ``max_num_batched_tokens`` (its ``max_num_tokens``);
+  a prompt longer than the whole budget is still split when it runs alone.
 - ``neuron`` (vllm-neuron and NxD Inference): prefill and decode never share an
   iteration. A waiting request, when a batch slot is free, is prefilled alone in
   segments of ``max_num_batched_tokens`` while every decode stalls; a decode
   iteration computes the compiled batch of ``max_num_seqs`` rows however many
-  slots are live. The KV cache is reserved per slot at compile time, so there is
-  no preemption.
+  slots are live, each attending over the compiled KV bucket of the longest live
+  sequence, and a prompt segment computes its padded bucket (:func:`bucket`).
+  The KV cache is reserved per slot at compile time, so there is no preemption.
 """
 
 from __future__ import annotations
@@ -35,10 +40,24 @@ import simpy
 
 from clustersim.errors import SimulationError
 
-__all__ = ["BLOCK_TOKENS", "IterationCost", "Request", "ServeSim"]
+__all__ = ["BLOCK_TOKENS", "MIN_BUCKET", "IterationCost", "Request", "ServeSim", "bucket"]
 
 BLOCK_TOKENS = 16
 """vLLM's default KV block size (``--block-size 16``)."""
+
+
+MIN_BUCKET = 128
+"""The smallest compiled sequence bucket of NxD Inference's automatic bucketing."""
+
+
+def bucket(tokens: int, largest: int) -> int:
+    """The compiled bucket ``tokens`` run in: NxD Inference's automatic buckets are the
+    powers of two from :data:`MIN_BUCKET` up to the largest length the model was
+    compiled for, which is a bucket too (``aws-neuron-sdk:libraries/nxd-inference``,
+    bucketing guide)."""
+    if tokens >= largest:
+        return max(tokens, largest)
+    return min(max(MIN_BUCKET, 1 << (max(tokens, 1) - 1).bit_length()), largest)
 
 
 class IterationCost(Protocol):
@@ -97,6 +116,7 @@ class Replica:
         self.index = index
         self.cost = cost
         self.neuron = engine == "neuron"
+        self.chunked = engine != "trtllm"
         self.max_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.kv_blocks = kv_blocks
@@ -132,11 +152,18 @@ class Replica:
                 if self.running or not self.waiting:
                     continue  # preempted every sequence: admit again at once
                 raise SimulationError(f"replica {self.index}: a request cannot fit its KV cache")
-            context = sum(r.kv_tokens for r in decodes)
-            padded = self.max_seqs if (self.neuron and decodes) else None
-            t = self.cost.iteration_s(
-                [(c, r.kv_tokens) for r, c in chunks], len(decodes), context, padded_decodes=padded
-            )
+            if self.neuron:  # compiled buckets: the program computes the padded shapes
+                work = [(bucket(c, self.budget), r.kv_tokens) for r, c in chunks]
+                padded: int | None = None
+                context = 0
+                if decodes:
+                    longest = max(r.kv_tokens for r in decodes) + 1
+                    context = self.max_seqs * bucket(longest, self.slot_tokens or longest)
+                    padded = self.max_seqs
+            else:
+                work = [(c, r.kv_tokens) for r, c in chunks]
+                context, padded = sum(r.kv_tokens for r in decodes), None
+            t = self.cost.iteration_s(work, len(decodes), context, padded_decodes=padded)
             yield env.timeout(t)
             self.iterations += 1
             self.busy_s += t
@@ -191,7 +218,10 @@ class Replica:
                 decodes.append(req)
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = self.waiting[0]
-            tokens = min(req.prompt_target - req.kv_tokens, budget)
+            left = req.prompt_target - req.kv_tokens
+            if not self.chunked and left > budget and (chunks or decodes):
+                break  # TensorRT-LLM schedules a context whole, in one iteration
+            tokens = min(left, budget)
             if not self._grow(req, tokens):
                 break
             self.waiting.popleft()
