@@ -72,6 +72,9 @@ class TpAllReduce:
     def __init__(self, res: Resolved, tp: int, *, overheads: bool = True) -> None:
         per_node = res.ranks_per_node
         instances = max(1, math.ceil(tp / per_node))
+        us = res.instance.ultraserver
+        if us is not None:  # the fabric is built in whole UltraServers
+            instances = math.ceil(instances / us.instances) * us.instances
         self.topology = build_topology(res.instance, res.chip, instances)
         self.runtime = runtime_of(res.chip, res.instance) if overheads else NO_COSTS
         self.launch_s = 0.0

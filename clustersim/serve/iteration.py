@@ -161,7 +161,11 @@ class IterationModel:
             attn = attention_table(chip.spec.name)
             if attn is not None and _attention_key(kv_dtype) in attn.precisions:
                 self.attention_table = attn
+        # the chip's HBM time is linear in the bytes: one division per lookup
+        self._hbm_s_per_byte = chip.op_time(Work(hbm_bytes=1.0)).engine_s[HBM]
         self._gemm_s = lru_cache(maxsize=65536)(self._gemms)
+        self._lm_head_s = lru_cache(maxsize=65536)(self._lm_head)
+        self._fixed_s = lru_cache(maxsize=65536)(self._fixed)
         self._attn_s = lru_cache(maxsize=262144)(self._attention)
         self._ar_s = lru_cache(maxsize=65536)(self._allreduce)
 
@@ -176,7 +180,7 @@ class IterationModel:
         return self.shapes.kv_token_bytes * self.model.layers
 
     def _hbm_s(self, nbytes: float) -> float:
-        return self.chip.op_time(Work(hbm_bytes=nbytes)).engine_s[HBM]
+        return nbytes * self._hbm_s_per_byte
 
     def _gemms(self, rows: int) -> float:
         """The layer's four GEMMs on ``rows`` tokens: tensor time, no overhead (a
@@ -218,25 +222,35 @@ class IterationModel:
             0.0 if self.tp == 1 else self.allreduce_s(float(rows * self.model.hidden * ACT_BYTES))
         )
 
+    def _fixed(self, rows: int) -> float:
+        """A layer's fixed costs on ``rows`` rows: op overheads and two all-reduces."""
+        ops = GPU_SMALL_KERNELS if self.gemm_table is not None else OPS_PER_LAYER
+        return ops * self.op_overhead_s + self.fixed_per_layer_s + 2 * self._ar_s(rows)
+
     def layer_s(
         self, chunks: Sequence[tuple[int, int]], decodes: int, decode_context: int, rows: int
     ) -> float:
         """One layer: ``chunks`` (tokens, earlier context) of prefill, ``decodes``
         sequences reading ``decode_context`` cached tokens in all, ``rows`` GEMM rows."""
         s = self.shapes
-        compute = self._gemm_s(rows) + sum(self._attn_s(c, ctx) for c, ctx in chunks)
-        read_kv = decode_context + sum(ctx for _c, ctx in chunks)
-        new_tokens = decodes + sum(c for c, _ctx in chunks)
-        kv = (read_kv + new_tokens) * s.kv_token_bytes
+        compute = self._gemm_s(rows)
+        kv_tokens = decode_context + decodes
+        for c, ctx in chunks:
+            compute += self._attn_s(c, ctx)
+            kv_tokens += c + ctx
+        kv = kv_tokens * s.kv_token_bytes
         if self.gemm_table is not None:
             # kernels one after another: measured GEMMs (weights read inside them),
             # attention reading the KV cache, the small kernels' launches
-            fixed = GPU_SMALL_KERNELS * self.op_overhead_s + self.fixed_per_layer_s
-            return compute + self._hbm_s(kv) + fixed + 2 * self._ar_s(rows)
-        fixed = OPS_PER_LAYER * self.op_overhead_s + self.fixed_per_layer_s
-        return max(compute, self._hbm_s(s.weight_bytes + kv)) + fixed + 2 * self._ar_s(rows)
+            return compute + kv * self._hbm_s_per_byte + self._fixed_s(rows)
+        hbm = (s.weight_bytes + kv) * self._hbm_s_per_byte
+        return (compute if compute > hbm else hbm) + self._fixed_s(rows)
 
     def lm_head_s(self, rows: int) -> float:
+        """The LM head on ``rows`` sequences (cached per row count)."""
+        return self._lm_head_s(rows)
+
+    def _lm_head(self, rows: int) -> float:
         s = self.shapes
         k, n = s.lm_head
         if self.gemm_table is not None:
@@ -256,7 +270,9 @@ class IterationModel:
         token. ``padded_decodes`` (Neuron's fixed batch) sets the decode rows the
         GEMMs compute, whatever the number of live sequences."""
         rows_decode = decodes if padded_decodes is None else padded_decodes
-        rows = rows_decode + sum(c for c, _ctx in chunks)
+        rows = rows_decode
+        for c, _ctx in chunks:
+            rows += c
         if rows == 0:
             return 0.0
         layer = self.layer_s(chunks, decodes, decode_context, rows)
