@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import simpy
 
 from clustersim import catalog
 from clustersim.cli import main
@@ -217,6 +218,18 @@ def test_closed_loop_keeps_concurrency_requests_in_flight() -> None:
         (scenario(slo="{ttft_s: 0}"), "serving.slo.ttft_s"),
         (scenario(max_num_seqs=0), "serving.max_num_seqs"),
         (scenario(replicas=9), "serving.replicas"),
+        (
+            scenario(disaggregation="{prefill_replicas: 3, decode_replicas: 6}"),
+            "serving.disaggregation",
+        ),
+        (
+            scenario(replicas=2, disaggregation="{prefill_replicas: 1, decode_replicas: 1}"),
+            "serving",
+        ),
+        (
+            scenario(disaggregation="{prefill_replicas: 0, decode_replicas: 1}"),
+            "serving.disaggregation.prefill_replicas",
+        ),
         (scenario(input_tokens=2_000_000), "model"),
         (scenario(engine="neuron", max_num_seqs=1_000_000), "serving.max_num_seqs"),
         (
@@ -395,3 +408,70 @@ def test_trtllm_schedules_a_context_whole_where_vllm_chunks_it() -> None:
         firsts[engine] = [c for call in cost.calls for c in call[0] if c[0] > 500]
     assert firsts["vllm"][0] == (999, 0)
     assert firsts["trtllm"] == [(1000, 0)]
+
+
+# -- disaggregated prefill and decode ------------------------------------------------
+
+
+class DelayedKv:
+    """A KV transfer that takes ``seconds`` whatever it moves."""
+
+    def __init__(self, env: simpy.Environment, seconds: float) -> None:
+        self.env, self.seconds = env, seconds
+        self.moves: list[tuple[int, int, int]] = []
+
+    def kv(self, source: int, target: int, tokens: int) -> simpy.Event:
+        self.moves.append((source, target, tokens))
+        return self.env.timeout(self.seconds)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "neuron"])
+def test_disaggregated_requests_prefill_on_one_side_and_decode_on_the_other(engine: str) -> None:
+    """Every request is prefilled on a prefill replica, moved once, and decoded on a
+    decode replica; its TTFT is the prefill iteration plus the transfer, and each of its
+    other tokens one decode iteration (a fixed iteration time, one request at a time)."""
+    transfers: list[DelayedKv] = []
+
+    def make(env: simpy.Environment) -> DelayedKv:
+        transfers.append(DelayedKv(env, 0.004))
+        return transfers[-1]
+
+    sim = ServeSim(
+        [Fixed(0.01)] * 5, engine=engine, max_num_seqs=4, max_num_batched_tokens=512,
+        kv_blocks=4 * 40, requests=40, input_tokens=300, output_tokens=20,
+        arrival=("closed", 1), slot_tokens=640, prefill_replicas=2, kv_transfer=make,
+    )  # fmt: skip
+    reqs = sim.run()
+    assert all(r.generated == 20 for r in reqs)
+    assert {r.prefill_replica for r in reqs} <= {0, 1}
+    assert {r.replica for r in reqs} <= {2, 3, 4}
+    assert [m[2] for m in transfers[0].moves] == [300] * 40
+    for r in reqs:
+        assert r.first_token - r.arrival == pytest.approx(0.01 + 0.004)
+        assert r.kv_transfer_s == pytest.approx(0.004)
+        assert r.finish - r.first_token == pytest.approx(19 * 0.01)
+
+
+def test_disaggregated_ttft_adds_the_kv_transfer_over_the_fabric() -> None:
+    """One request at a time: the disaggregated TTFT is the colocated one plus the KV's
+    time on the fabric, and the bytes moved are the prompt's KV on every rank."""
+    base = scenario(
+        engine="neuron", max_num_seqs=1, max_num_batched_tokens=2048, requests=3,
+        arrival="{kind: closed, concurrency: 1}", input_tokens=2000, output_tokens=4,
+    ).replace("llama3-8b", "llama3-70b")  # fmt: skip
+    plain = serve(load_scenario(base.replace("requests: 3", "requests: 3\n  replicas: 2")))
+    split = serve(
+        load_scenario(
+            base.replace(
+                "requests: 3",
+                "requests: 3\n  disaggregation: {prefill_replicas: 1, decode_replicas: 1}",
+            )
+        )
+    )
+    moved = split.requests["kv_transfer_s"]
+    assert (moved > 0).all()
+    ttft = split.requests["ttft_s"] - plain.requests["ttft_s"]
+    assert ttft.to_numpy() == pytest.approx(moved.to_numpy(), rel=1e-9)
+    dis = split.summary["disaggregation"]
+    per_token = 2 * 80 * 1 * 128 * 2  # llama3-70b at tp 8: one KV head a rank, bf16
+    assert dis["kv_bytes_moved"] == pytest.approx(3 * 2000 * per_token * 8)

@@ -21,7 +21,15 @@ from pydantic import Field, model_validator
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Strict
 
-__all__ = ["ArrivalCfg", "LognormalCfg", "ServingCfg", "SloCfg", "longest", "serving_scenario"]
+__all__ = [
+    "ArrivalCfg",
+    "DisaggregationCfg",
+    "LognormalCfg",
+    "ServingCfg",
+    "SloCfg",
+    "longest",
+    "serving_scenario",
+]
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
@@ -84,6 +92,16 @@ class SloCfg(Strict):
 
 
 @register_model
+class DisaggregationCfg(Strict):
+    """Prefill and decode on separate replicas: ``prefill_replicas`` only prefill,
+    ``decode_replicas`` only decode, and each request's KV moves between them over the
+    cluster's fabric (its time counts in TTFT)."""
+
+    prefill_replicas: int = Field(ge=1, le=10_000_000)
+    decode_replicas: int = Field(ge=1, le=10_000_000)
+
+
+@register_model
 class ServingCfg(Strict):
     """An inference-serving workload (``clustersim serve``).
 
@@ -112,6 +130,15 @@ class ServingCfg(Strict):
     slo: SloCfg = Field(default_factory=SloCfg)
     replicas: int | None = Field(default=None, ge=1, le=10_000_000)
     dispatch: Literal["least_loaded", "round_robin"] = "least_loaded"
+    disaggregation: DisaggregationCfg | None = None
+
+    @model_validator(mode="after")
+    def _replicas_or_split(self) -> ServingCfg:
+        if self.replicas is not None and self.disaggregation is not None:
+            raise ValueError(
+                "give replicas or disaggregation, not both: disaggregation counts its own"
+            )
+        return self
 
 
 def serving_scenario(data: Any) -> Any:

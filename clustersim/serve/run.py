@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import simpy
 
 from clustersim import cost
 from clustersim.errors import MISSING, ScenarioError
@@ -24,6 +25,7 @@ from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved
 from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typical
 from clustersim.serve.collectives import TpAllReduce
+from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.iteration import IterationModel
 from clustersim.serve.sched import BLOCK_TOKENS, Request, ServeSim
 from clustersim.units import format_bytes
@@ -89,6 +91,8 @@ def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
     fit = res.ranks // tp
     if fit < 1:
         raise ScenarioError("parallelism.tp", tp, f"more than the cluster's {res.ranks} ranks")
+    if cfg.disaggregation is not None:
+        return check_disaggregation(cfg.disaggregation, fit, tp)
     if cfg.replicas is None:
         return fit
     if cfg.replicas > fit:
@@ -163,6 +167,8 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
             "input_tokens": [r.input_tokens for r in requests],
             "output_tokens": [r.generated for r in requests],
             "preemptions": [r.preemptions for r in requests],
+            "prefill_replica": [r.prefill_replica for r in requests],
+            "kv_transfer_s": [r.kv_transfer_s for r in requests],
         }
     )
     frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
@@ -188,6 +194,13 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
         if arrival.kind == "poisson"
         else ("closed", float(arrival.concurrency or 1))
     )
+    split = cfg.disaggregation
+    transfers: list[FabricKvTransfer] = []
+
+    def transfer(env: simpy.Environment) -> FabricKvTransfer:
+        transfers.append(FabricKvTransfer(env, res, model.tp, model.kv_bytes_per_token_per_rank))
+        return transfers[-1]
+
     sim = ServeSim(
         [model] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
@@ -195,9 +208,18 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
         input_tokens=lengths(cfg.input_tokens, cfg.requests, seed, 1),
         output_tokens=lengths(cfg.output_tokens, cfg.requests, seed, 2),
         slot_tokens=longest(cfg.input_tokens) + longest(cfg.output_tokens),
+        prefill_replicas=split.prefill_replicas if split is not None else 0,
+        kv_transfer=transfer if split is not None else None,
     )  # fmt: skip
     frame = request_frame(sim.run())
     summary = _summary(res, model, sim, frame, blocks)
+    if split is not None:
+        summary["disaggregation"] = {
+            "prefill_replicas": split.prefill_replicas,
+            "decode_replicas": split.decode_replicas,
+            "kv_transfer_s": _stats(frame["kv_transfer_s"].to_numpy(float)),
+            "kv_bytes_moved": transfers[0].bytes_moved if transfers else 0.0,
+        }
     summary["wall_s"] = time.perf_counter() - t_wall
     return ServeResult(summary, frame)
 

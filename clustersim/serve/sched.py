@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -40,7 +40,15 @@ import simpy
 
 from clustersim.errors import SimulationError
 
-__all__ = ["BLOCK_TOKENS", "MIN_BUCKET", "IterationCost", "Request", "ServeSim", "bucket"]
+__all__ = [
+    "BLOCK_TOKENS",
+    "MIN_BUCKET",
+    "IterationCost",
+    "KvTransfer",
+    "Request",
+    "ServeSim",
+    "bucket",
+]
 
 BLOCK_TOKENS = 16
 """vLLM's default KV block size (``--block-size 16``)."""
@@ -91,6 +99,10 @@ class Request:
     done: simpy.Event | None = None
     prompt_target: int = 0
     """Tokens to prefill: the prompt, and after a preemption the tokens generated too."""
+    prefill_replica: int = -1
+    """Disaggregated: the replica that prefilled it (-1: its own replica did)."""
+    kv_transfer_s: float = math.nan
+    """Disaggregated: how long its KV took to reach the decode replica."""
 
     def __post_init__(self) -> None:
         self.prompt_target = self.input_tokens
@@ -110,9 +122,15 @@ class Replica:
         max_num_batched_tokens: int,
         kv_blocks: int,
         slot_tokens: int = 0,
+        role: str = "both",
+        handoff: Callable[[Replica, Request], None] | None = None,
     ) -> None:
         self.env = env
         self.slot_tokens = slot_tokens
+        self.role = role
+        """``both``, or in a disaggregated run ``prefill`` (a request leaves once its prompt
+        is prefilled, through ``handoff``) or ``decode`` (requests arrive with their KV)."""
+        self.handoff = handoff
         self.index = index
         self.cost = cost
         self.neuron = engine == "neuron"
@@ -128,11 +146,13 @@ class Replica:
         self.iterations = 0
         self.busy_s = 0.0
         self._wake: simpy.Event | None = None
+        self.incoming = 0
+        """Requests whose KV is on its way here (disaggregated decode replicas)."""
         env.process(self._loop())
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + self.incoming
 
     def submit(self, req: Request) -> None:
         req.replica = self.index
@@ -219,6 +239,14 @@ class Replica:
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = self.waiting[0]
             left = req.prompt_target - req.kv_tokens
+            if left == 0:  # its KV came from a prefill replica: it decodes at once
+                if not self._grow(req, 1):
+                    break
+                self.waiting.popleft()
+                self.running.append(req)
+                decodes.append(req)
+                budget -= 1
+                continue
             if not self.chunked and left > budget and (chunks or decodes):
                 break  # TensorRT-LLM schedules a context whole, in one iteration
             tokens = min(left, budget)
@@ -239,13 +267,17 @@ class Replica:
             left = req.prompt_target - req.kv_tokens
             if left > 0:
                 return [(req, min(left, self.budget))], []
-        if self.waiting and len(self.running) < self.max_seqs:
+        while self.waiting and len(self.running) < self.max_seqs:
             req = self.waiting.popleft()
-            req.scheduled = self.env.now
+            if math.isnan(req.scheduled):
+                req.scheduled = self.env.now
             # the slot's static KV, compiled for the longest request
-            self._grow(req, self.slot_tokens or req.input_tokens + req.output_tokens)
+            slot = self.slot_tokens or req.input_tokens + req.output_tokens
+            self._grow(req, max(slot - req.kv_tokens, 0))
             self.running.append(req)
-            return [(req, min(req.prompt_target, self.budget))], []
+            if req.prompt_target > req.kv_tokens:
+                return [(req, min(req.prompt_target - req.kv_tokens, self.budget))], []
+            # its KV came from a prefill replica: the slot joins the decode batch
         return [], list(self.running)
 
     def _complete(self, chunks: list[tuple[Request, int]], decodes: list[Request]) -> None:
@@ -260,15 +292,31 @@ class Replica:
             emitted.append(req)
         for req in emitted:
             if req.generated == 0:
+                if self.handoff is not None and req.output_tokens > 1:
+                    # disaggregated: the first token leaves with the KV, which the
+                    # decode replica must receive before the token counts as sent
+                    req.generated = 1
+                    self._release(req)
+                    self.handoff(self, req)
+                    continue
                 req.first_token = now
             req.generated += 1
             if req.generated >= req.output_tokens:
                 req.finish = now
-                self.running.remove(req)
-                self.used_blocks -= req.blocks
-                req.blocks = 0
+                self._release(req)
                 if req.done is not None:
                     req.done.succeed()
+
+    def _release(self, req: Request) -> None:
+        self.running.remove(req)
+        self.used_blocks -= req.blocks
+        req.blocks = 0
+
+
+class KvTransfer(Protocol):
+    """Moves a request's KV cache between two replicas (disaggregated serving)."""
+
+    def kv(self, source: int, target: int, tokens: int) -> simpy.Event: ...
 
 
 class ServeSim:
@@ -278,6 +326,10 @@ class ServeSim:
     Poisson gaps come from ``numpy.random.default_rng(seed)``, so a seed gives one run.
     ``input_tokens`` and ``output_tokens`` are every request's, or one per request.
     ``slot_tokens`` (Neuron) is the KV one batch slot reserves, whatever the request.
+    ``prefill_replicas`` > 0 disaggregates: the first that many replicas only prefill
+    (arrivals go to them), the rest only decode; a prefilled request's KV moves to the
+    least-loaded decode replica through ``kv_transfer`` (built on the run's environment,
+    so transfers share the fabric), and its first token counts when the KV has arrived.
     """
 
     def __init__(
@@ -295,16 +347,28 @@ class ServeSim:
         dispatch: str = "least_loaded",
         seed: int = 0,
         slot_tokens: int = 0,
+        prefill_replicas: int = 0,
+        kv_transfer: Callable[[simpy.Environment], KvTransfer] | None = None,
     ) -> None:
         self.env = simpy.Environment()
+        if prefill_replicas and not 0 < prefill_replicas < len(costs):
+            raise SimulationError(
+                f"{prefill_replicas} prefill replicas of {len(costs)}: some must decode"
+            )
         self.replicas = [
             Replica(
                 self.env, i, cost, engine=engine, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, kv_blocks=kv_blocks,
                 slot_tokens=slot_tokens,
+                role=("prefill" if i < prefill_replicas else "decode") if prefill_replicas
+                else "both",
+                handoff=self._handoff if i < prefill_replicas else None,
             )
             for i, cost in enumerate(costs)
         ]  # fmt: skip
+        self.entry = self.replicas[:prefill_replicas] if prefill_replicas else self.replicas
+        self.decoders = self.replicas[prefill_replicas:]
+        self.transfer = kv_transfer(self.env) if kv_transfer is not None else None
         self.requests: list[Request] = []
         self.n = requests
         self.inputs = [input_tokens] * requests if isinstance(input_tokens, int) else input_tokens
@@ -324,9 +388,33 @@ class ServeSim:
 
     def _send(self, req: Request) -> None:
         if self.dispatch == "round_robin":
-            target = self.replicas[req.id % len(self.replicas)]
+            target = self.entry[req.id % len(self.entry)]
         else:
-            target = min(self.replicas, key=lambda r: r.load)
+            target = min(self.entry, key=lambda r: r.load)
+        target.submit(req)
+
+    def _handoff(self, source: Replica, req: Request) -> None:
+        """A prefill replica is done with ``req``: move its KV to the least-loaded decode
+        replica over the fabric; its first token counts once the KV has arrived."""
+        target = min(self.decoders, key=lambda r: r.load)
+        target.incoming += 1
+        self.env.process(self._move(source, target, req))
+
+    def _move(
+        self, source: Replica, target: Replica, req: Request
+    ) -> Generator[simpy.Event, Any, None]:
+        start = self.env.now
+        if self.transfer is not None:
+            yield self.transfer.kv(source.index, target.index, req.kv_tokens)
+        req.prefill_replica = source.index
+        req.kv_transfer_s = self.env.now - start
+        req.first_token = self.env.now
+        target.incoming -= 1
+        if req.generated >= req.output_tokens:
+            req.finish = self.env.now
+            if req.done is not None:
+                req.done.succeed()
+            return
         target.submit(req)
 
     def _poisson(self, rate: float) -> Generator[simpy.Event, Any, None]:
