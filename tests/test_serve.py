@@ -27,6 +27,7 @@ from clustersim.serve.iteration import (
 )
 from clustersim.serve.run import serve
 from clustersim.serve.sched import BLOCK_TOKENS, ServeSim, bucket
+from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 
 KIB = 1024
 
@@ -475,3 +476,52 @@ def test_disaggregated_ttft_adds_the_kv_transfer_over_the_fabric() -> None:
     dis = split.summary["disaggregation"]
     per_token = 2 * 80 * 1 * 128 * 2  # llama3-70b at tp 8: one KV head a rank, bf16
     assert dis["kv_bytes_moved"] == pytest.approx(3 * 2000 * per_token * 8)
+
+
+# -- speculative decoding ------------------------------------------------------------
+
+
+def test_speculative_steps_emit_the_expected_accepted_length() -> None:
+    """k draft tokens each accepted with probability a: a step emits (1 - a^(k+1)) / (1 - a)
+    tokens on average (Leviathan et al. 2023); the simulated steps agree within 1.5%, and
+    every request still ends with exactly its output tokens."""
+    k, a = 4, 0.7
+    sim = ServeSim(
+        [Fixed(0.01)], engine="vllm", max_num_seqs=64, max_num_batched_tokens=4096,
+        kv_blocks=100_000, requests=200, input_tokens=50, output_tokens=400,
+        arrival=("closed", 16), speculative=(k, a), seed=5,
+    )  # fmt: skip
+    reqs = sim.run()
+    assert all(r.generated == 400 for r in reqs)
+    rep = sim.replicas[0]
+    # a request's last step may be cut short by its end: about 1 token in 400, well
+    # inside the tolerance
+    full = rep.decode_emitted / rep.decode_steps
+    expected = expected_tokens_per_step(k, a)
+    assert expected == pytest.approx((1 - a**5) / (1 - a))
+    assert full == pytest.approx(expected, rel=0.015)
+    assert expected_tokens_per_step(3, 1.0) == 4.0
+
+
+def test_a_speculative_step_is_k_draft_steps_and_one_verification_of_k_plus_1() -> None:
+    target, draft = Recorder(0.02), Recorder(0.003)
+    cost = SpeculativeCost(target, draft, 3)
+    assert cost.iteration_s((), 2, 500, padded_decodes=4) == pytest.approx(0.02 + 4 * 0.003)
+    assert target.calls == [([], 8, 500, 16)]
+    assert draft.calls == [([], 0, 0, None), ([], 2, 500, 4)]
+
+
+def test_a_speculative_scenario_reports_its_steps() -> None:
+    text = scenario(
+        speculative="{draft_model: llama3.2-1b, tokens: 5, acceptance: 0.75}", requests=40
+    )
+    s = serve(load_scenario(text)).summary
+    spec = s["speculative"]
+    assert spec["expected_tokens_per_step"] == pytest.approx((1 - 0.75**6) / 0.25)
+    assert 1.0 <= spec["tokens_per_step"] <= 6.0
+    plain = serve(load_scenario(scenario(requests=40))).summary
+    # the draft's weights and KV take room from the target's cache
+    assert s["kv_cache_tokens_per_replica"] < plain["kv_cache_tokens_per_replica"]
+    with pytest.raises(ScenarioError) as info:
+        serve(load_scenario(scenario(speculative="{draft_model: nope, tokens: 2, acceptance: 1}")))
+    assert info.value.path == "serving.speculative.draft_model"

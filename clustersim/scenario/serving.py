@@ -27,6 +27,7 @@ __all__ = [
     "LognormalCfg",
     "ServingCfg",
     "SloCfg",
+    "SpeculativeCfg",
     "longest",
     "serving_scenario",
 ]
@@ -102,6 +103,18 @@ class DisaggregationCfg(Strict):
 
 
 @register_model
+class SpeculativeCfg(Strict):
+    """Speculative decoding: a ``draft_model`` (a catalog model, on the same ranks)
+    proposes ``tokens`` tokens a step, each accepted with probability ``acceptance``
+    independently; the target verifies them in one pass and keeps the accepted prefix
+    plus one token of its own."""
+
+    draft_model: str = Field(min_length=1, max_length=200)
+    tokens: int = Field(ge=1, le=64)
+    acceptance: float = Field(ge=0, le=1, allow_inf_nan=False)
+
+
+@register_model
 class ServingCfg(Strict):
     """An inference-serving workload (``clustersim serve``).
 
@@ -131,6 +144,7 @@ class ServingCfg(Strict):
     replicas: int | None = Field(default=None, ge=1, le=10_000_000)
     dispatch: Literal["least_loaded", "round_robin"] = "least_loaded"
     disaggregation: DisaggregationCfg | None = None
+    speculative: SpeculativeCfg | None = None
 
     @model_validator(mode="after")
     def _replicas_or_split(self) -> ServingCfg:

@@ -124,6 +124,8 @@ class Replica:
         slot_tokens: int = 0,
         role: str = "both",
         handoff: Callable[[Replica, Request], None] | None = None,
+        speculative: tuple[int, float] | None = None,
+        rng: np.random.Generator | None = None,
     ) -> None:
         self.env = env
         self.slot_tokens = slot_tokens
@@ -131,6 +133,13 @@ class Replica:
         """``both``, or in a disaggregated run ``prefill`` (a request leaves once its prompt
         is prefilled, through ``handoff``) or ``decode`` (requests arrive with their KV)."""
         self.handoff = handoff
+        self.speculative = speculative
+        """``(k, a)``: each decode step proposes k draft tokens, each accepted with
+        probability a; a step emits the accepted prefix plus the target's own token."""
+        self.decode_tokens = 1 + (speculative[0] if speculative else 0)
+        self.rng = rng if rng is not None else np.random.default_rng(index)
+        self.decode_steps = 0
+        self.decode_emitted = 0
         self.index = index
         self.cost = cost
         self.neuron = engine == "neuron"
@@ -222,7 +231,9 @@ class Replica:
             if req not in self.running or budget == 0:
                 continue
             left = req.prompt_target - req.kv_tokens
-            tokens = min(left, budget) if left > 0 else 1
+            if left <= 0 and budget < self.decode_tokens:
+                continue
+            tokens = min(left, budget) if left > 0 else self.decode_tokens
             while not self._grow(req, tokens):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -240,12 +251,12 @@ class Replica:
             req = self.waiting[0]
             left = req.prompt_target - req.kv_tokens
             if left == 0:  # its KV came from a prefill replica: it decodes at once
-                if not self._grow(req, 1):
+                if budget < self.decode_tokens or not self._grow(req, self.decode_tokens):
                     break
                 self.waiting.popleft()
                 self.running.append(req)
                 decodes.append(req)
-                budget -= 1
+                budget -= self.decode_tokens
                 continue
             if not self.chunked and left > budget and (chunks or decodes):
                 break  # TensorRT-LLM schedules a context whole, in one iteration
@@ -282,15 +293,19 @@ class Replica:
 
     def _complete(self, chunks: list[tuple[Request, int]], decodes: list[Request]) -> None:
         now = self.env.now
-        emitted: list[Request] = []
+        emitted: list[tuple[Request, int]] = []
         for req, tokens in chunks:
             req.kv_tokens += tokens
             if req.kv_tokens == req.prompt_target:
-                emitted.append(req)
+                emitted.append((req, 1))
         for req in decodes:
-            req.kv_tokens += 1
-            emitted.append(req)
-        for req in emitted:
+            n = 1 if self.speculative is None else self._accepted()
+            n = min(n, req.output_tokens - req.generated)
+            self.decode_steps += 1
+            self.decode_emitted += n
+            req.kv_tokens += n
+            emitted.append((req, n))
+        for req, n in emitted:
             if req.generated == 0:
                 if self.handoff is not None and req.output_tokens > 1:
                     # disaggregated: the first token leaves with the KV, which the
@@ -300,12 +315,22 @@ class Replica:
                     self.handoff(self, req)
                     continue
                 req.first_token = now
-            req.generated += 1
+            req.generated += n
             if req.generated >= req.output_tokens:
                 req.finish = now
                 self._release(req)
                 if req.done is not None:
                     req.done.succeed()
+
+    def _accepted(self) -> int:
+        """Tokens one speculative step emits: the draft's accepted prefix (each of its k
+        tokens accepted with probability a, until the first rejection) plus one."""
+        assert self.speculative is not None
+        k, a = self.speculative
+        n = 0
+        while n < k and self.rng.random() < a:
+            n += 1
+        return n + 1
 
     def _release(self, req: Request) -> None:
         self.running.remove(req)
@@ -330,6 +355,10 @@ class ServeSim:
     (arrivals go to them), the rest only decode; a prefilled request's KV moves to the
     least-loaded decode replica through ``kv_transfer`` (built on the run's environment,
     so transfers share the fabric), and its first token counts when the KV has arrived.
+    ``speculative`` ``(k, a)`` makes every decode step emit 1 to k + 1 tokens
+    (:meth:`Replica._accepted`, from a generator seeded ``[seed, 3, replica]``); the
+    ``costs`` then price a step's draft and verification
+    (:class:`~clustersim.serve.speculative.SpeculativeCost`).
     """
 
     def __init__(
@@ -349,6 +378,7 @@ class ServeSim:
         slot_tokens: int = 0,
         prefill_replicas: int = 0,
         kv_transfer: Callable[[simpy.Environment], KvTransfer] | None = None,
+        speculative: tuple[int, float] | None = None,
     ) -> None:
         self.env = simpy.Environment()
         if prefill_replicas and not 0 < prefill_replicas < len(costs):
@@ -363,6 +393,7 @@ class ServeSim:
                 role=("prefill" if i < prefill_replicas else "decode") if prefill_replicas
                 else "both",
                 handoff=self._handoff if i < prefill_replicas else None,
+                speculative=speculative, rng=np.random.default_rng([seed, 3, i]),
             )
             for i, cost in enumerate(costs)
         ]  # fmt: skip
