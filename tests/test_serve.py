@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import simpy
@@ -525,3 +526,28 @@ def test_a_speculative_scenario_reports_its_steps() -> None:
     with pytest.raises(ScenarioError) as info:
         serve(load_scenario(scenario(speculative="{draft_model: nope, tokens: 2, acceptance: 1}")))
     assert info.value.path == "serving.speculative.draft_model"
+
+
+@pytest.mark.parametrize("engine", ["vllm", "neuron"])
+def test_decode_runs_in_one_timeout_give_the_step_by_step_result(engine: str) -> None:
+    """Collapsing decode iterations where nothing can change into one timeout (cut short
+    by an arrival) gives every request the times the step-by-step run gives."""
+    chip = ChipModel(catalog.chip("trn2"), 2)
+    cost = IterationModel(catalog.model("llama3-8b"), chip, 8, allreduce_s=lambda n: 2e-5)
+    frames, iterations = [], []
+    for collapse in (False, True):
+        sim = ServeSim(
+            [cost] * 2, engine=engine, max_num_seqs=8, max_num_batched_tokens=512,
+            kv_blocks=8 * 40 if engine == "neuron" else 300, requests=300,
+            input_tokens=[100 + 37 * (i % 9) for i in range(300)],
+            output_tokens=[20 + 13 * (i % 7) for i in range(300)],
+            arrival=("poisson", 30.0), seed=2, slot_tokens=640, collapse=collapse,
+        )  # fmt: skip
+        reqs = sim.run()
+        frames.append([(r.replica, r.first_token, r.finish, r.generated) for r in reqs])
+        iterations.append(sum(r.iterations for r in sim.replicas))
+    assert iterations[0] == iterations[1]
+    step, run = frames
+    assert [f[0] for f in run] == [f[0] for f in step]
+    assert [f[3] for f in run] == [f[3] for f in step]
+    assert np.allclose([f[1:3] for f in run], [f[1:3] for f in step], rtol=1e-12, atol=1e-12)

@@ -29,6 +29,7 @@ fixed time in tests). Two schedulers, as the engines document them:
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
@@ -126,6 +127,7 @@ class Replica:
         handoff: Callable[[Replica, Request], None] | None = None,
         speculative: tuple[int, float] | None = None,
         rng: np.random.Generator | None = None,
+        collapse: bool = True,
     ) -> None:
         self.env = env
         self.slot_tokens = slot_tokens
@@ -140,6 +142,9 @@ class Replica:
         self.rng = rng if rng is not None else np.random.default_rng(index)
         self.decode_steps = 0
         self.decode_emitted = 0
+        self.collapse = collapse
+        """Run decode iterations where nothing can change as one timeout (the same
+        result, far fewer events: :meth:`_run_length`)."""
         self.index = index
         self.cost = cost
         self.neuron = engine == "neuron"
@@ -181,6 +186,10 @@ class Replica:
                 if self.running or not self.waiting:
                     continue  # preempted every sequence: admit again at once
                 raise SimulationError(f"replica {self.index}: a request cannot fit its KV cache")
+            steps = self._run_length(chunks, decodes)
+            if steps > 1:
+                yield from self._decode_run(decodes, steps)
+                continue
             if self.neuron:  # compiled buckets: the program computes the padded shapes
                 work = [(bucket(c, self.budget), r.kv_tokens) for r, c in chunks]
                 padded: int | None = None
@@ -197,6 +206,67 @@ class Replica:
             self.iterations += 1
             self.busy_s += t
             self._complete(chunks, decodes)
+
+    # -- runs of decode iterations where nothing can change, in one timeout
+
+    def _run_length(self, chunks: list[tuple[Request, int]], decodes: list[Request]) -> int:
+        """How many decode iterations can run as one timeout: with no prompt to prefill,
+        no request waiting and every running sequence decoding, the batch stays as it
+        is until its first sequence finishes (an arrival interrupts the run). vLLM's
+        rules also need the KV blocks of the whole run free; speculative steps, whose
+        lengths are drawn, run one by one."""
+        if not self.collapse or chunks or self.waiting or self.speculative is not None:
+            return 1
+        if len(decodes) != len(self.running):
+            return 1
+        steps = min(r.output_tokens - r.generated for r in decodes)
+        if steps < 2:
+            return 1
+        if not self.neuron:  # this step's blocks are held: hold the rest of the run's
+            need = sum(self._blocks_for(r, steps) for r in decodes)
+            if self.used_blocks + need > self.kv_blocks:
+                return 1
+            for r in decodes:
+                self._grow(r, steps)
+        return steps
+
+    def _decode_run(self, decodes: list[Request], steps: int) -> Generator[simpy.Event, Any, None]:
+        """Up to ``steps`` decode iterations as one timeout. An arrival (a ``submit``)
+        ends the run after the iteration in progress, as it would join the next one."""
+        env, n = self.env, len(decodes)
+        kv = [r.kv_tokens for r in decodes]
+        ends: list[float] = []
+        total = 0.0
+        for j in range(steps):
+            if self.neuron:
+                longest = max(kv) + 1 + j
+                context = self.max_seqs * bucket(longest, self.slot_tokens or longest)
+                total += self.cost.iteration_s((), n, context, padded_decodes=self.max_seqs)
+            else:
+                total += self.cost.iteration_s((), n, sum(kv) + j * n)
+            ends.append(total)
+        start = env.now
+        self._wake = env.event()
+        run = env.timeout(total)
+        yield run | self._wake
+        self._wake = None
+        done = steps
+        if not run.processed and env.now < start + total:
+            done = min(bisect.bisect_right(ends, env.now - start) + 1, steps)
+            yield env.timeout(start + ends[done - 1] - env.now)
+        self.iterations += done
+        self.busy_s += ends[done - 1]
+        self.decode_steps += done * n
+        self.decode_emitted += done * n
+        now = env.now
+        for req in decodes:
+            req.kv_tokens += done
+            req.generated += done
+            if req.generated >= req.output_tokens:
+                req.finish = now
+                self._release(req)
+                if req.done is not None:
+                    req.done.succeed()
 
     # -- vLLM: continuous batching, chunked prefill, paged KV, preemption by recompute
 
@@ -379,6 +449,7 @@ class ServeSim:
         prefill_replicas: int = 0,
         kv_transfer: Callable[[simpy.Environment], KvTransfer] | None = None,
         speculative: tuple[int, float] | None = None,
+        collapse: bool = True,
     ) -> None:
         self.env = simpy.Environment()
         if prefill_replicas and not 0 < prefill_replicas < len(costs):
@@ -394,6 +465,7 @@ class ServeSim:
                 else "both",
                 handoff=self._handoff if i < prefill_replicas else None,
                 speculative=speculative, rng=np.random.default_rng([seed, 3, i]),
+                collapse=collapse,
             )
             for i, cost in enumerate(costs)
         ]  # fmt: skip
