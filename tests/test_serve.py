@@ -551,3 +551,16 @@ def test_decode_runs_in_one_timeout_give_the_step_by_step_result(engine: str) ->
     assert [f[0] for f in run] == [f[0] for f in step]
     assert [f[3] for f in run] == [f[3] for f in step]
     assert np.allclose([f[1:3] for f in run], [f[1:3] for f in step], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("serve-*.yaml"))
+)
+def test_every_shipped_serving_scenario_runs(path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert (
+        main(["serve", str(path), "--out", str(out), "--quiet", "--set", "serving.requests=60"])
+        == 0
+    )
+    s = json.loads((out / "summary.json").read_text("utf-8"))
+    assert s["requests_finished"] == 60
