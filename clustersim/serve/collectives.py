@@ -45,8 +45,13 @@ import simpy
 from clustersim.catalog.schema import ChipSpec
 from clustersim.network import Network
 from clustersim.network.fabric import build_topology
-from clustersim.network.runtimes import NO_COSTS, NeuronRuntime, Protocol, runtime_of
-from clustersim.network.runtimes.costs import neuron_protocol
+from clustersim.network.runtimes import (
+    NO_COSTS,
+    NeuronRuntime,
+    Protocol,
+    neuron_protocol,
+    runtime_of,
+)
 from clustersim.scenario import Resolved
 
 __all__ = ["TpAllReduce", "in_program_protocol"]
