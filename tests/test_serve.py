@@ -564,3 +564,21 @@ def test_every_shipped_serving_scenario_runs(path: Path, tmp_path: Path) -> None
     )
     s = json.loads((out / "summary.json").read_text("utf-8"))
     assert s["requests_finished"] == 60
+
+
+def test_static_batches_prefill_together_and_wait_for_their_longest() -> None:
+    """Continuous batching off: 4 of 8 waiting requests are prefilled in one iteration,
+    decode together, and the other 4 start only when the longest of the first is done."""
+    cost = Recorder(0.01)
+    sim = ServeSim(
+        [cost], engine="neuron", max_num_seqs=4, max_num_batched_tokens=256, kv_blocks=4 * 40,
+        requests=8, input_tokens=200, output_tokens=[3, 9, 5, 4, 2, 2, 2, 2],
+        arrival=("closed", 8), slot_tokens=640, static=True,
+    )  # fmt: skip
+    reqs = sim.run()
+    first, second = reqs[:4], reqs[4:]
+    assert cost.calls[0][0] == [(256, 0)] * 4  # one prefill iteration, 200 in its bucket
+    assert len({r.first_token for r in first}) == 1
+    assert max(r.finish for r in first) == pytest.approx(first[0].first_token + 8 * 0.01)
+    assert all(r.scheduled == pytest.approx(max(f.finish for f in first)) for r in second)
+    assert all(r.generated == r.output_tokens for r in reqs)

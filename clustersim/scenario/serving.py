@@ -129,6 +129,7 @@ class ServingCfg(Strict):
     """
 
     engine: Literal["vllm", "trtllm", "neuron"] = "vllm"
+    batching: Literal["continuous", "static"] = "continuous"
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     weight_dtype: Literal["bf16", "fp8", "int8"] = "bf16"
     kv_dtype: Dtype = "bf16"

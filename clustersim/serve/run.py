@@ -247,6 +247,7 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
         prefill_replicas=split.prefill_replicas if split is not None else 0,
         kv_transfer=transfer if split is not None else None,
         speculative=(spec.tokens, spec.acceptance) if spec is not None else None,
+        static=cfg.batching == "static",
     )  # fmt: skip
     frame = request_frame(sim.run())
     summary = _summary(res, model, sim, frame, blocks)
@@ -296,6 +297,7 @@ def _summary(
         "instances": sc.cluster.count,
         "engine": cfg.engine,
         "engine_rules": cfg.engine,
+        "batching": cfg.batching,
         "tp": model.tp,
         "replicas": len(sim.replicas),
         "requests": len(frame),

@@ -128,8 +128,14 @@ class Replica:
         speculative: tuple[int, float] | None = None,
         rng: np.random.Generator | None = None,
         collapse: bool = True,
+        static: bool = False,
     ) -> None:
         self.env = env
+        self.static = static
+        """Static batching: a batch of up to ``max_num_seqs`` waiting requests is
+        prefilled together and decoded until every one of them is done; only then is the
+        next batch formed (Transformers-NeuronX with continuous batching off, as the
+        Neuron SDK's latency and throughput tables run)."""
         self.slot_tokens = slot_tokens
         self.role = role
         """``both``, or in a disaggregated run ``prefill`` (a request leaves once its prompt
@@ -181,7 +187,12 @@ class Replica:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-            chunks, decodes = self._plan_neuron() if self.neuron else self._plan_vllm()
+            if self.static:
+                chunks, decodes = self._plan_static()
+            elif self.neuron:
+                chunks, decodes = self._plan_neuron()
+            else:
+                chunks, decodes = self._plan_vllm()
             if not chunks and not decodes:
                 if self.running or not self.waiting:
                     continue  # preempted every sequence: admit again at once
@@ -215,7 +226,9 @@ class Replica:
         is until its first sequence finishes (an arrival interrupts the run). vLLM's
         rules also need the KV blocks of the whole run free; speculative steps, whose
         lengths are drawn, run one by one."""
-        if not self.collapse or chunks or self.waiting or self.speculative is not None:
+        if not self.collapse or chunks or self.speculative is not None:
+            return 1
+        if self.waiting and not self.static:
             return 1
         if len(decodes) != len(self.running):
             return 1
@@ -343,6 +356,22 @@ class Replica:
 
     # -- Neuron: prefill alone (decodes stall), fixed decode batch, static KV
 
+    def _plan_static(self) -> tuple[list[tuple[Request, int]], list[Request]]:
+        if not self.running:
+            while self.waiting and len(self.running) < self.max_seqs:
+                req = self.waiting.popleft()
+                if math.isnan(req.scheduled):
+                    req.scheduled = self.env.now
+                slot = self.slot_tokens or req.input_tokens + req.output_tokens
+                self._grow(req, max(slot - req.kv_tokens, 0))
+                self.running.append(req)
+        chunks = [
+            (r, min(r.prompt_target - r.kv_tokens, self.budget))
+            for r in self.running
+            if r.prompt_target > r.kv_tokens
+        ]
+        return (chunks, []) if chunks else ([], list(self.running))
+
     def _plan_neuron(self) -> tuple[list[tuple[Request, int]], list[Request]]:
         for req in self.running:  # a prompt still being prefilled in segments
             left = req.prompt_target - req.kv_tokens
@@ -450,6 +479,7 @@ class ServeSim:
         kv_transfer: Callable[[simpy.Environment], KvTransfer] | None = None,
         speculative: tuple[int, float] | None = None,
         collapse: bool = True,
+        static: bool = False,
     ) -> None:
         self.env = simpy.Environment()
         if prefill_replicas and not 0 < prefill_replicas < len(costs):
@@ -465,7 +495,7 @@ class ServeSim:
                 else "both",
                 handoff=self._handoff if i < prefill_replicas else None,
                 speculative=speculative, rng=np.random.default_rng([seed, 3, i]),
-                collapse=collapse,
+                collapse=collapse, static=static,
             )
             for i, cost in enumerate(costs)
         ]  # fmt: skip
