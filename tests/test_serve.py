@@ -27,7 +27,8 @@ from clustersim.serve.iteration import (
     kv_bytes_per_token,
 )
 from clustersim.serve.run import serve
-from clustersim.serve.sched import BLOCK_TOKENS, ServeSim, bucket
+from clustersim.serve.sched import BLOCK_TOKENS, bucket
+from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 
 KIB = 1024

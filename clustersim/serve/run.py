@@ -27,7 +27,8 @@ from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typic
 from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.iteration import IterationModel
-from clustersim.serve.sched import BLOCK_TOKENS, IterationCost, Request, ServeSim
+from clustersim.serve.sched import BLOCK_TOKENS, IterationCost, Request
+from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 from clustersim.units import format_bytes
 
