@@ -583,3 +583,23 @@ def test_static_batches_prefill_together_and_wait_for_their_longest() -> None:
     assert max(r.finish for r in first) == pytest.approx(first[0].first_token + 8 * 0.01)
     assert all(r.scheduled == pytest.approx(max(f.finish for f in first)) for r in second)
     assert all(r.generated == r.output_tokens for r in reqs)
+
+
+def test_trtllm_reserves_each_request_whole_and_never_preempts() -> None:
+    """Under the same KV pressure vLLM's rules preempt and recompute, while TensorRT-LLM's
+    GUARANTEED_NO_EVICT admits a request only with its prompt and output reserved: no
+    preemption, and the cache never holds more than it has."""
+    runs = {}
+    for engine in ("vllm", "trtllm"):
+        sim = ServeSim(
+            [Fixed(0.01)], engine=engine, max_num_seqs=64, max_num_batched_tokens=2048,
+            kv_blocks=100, requests=60, input_tokens=300, output_tokens=200,
+            arrival=("closed", 30),
+        )  # fmt: skip
+        reqs = sim.run()
+        rep = sim.replicas[0]
+        assert all(r.generated == 200 for r in reqs)
+        assert rep.peak_blocks <= rep.kv_blocks and rep.used_blocks == 0
+        runs[engine] = rep.preemptions
+    assert runs["vllm"] > 0
+    assert runs["trtllm"] == 0

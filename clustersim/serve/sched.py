@@ -15,10 +15,12 @@ fixed time in tests). Two schedulers, as the engines document them:
   and when a running sequence needs a block that is not free the most recently
   admitted sequence is preempted: its blocks are freed and it goes back to the
   front of the queue, to recompute its prompt and the tokens it had generated.
-  ``trtllm`` differs in one rule: chunked context is off by default in
-  TensorRT-LLM (``enable_chunked_prefill``, LLM API), so a waiting prompt joins an
-  iteration only whole, within ``max_num_batched_tokens`` (its ``max_num_tokens``);
-  a prompt longer than the whole budget is still split when it runs alone.
+  ``trtllm`` differs in two rules, TensorRT-LLM's defaults: chunked context is off
+  (``enable_chunked_prefill``, LLM API), so a waiting prompt joins an iteration only
+  whole, within ``max_num_batched_tokens`` (its ``max_num_tokens``; a prompt longer
+  than the whole budget is still split when it runs alone); and the capacity
+  scheduler's ``GUARANTEED_NO_EVICT`` policy admits a request only when the KV of its
+  prompt and all its output tokens can be reserved, so it is never preempted.
 - ``neuron`` (vllm-neuron and NxD Inference): prefill and decode never share an
   iteration. A waiting request, when a batch slot is free, is prefilled alone in
   segments of ``max_num_batched_tokens`` while every decode stalls; a decode
@@ -281,7 +283,9 @@ class Replica:
     # -- vLLM: continuous batching, chunked prefill, paged KV, preemption by recompute
 
     def _blocks_for(self, req: Request, tokens: int) -> int:
-        return math.ceil((req.kv_tokens + tokens) / BLOCK_TOKENS) - req.blocks
+        """Blocks ``req`` still needs for ``tokens`` more tokens (none where it holds
+        them already: a reservation, or a decode run's)."""
+        return max(math.ceil((req.kv_tokens + tokens) / BLOCK_TOKENS) - req.blocks, 0)
 
     def _grow(self, req: Request, tokens: int) -> bool:
         need = self._blocks_for(req, tokens)
@@ -341,7 +345,10 @@ class Replica:
             if not self.chunked and left > budget and (chunks or decodes):
                 break  # TensorRT-LLM schedules a context whole, in one iteration
             tokens = min(left, budget)
-            if not self._grow(req, tokens):
+            # TensorRT-LLM's GUARANTEED_NO_EVICT: the whole request's KV (prompt and every
+            # output token) is reserved at admission, so nothing is ever preempted
+            reserve = req.prompt_target + req.output_tokens - req.generated - req.kv_tokens
+            if not self._grow(req, tokens if self.chunked else max(reserve, tokens)):
                 break
             self.waiting.popleft()
             if math.isnan(req.scheduled):
