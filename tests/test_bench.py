@@ -258,3 +258,24 @@ def test_all_to_all_targets() -> None:
     assert by_key["moe_16k_wall"]["status"] == "not run"
     assert select_cases(["all-to-all"], quick=True) == ["a2a-256"]
     assert select_cases(["moe"]) == ["moe-16k", "moe-128k"]
+
+
+def test_serving_cases_are_the_issue_workloads() -> None:
+    from clustersim.bench.cases import SERVE_CASES, serve_scenario
+
+    one = load_scenario(serve_scenario("serve-trn2"))
+    assert one.scenario.serving is not None
+    assert (one.instance.name, one.scenario.cluster.count) == ("trn2.48xlarge", 1)
+    assert one.scenario.serving.requests == 10_000
+    assert one.scenario.serving.arrival.rate_per_s == 10
+    assert one.ranks // one.scenario.parallelism.tp == 8
+    us = load_scenario(serve_scenario("serve-ultraserver"))
+    assert us.scenario.serving is not None
+    hour = us.scenario.serving.requests / (us.scenario.serving.arrival.rate_per_s or 0)
+    assert hour == 3600 and us.chips == 64
+    assert select_cases(["serving"]) == list(SERVE_CASES)
+    cases = {"serve-trn2": _case("serve-trn2", wall=3.0), "serve-ultraserver": _case(
+        "serve-ultraserver", wall=75.0)}  # fmt: skip
+    by_key = {t["key"]: t for t in evaluate_targets(cases)}
+    assert by_key["serve_trn2_wall"]["status"] == "met"
+    assert by_key["serve_ultraserver_wall"]["status"] == "missed"

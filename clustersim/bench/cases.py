@@ -27,11 +27,13 @@ __all__ = [
     "CASES",
     "FOLD_CHIPS",
     "MOE_CHIPS",
+    "SERVE_CASES",
     "Case",
     "Phase",
     "fold_scenario",
     "run_simpy",
     "scenario_path",
+    "serve_scenario",
     "ultraserver_scenario",
 ]
 
@@ -279,6 +281,68 @@ def _collective(phase: Phase) -> dict[str, Any]:
     return _run_collective(phase, "collective", 64, "all_reduce", 2.0**30, algorithm="ring")
 
 
+SERVE_TEMPLATE = """\
+name: bench-{name}
+description: {description}
+seed: 0
+cluster: {{instance: {instance}, count: {count}}}
+model: llama3-8b
+parallelism: {{tp: 8}}
+serving:
+  engine: neuron
+  max_num_seqs: 16
+  max_num_batched_tokens: 512
+  arrival: {{kind: poisson, rate_per_s: {rate}}}
+  requests: {requests}
+  input_tokens: 512
+  output_tokens: 256
+"""
+SERVE_CASES: dict[str, dict[str, Any]] = {
+    "serve-trn2": {
+        "instance": "trn2.48xlarge", "count": 1, "rate": 10, "requests": 10_000,
+        "description": "10,000 Poisson requests at 10/s, Llama-3-8B 512 in / 256 out, "
+        "8 TP8 replicas on one trn2.48xlarge",
+    },
+    "serve-ultraserver": {
+        "instance": "trn2u.48xlarge", "count": 4, "rate": 50, "requests": 180_000,
+        "description": "one simulated hour at 50 requests/s (180,000), Llama-3-8B 512 in / "
+        "256 out, 32 TP8 replicas on a Trn2 UltraServer",
+    },
+}  # fmt: skip
+"""The serving issue's two performance cases (Neuron's rules, Llama-3-8B, 512 / 256)."""
+
+
+def serve_scenario(name: str) -> str:
+    """The YAML of serving bench case ``name``."""
+    return SERVE_TEMPLATE.format(name=name, **SERVE_CASES[name])
+
+
+def _serve(name: str) -> Callable[[Phase], dict[str, Any]]:
+    def run(phase: Phase) -> dict[str, Any]:
+        from clustersim.scenario import load_scenario
+        from clustersim.serve.run import serve
+
+        phase("loading the scenario")
+        res = load_scenario(serve_scenario(name))
+        phase("simulating the requests")
+        start = time.perf_counter()
+        s = serve(res).summary
+        return {
+            "scenario": s["scenario"],
+            "requests": s["requests_finished"],
+            "replicas": s["replicas"],
+            "instances": s["instances"],
+            "instance": s["instance"],
+            "simulated_s": s["makespan_s"],
+            "iterations": s["iterations"],
+            "ttft_p50_s": s["ttft_s"]["p50"],
+            "tpot_p50_s": s["tpot_s"]["p50"],
+            "sim_wall_s": time.perf_counter() - start,
+        }
+
+    return run
+
+
 def _chips_label(chips: int) -> str:
     return f"{chips:,} Trn2 chips ({chips // CHIPS_PER_INSTANCE:,} x trn2.48xlarge)"
 
@@ -321,6 +385,10 @@ CASES: dict[str, Case] = {
             _moe(chips),
         )
         for name, chips in MOE_CHIPS.items()
+    },
+    **{
+        name: Case(name, str(spec["description"]), _serve(name))
+        for name, spec in SERVE_CASES.items()
     },
 }
 """Every case, in the order a full bench runs them (quick ones first)."""

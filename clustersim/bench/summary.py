@@ -6,7 +6,9 @@ million chips in a minute and 4 GiB, a 1,024-rank all-reduce in a second, and
 folded wall time growing well below linearly with the cluster; and those of the
 mixture-of-experts issue: a 64 MiB all-to-all over 256 ranks in a second and over
 4,096 in 10 s, a folded DeepSeek-V3 step on 16,384 chips in 30 s and on 131,072 in
-120 s.
+120 s; and those of the serving issue: 10,000 Poisson requests on 8 TP8 replicas of
+one trn2.48xlarge in 10 s, and one simulated hour at 50 requests/s on a Trn2
+UltraServer in 60 s.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from clustersim.bench.cases import (
     FAT_TREE_CHIPS,
     FOLD_CHIPS,
     MOE_CHIPS,
+    SERVE_CASES,
 )
 from clustersim.errors import ScenarioError
 
@@ -53,6 +56,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "fat-tree": SECTIONS["g"],
     "moe": tuple(MOE_CHIPS),
     "all-to-all": tuple(ALL_TO_ALL_INSTANCES),
+    "serving": tuple(SERVE_CASES),
     "all": tuple(CASES),
 }
 """Names ``--only`` accepts besides the case names."""
@@ -224,6 +228,18 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
     out.append(_wall_target(cases, "moe_16k_wall", "moe-16k", "16,384-chip DeepSeek-V3 step", 30))
     out.append(
         _wall_target(cases, "moe_128k_wall", "moe-128k", "131,072-chip DeepSeek-V3 step", 120)
+    )
+    out.append(
+        _wall_target(cases, "serve_trn2_wall", "serve-trn2", "10,000 requests, 8 TP8 replicas", 10)
+    )
+    out.append(
+        _wall_target(
+            cases,
+            "serve_ultraserver_wall",
+            "serve-ultraserver",
+            "1 simulated hour at 50 requests/s, UltraServer",
+            60,
+        )
     )
     out.append(_sublinear(cases))
     return out

@@ -153,6 +153,23 @@ def _collective_table(case: Mapping[str, Any]) -> Table:
     return t
 
 
+def _serve_table(title: str, case: Mapping[str, Any]) -> Table:
+    t = _pairs(title)
+    _case_rows(t, case)
+    f = case["figures"]
+    if f:
+        t.add_row("scenario", f"{f['scenario']}: {f['replicas']} replicas on "
+                  f"{f['instances']} x {f['instance']}")  # fmt: skip
+        t.add_row("requests", f"{f['requests']:,} over {_secs(f['simulated_s'])} simulated")
+        t.add_row("iterations", _count(f["iterations"]))
+        t.add_row(
+            "latency p50",
+            f"TTFT {f['ttft_p50_s'] * 1e3:,.1f} ms, TPOT {f['tpot_p50_s'] * 1e3:,.2f} ms",
+        )
+        t.add_row("sim wall", f"{_secs(f['sim_wall_s'])}  (serve(): iteration model, requests)")
+    return t
+
+
 def _scaling_table(cases: Mapping[str, Mapping[str, Any]], rows: list[dict[str, Any]]) -> Table:
     t = Table(title="f. folded wall time against chips (x4 per row)", title_justify="left")
     for header in ("chips", "status", "wall", "x prev", "peak RSS", "step time"):
@@ -203,5 +220,13 @@ def bench_tables(result: Mapping[str, Any]) -> list[Table]:
         out.append(_collective_table(cases["collective"]))
     if result["scaling"]:
         out.append(_scaling_table(cases, result["scaling"]))
+    serving = {
+        "serve-trn2": "h. serving: 10,000 Poisson requests on one trn2.48xlarge (8 TP8 replicas)",
+        "serve-ultraserver": "h. serving: one simulated hour at 50 requests/s on a Trn2 "
+        "UltraServer (32 TP8 replicas)",
+    }
+    for name, title in serving.items():
+        if name in cases:
+            out.append(_serve_table(title, cases[name]))
     out.append(targets_table(result["targets"]))
     return out

@@ -7,8 +7,9 @@ the last one finished; each asks for ``input_tokens`` of prompt and ``output_tok
 of generation (fixed, or lognormal per request). ``engine`` picks the scheduling
 rules (:mod:`clustersim.serve.sched`):
 ``vllm`` (continuous batching with chunked prefill, paged KV, preemption by
-recompute), ``trtllm`` (vLLM's rules for now: TensorRT-LLM's in-flight batching is
-not modelled on its own) or ``neuron`` (prefill and decode never share a batch).
+recompute), ``trtllm`` (in-flight batching of the same shape, a prompt scheduled
+whole: TensorRT-LLM's chunked context is off by default) or ``neuron`` (prefill and
+decode never share a batch; shapes padded to compiled buckets).
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from pydantic import Field, model_validator
 from clustersim.catalog import register_model
 from clustersim.catalog.schema import Strict
 
-__all__ = ["ArrivalCfg", "LognormalCfg", "ServingCfg", "SloCfg", "longest", "serving_scenario"]
+__all__ = [
+    "ArrivalCfg",
+    "DisaggregationCfg",
+    "LognormalCfg",
+    "ServingCfg",
+    "SloCfg",
+    "SpeculativeCfg",
+    "longest",
+    "serving_scenario",
+]
 
 Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
@@ -83,6 +93,28 @@ class SloCfg(Strict):
 
 
 @register_model
+class DisaggregationCfg(Strict):
+    """Prefill and decode on separate replicas: ``prefill_replicas`` only prefill,
+    ``decode_replicas`` only decode, and each request's KV moves between them over the
+    cluster's fabric (its time counts in TTFT)."""
+
+    prefill_replicas: int = Field(ge=1, le=10_000_000)
+    decode_replicas: int = Field(ge=1, le=10_000_000)
+
+
+@register_model
+class SpeculativeCfg(Strict):
+    """Speculative decoding: a ``draft_model`` (a catalog model, on the same ranks)
+    proposes ``tokens`` tokens a step, each accepted with probability ``acceptance``
+    independently; the target verifies them in one pass and keeps the accepted prefix
+    plus one token of its own."""
+
+    draft_model: str = Field(min_length=1, max_length=200)
+    tokens: int = Field(ge=1, le=64)
+    acceptance: float = Field(ge=0, le=1, allow_inf_nan=False)
+
+
+@register_model
 class ServingCfg(Strict):
     """An inference-serving workload (``clustersim serve``).
 
@@ -97,6 +129,7 @@ class ServingCfg(Strict):
     """
 
     engine: Literal["vllm", "trtllm", "neuron"] = "vllm"
+    batching: Literal["continuous", "static"] = "continuous"
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
     weight_dtype: Literal["bf16", "fp8", "int8"] = "bf16"
     kv_dtype: Dtype = "bf16"
@@ -111,6 +144,16 @@ class ServingCfg(Strict):
     slo: SloCfg = Field(default_factory=SloCfg)
     replicas: int | None = Field(default=None, ge=1, le=10_000_000)
     dispatch: Literal["least_loaded", "round_robin"] = "least_loaded"
+    disaggregation: DisaggregationCfg | None = None
+    speculative: SpeculativeCfg | None = None
+
+    @model_validator(mode="after")
+    def _replicas_or_split(self) -> ServingCfg:
+        if self.replicas is not None and self.disaggregation is not None:
+            raise ValueError(
+                "give replicas or disaggregation, not both: disaggregation counts its own"
+            )
+        return self
 
 
 def serving_scenario(data: Any) -> Any:

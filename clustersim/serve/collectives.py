@@ -7,20 +7,65 @@ with the chip's communication runtime (its fixed costs: at TP 32-64 the small
 messages of decode are latency-bound, and those costs are most of their time), and
 the time is cached: every replica is placed alike, and their collectives do not
 share links (each replica spans its own chips).
+
+On the Neuron runtime a serving iteration is one execution of a compiled program (a
+NEFF holding every layer, as NxD Inference and Transformers-NeuronX compile the
+context-encoding and token-generation models), whose collectives the compute engines
+trigger from inside it over DMA rings the runtime built at load
+(``aws-neuron-sdk:neuron-runtime/explore/compute-comm-overlap.rst``). So
+:func:`in_program_protocol`:
+
+- the runtime's ``launch_s``, which nccom-test pays once per collective because it
+  executes each collective as a program of its own, is paid once per iteration
+  (:attr:`TpAllReduce.launch_s`, added by the iteration model), not per collective;
+- the messages of a round are posted on the rank's DMA engines together: the
+  rank has ``dma_queues x lnc`` engines, each message occupies the
+  ``collectives.message_engines`` the fit found one message to use, so
+  ``floor(dma_queues x lnc / message_engines)`` messages go at once (16 engines per
+  NeuronCore: ``nki/deep-dives/nki-dma-bandwidth-guide.rst``; each engine serves up
+  to 16 rings: ``compute-comm-overlap.rst``). The training fit's serial posting
+  (``message_lanes`` 1) is what its host-launched microbenchmark rounds show; a
+  mesh round over 63 peers, posted serially, would alone cost more than a published
+  TP64 decode step leaves for both of a layer's all-reduces
+  (``aws-neuron-sdk:libraries/nxd-inference/tutorials/llama70b_perf_comparison.csv``).
+
+The handshake per round, the posting cost per message and the wire are the
+runtime's fitted costs unchanged. NCCL (GPUs) keeps its own model: its kernels are
+launched per collective (CUDA graphs replay them, each kernel still running its
+protocol's latencies).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import simpy
 
+from clustersim.catalog.schema import ChipSpec
 from clustersim.network import Network
 from clustersim.network.fabric import build_topology
-from clustersim.network.runtimes import NO_COSTS, runtime_of
+from clustersim.network.runtimes import (
+    NO_COSTS,
+    NeuronRuntime,
+    Protocol,
+    neuron_protocol,
+    runtime_of,
+)
 from clustersim.scenario import Resolved
 
-__all__ = ["TpAllReduce"]
+__all__ = ["TpAllReduce", "in_program_protocol"]
+
+
+def in_program_protocol(chip: ChipSpec, lnc: int) -> Protocol:
+    """The Neuron runtime's costs for a collective inside a compiled program: no launch
+    of its own, and a round's messages posted on the rank's DMA engines together
+    (module doc)."""
+    base = neuron_protocol(chip)
+    queues = chip.engines.dma_queues * lnc if chip.engines is not None else 1
+    per_message = chip.collectives.message_engines
+    lanes = max(1, int(queues // per_message)) if per_message > 0 else queues
+    return replace(base, launch_s=0.0, message_lanes=lanes)
 
 
 class TpAllReduce:
@@ -32,8 +77,16 @@ class TpAllReduce:
     def __init__(self, res: Resolved, tp: int, *, overheads: bool = True) -> None:
         per_node = res.ranks_per_node
         instances = max(1, math.ceil(tp / per_node))
+        us = res.instance.ultraserver
+        if us is not None:  # the fabric is built in whole UltraServers
+            instances = math.ceil(instances / us.instances) * us.instances
         self.topology = build_topology(res.instance, res.chip, instances)
         self.runtime = runtime_of(res.chip, res.instance) if overheads else NO_COSTS
+        self.launch_s = 0.0
+        """What one iteration (one program execution) pays to launch, on Neuron."""
+        if overheads and res.chip.runtime == "neuron":
+            self.runtime = NeuronRuntime(in_program_protocol(res.chip, res.lnc))
+            self.launch_s = res.chip.collectives.launch_s if tp > 1 else 0.0
         self.rank_chip = [r // res.ranks_per_chip for r in range(tp)]
         self.group = list(range(tp))
         self.algorithms = dict(res.scenario.cluster.collectives)

@@ -82,6 +82,20 @@ def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
         f"{s['kv_cache_tokens_per_replica']:,} tokens per replica; "
         f"{s['preemptions']:,} preemptions; weights {s['weights_gib_per_rank']:.2f} GiB per rank",
     )
+    if dis := s.get("disaggregation"):
+        t.add_row(
+            "KV transfer p50",
+            _ms(dis["kv_transfer_s"]),
+            f"{dis['prefill_replicas']} prefill -> {dis['decode_replicas']} decode replicas; "
+            f"{dis['kv_bytes_moved'] / 2**30:,.1f} GiB moved; in TTFT",
+        )
+    if spec := s.get("speculative"):
+        t.add_row(
+            "speculative",
+            f"{spec['tokens_per_step'] or 0:.2f} tok/step",
+            f"draft {spec['draft_model']}, {spec['tokens']} tokens at acceptance "
+            f"{spec['acceptance']:g} (expected {spec['expected_tokens_per_step']:.2f})",
+        )
     if out is not None:
         t.add_row("wall time", f"{s['wall_s']:.2f} s", f"results in {out}")
     return t

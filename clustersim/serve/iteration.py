@@ -35,6 +35,7 @@ from functools import lru_cache
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import HBM, ChipModel
+from clustersim.hardware.kernels import AttentionTable, GemmTable, attention_table, gemm_table
 from clustersim.hardware.work import Work
 
 __all__ = ["DTYPE_BYTES", "OPS_PER_LAYER", "IterationModel", "kv_bytes_per_token"]
@@ -42,6 +43,11 @@ __all__ = ["DTYPE_BYTES", "OPS_PER_LAYER", "IterationModel", "kv_bytes_per_token
 DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 OPS_PER_LAYER = 5
 """QKV, attention, output projection, gate-up, down: each pays the chip's op overhead."""
+GPU_SMALL_KERNELS = 6
+"""The kernels of a Llama layer beside its four GEMMs in vLLM and TensorRT-LLM: two
+fused residual-add RMSNorms, the rotary embedding, the KV-cache write, attention and
+SiLU-and-multiply (vLLM ``model_executor/models/llama.py``, ``LlamaDecoderLayer``);
+each pays the chip's op overhead (a kernel's launch and tail)."""
 ACT_BYTES = 2
 """Activations (and so the TP all-reduces) are 16-bit at every compute precision."""
 
@@ -72,6 +78,7 @@ class _Shapes:
     gemms: tuple[tuple[int, int], ...]
     weight_bytes: float
     heads: int
+    kv_heads: int
     head_dim: int
     kv_token_bytes: float  # one token's K and V of one layer on this rank
     lm_head: tuple[int, int]
@@ -100,11 +107,17 @@ def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Sha
         gemms=gemms,
         weight_bytes=params * wbytes,
         heads=heads,
+        kv_heads=max(model.kv_heads // tp, 1),
         head_dim=hd,
         kv_token_bytes=kv_bytes_per_token(model, kv_dtype, tp) / model.layers,
         lm_head=(h, vocab),
         lm_head_bytes=h * vocab * wbytes,
     )
+
+
+def _attention_key(kv_dtype: str) -> str:
+    """The measured attention table's precision for a KV cache dtype."""
+    return "fp8" if DTYPE_BYTES[kv_dtype] == 1 else "bf16"
 
 
 class IterationModel:
@@ -125,6 +138,7 @@ class IterationModel:
         kv_dtype: str = "bf16",
         allreduce_s: Callable[[float], float] = lambda _n: 0.0,
         fixed_per_layer_s: float = 0.0,
+        launch_s: float = 0.0,
     ) -> None:
         self.model = model
         self.chip = chip
@@ -134,7 +148,24 @@ class IterationModel:
         self.allreduce_s = allreduce_s
         self.fixed_per_layer_s = fixed_per_layer_s
         self.op_overhead_s = chip.spec.calibration.op_overhead_s
+        self.launch_s = launch_s
+        self.kv_dtype = kv_dtype
+        # GPUs run a layer as a sequence of kernels, each timed by its measurement where
+        # the chip has one (module doc); Trainium runs it as one pipelined program.
+        self.gemm_table: GemmTable | None = None
+        self.attention_table: AttentionTable | None = None
+        if chip.spec.family == "gpu":
+            table = gemm_table(chip.spec.name)
+            if table is not None and table.measures(precision):
+                self.gemm_table = table
+            attn = attention_table(chip.spec.name)
+            if attn is not None and _attention_key(kv_dtype) in attn.precisions:
+                self.attention_table = attn
+        # the chip's HBM time is linear in the bytes: one division per lookup
+        self._hbm_s_per_byte = chip.op_time(Work(hbm_bytes=1.0)).engine_s[HBM]
         self._gemm_s = lru_cache(maxsize=65536)(self._gemms)
+        self._lm_head_s = lru_cache(maxsize=65536)(self._lm_head)
+        self._fixed_s = lru_cache(maxsize=65536)(self._fixed)
         self._attn_s = lru_cache(maxsize=262144)(self._attention)
         self._ar_s = lru_cache(maxsize=65536)(self._allreduce)
 
@@ -149,11 +180,16 @@ class IterationModel:
         return self.shapes.kv_token_bytes * self.model.layers
 
     def _hbm_s(self, nbytes: float) -> float:
-        return self.chip.op_time(Work(hbm_bytes=nbytes)).engine_s[HBM]
+        return nbytes * self._hbm_s_per_byte
 
     def _gemms(self, rows: int) -> float:
-        """The layer's four GEMMs on ``rows`` tokens: tensor time, no overhead."""
+        """The layer's four GEMMs on ``rows`` tokens: tensor time, no overhead (a
+        measured GEMM's time, its weight reads and launch floor included, on GPUs)."""
         total = 0.0
+        if self.gemm_table is not None:
+            for k, n in self.shapes.gemms:
+                total += self.gemm_table.time_s(rows, k, n, self.precision)
+            return total
         for k, n in self.shapes.gemms:
             work = Work(matmul=(rows, k, n), precision=self.precision)
             total += self.chip.op_time(work).engine_s[0]
@@ -165,6 +201,18 @@ class IterationModel:
         heads are one fused kernel's problems, so they stack as rows of one matmul each
         (one latency floor for QK^T and one for PV, not one per head)."""
         s = self.shapes
+        if self.attention_table is not None:
+            # The measured causal forward over the whole span, less what the context
+            # before the chunk would cost alone: the chunk's rows of the causal square.
+            def causal(seq: int) -> float:
+                if seq == 0 or self.attention_table is None:
+                    return 0.0
+                return self.attention_table.forward_s(
+                    1, seq, s.heads, s.kv_heads, s.head_dim,
+                    precision=_attention_key(self.kv_dtype),
+                )  # fmt: skip
+
+            return max(causal(context + chunk) - causal(context), 0.0)
         span = context + (chunk + 1) // 2
         rows = chunk * s.heads
         return self.chip.matmul_s(rows, s.head_dim, span, "bf16", count=2, kernel="attention")
@@ -174,22 +222,39 @@ class IterationModel:
             0.0 if self.tp == 1 else self.allreduce_s(float(rows * self.model.hidden * ACT_BYTES))
         )
 
+    def _fixed(self, rows: int) -> float:
+        """A layer's fixed costs on ``rows`` rows: op overheads and two all-reduces."""
+        ops = GPU_SMALL_KERNELS if self.gemm_table is not None else OPS_PER_LAYER
+        return ops * self.op_overhead_s + self.fixed_per_layer_s + 2 * self._ar_s(rows)
+
     def layer_s(
         self, chunks: Sequence[tuple[int, int]], decodes: int, decode_context: int, rows: int
     ) -> float:
         """One layer: ``chunks`` (tokens, earlier context) of prefill, ``decodes``
         sequences reading ``decode_context`` cached tokens in all, ``rows`` GEMM rows."""
         s = self.shapes
-        compute = self._gemm_s(rows) + sum(self._attn_s(c, ctx) for c, ctx in chunks)
-        read_kv = decode_context + sum(ctx for _c, ctx in chunks)
-        new_tokens = decodes + sum(c for c, _ctx in chunks)
-        hbm = s.weight_bytes + (read_kv + new_tokens) * s.kv_token_bytes
-        fixed = OPS_PER_LAYER * self.op_overhead_s + self.fixed_per_layer_s
-        return max(compute, self._hbm_s(hbm)) + fixed + 2 * self._ar_s(rows)
+        compute = self._gemm_s(rows)
+        kv_tokens = decode_context + decodes
+        for c, ctx in chunks:
+            compute += self._attn_s(c, ctx)
+            kv_tokens += c + ctx
+        kv = kv_tokens * s.kv_token_bytes
+        if self.gemm_table is not None:
+            # kernels one after another: measured GEMMs (weights read inside them),
+            # attention reading the KV cache, the small kernels' launches
+            return compute + kv * self._hbm_s_per_byte + self._fixed_s(rows)
+        hbm = (s.weight_bytes + kv) * self._hbm_s_per_byte
+        return (compute if compute > hbm else hbm) + self._fixed_s(rows)
 
     def lm_head_s(self, rows: int) -> float:
+        """The LM head on ``rows`` sequences (cached per row count)."""
+        return self._lm_head_s(rows)
+
+    def _lm_head(self, rows: int) -> float:
         s = self.shapes
         k, n = s.lm_head
+        if self.gemm_table is not None:
+            return self.gemm_table.time_s(rows, k, n, self.precision) + self.op_overhead_s
         tensor = self.chip.op_time(Work(matmul=(rows, k, n), precision=self.precision)).engine_s[0]
         return max(tensor, self._hbm_s(s.lm_head_bytes)) + self.op_overhead_s
 
@@ -205,8 +270,10 @@ class IterationModel:
         token. ``padded_decodes`` (Neuron's fixed batch) sets the decode rows the
         GEMMs compute, whatever the number of live sequences."""
         rows_decode = decodes if padded_decodes is None else padded_decodes
-        rows = rows_decode + sum(c for c, _ctx in chunks)
+        rows = rows_decode
+        for c, _ctx in chunks:
+            rows += c
         if rows == 0:
             return 0.0
         layer = self.layer_s(chunks, decodes, decode_context, rows)
-        return self.model.layers * layer + self.lm_head_s(rows_decode + len(chunks))
+        return self.model.layers * layer + self.lm_head_s(rows_decode + len(chunks)) + self.launch_s

@@ -2,12 +2,13 @@
 
     python -m clustersim.serve.references [--wire]
 
-Rows S3, S5 and S7 (Neuron, batch or concurrency 1) and S11 and S12 (H100) of the
-project's inference references: the instance, TP, prompt and output lengths, batch
-or concurrency (a closed loop of that many clients, one replica), weight dtype and
-engine rules. Nothing here is tuned to them. ``--wire`` times the tensor-parallel
-all-reduces without the communication runtime's fixed costs (their wire time
-alone): a diagnostic of where the error lies, not a setting.
+Rows S1-S7 (Neuron: Transformers-NeuronX's static batches on inf2 and trn1, NxD
+Inference with vLLM on Trn2) and S11 and S12 (H100) of the project's inference
+references: the instance, TP, prompt and output lengths, batch or concurrency (a
+closed loop of that many clients, one replica), weight dtype and engine rules.
+Nothing here is tuned to them. ``--wire`` times the tensor-parallel all-reduces
+without the communication runtime's fixed costs (their wire time alone): a
+diagnostic of where the error lies, not a setting.
 """
 
 from __future__ import annotations
@@ -36,11 +37,28 @@ class Row:
 
 
 NEURON_BATCH_1 = "engine: neuron, max_num_seqs: 1"
+TNX = "batching: static"
+"""Transformers-NeuronX as the Neuron SDK's tables ran it: continuous batching off."""
+INT8 = "weight_dtype: int8, precision: fp16"
 ROWS: tuple[Row, ...] = (
-    Row("S3", "inf2.48xlarge", "llama3-70b", 24, f"{NEURON_BATCH_1}, max_num_batched_tokens: 128",
+    Row("S1", "inf2.48xlarge", "llama3-8b", 24,
+        f"{NEURON_BATCH_1}, {TNX}, {INT8}, max_num_batched_tokens: 128",
+        1, 128, 3968, 25.0, 6.42),
+    Row("S2", "inf2.48xlarge", "llama3-8b", 24,
+        f"engine: neuron, max_num_seqs: 8, {TNX}, {INT8}, max_num_batched_tokens: 128",
+        8, 128, 3968, 66.0, 10.45),
+    Row("S3", "inf2.48xlarge", "llama3-70b", 24,
+        f"{NEURON_BATCH_1}, {TNX}, max_num_batched_tokens: 128",
         1, 128, 1024, 80.0, 32.47),
-    Row("S5", "trn1.32xlarge", "llama3-70b", 32, f"{NEURON_BATCH_1}, max_num_batched_tokens: 128",
+    Row("S4", "trn1.32xlarge", "llama3-8b", 32,
+        f"{NEURON_BATCH_1}, {TNX}, {INT8}, max_num_batched_tokens: 128",
+        1, 128, 3968, 14.75, 5.86),
+    Row("S5", "trn1.32xlarge", "llama3-70b", 32,
+        f"{NEURON_BATCH_1}, {TNX}, max_num_batched_tokens: 128",
         1, 128, 1024, 53.2, 24.48),
+    Row("S6", "trn1.32xlarge", "llama3-70b", 32,
+        f"engine: neuron, max_num_seqs: 4, {TNX}, max_num_batched_tokens: 128",
+        4, 128, 1024, 129.9, 28.38),
     Row("S7", "trn2.48xlarge", "llama3-70b", 64,
         f"{NEURON_BATCH_1}, max_num_batched_tokens: 10000", 1, 10000, 1500, 814.2, 19.6),
     Row("S11", "p5.48xlarge", "llama3-70b", 4,

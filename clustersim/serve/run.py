@@ -17,15 +17,19 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import simpy
 
-from clustersim import cost
+from clustersim import catalog, cost
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved
 from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typical
 from clustersim.serve.collectives import TpAllReduce
+from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.iteration import IterationModel
-from clustersim.serve.sched import BLOCK_TOKENS, Request, ServeSim
+from clustersim.serve.sched import BLOCK_TOKENS, IterationCost, Request
+from clustersim.serve.sim import ServeSim
+from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 from clustersim.units import format_bytes
 
 __all__ = ["ServeResult", "check_serving", "kv_capacity", "serve", "serving_of"]
@@ -47,17 +51,23 @@ def serving_of(res: Resolved) -> ServingCfg:
     return cfg
 
 
-def kv_capacity(res: Resolved, model: IterationModel, cfg: ServingCfg) -> int:
+def kv_capacity(
+    res: Resolved, model: IterationModel, cfg: ServingCfg, draft: IterationModel | None = None
+) -> int:
     """KV blocks of ``BLOCK_TOKENS`` one replica's cache holds, checked against HBM.
 
     vLLM: what ``hbm_utilization`` of a rank's HBM leaves beside its weights. Neuron:
     the compiled ``max_num_seqs`` slots of the longest ``input_tokens + output_tokens`` each,
     which must fit the same room. Either way one whole request must fit, or exit 2
-    naming the sizes.
+    naming the sizes. A speculative ``draft`` shares the ranks: its weights sit beside
+    the target's, and each cached token holds both models' KV.
     """
     hbm = res.chip.hbm_bytes / res.ranks_per_chip * cfg.hbm_utilization
     weights = model.weight_bytes_per_rank
     per_token = model.kv_bytes_per_token_per_rank
+    if draft is not None:
+        weights += draft.weight_bytes_per_rank
+        per_token += draft.kv_bytes_per_token_per_rank
     seq = longest(cfg.input_tokens) + longest(cfg.output_tokens)
     seq_blocks = math.ceil(seq / BLOCK_TOKENS)
     need = seq_blocks * BLOCK_TOKENS * per_token
@@ -89,6 +99,8 @@ def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
     fit = res.ranks // tp
     if fit < 1:
         raise ScenarioError("parallelism.tp", tp, f"more than the cluster's {res.ranks} ranks")
+    if cfg.disaggregation is not None:
+        return check_disaggregation(cfg.disaggregation, fit, tp)
     if cfg.replicas is None:
         return fit
     if cfg.replicas > fit:
@@ -109,10 +121,35 @@ def iteration_model(res: Resolved, cfg: ServingCfg, *, overheads: bool = True) -
             raise ScenarioError(f"parallelism.{key}", 0, "serving models tensor parallelism only")
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
+    allreduce = TpAllReduce(res, tp, overheads=overheads)
     return IterationModel(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
-        allreduce_s=TpAllReduce(res, tp, overheads=overheads),
+        allreduce_s=allreduce, launch_s=allreduce.launch_s,
+    )  # fmt: skip
+
+
+def draft_model(res: Resolved, cfg: ServingCfg, target: IterationModel) -> IterationModel | None:
+    """The speculative draft's iteration model on the target's ranks (None without
+    ``serving.speculative``): its all-reduces the target's collective model, no launch
+    of its own (the draft runs inside the target's program, as fused speculation does)."""
+    spec = cfg.speculative
+    if spec is None:
+        return None
+    model = catalog.model(spec.draft_model, path="serving.speculative.draft_model")
+    if model.moe is not None or model.mla is not None:
+        raise ScenarioError(
+            "serving.speculative.draft_model", spec.draft_model, "a draft must be a dense model"
+        )
+    if model.kv_heads % target.tp and target.tp % model.kv_heads:
+        raise ScenarioError(
+            "serving.speculative.draft_model",
+            spec.draft_model,
+            f"its {model.kv_heads} KV heads do not divide into tp {target.tp} nor it into them",
+        )
+    return IterationModel(
+        model, target.chip, target.tp, precision=cfg.precision,
+        weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype, allreduce_s=target.allreduce_s,
     )  # fmt: skip
 
 
@@ -121,7 +158,7 @@ def check_serving(res: Resolved) -> str:
     saying what would run (``clustersim check`` of a serving scenario)."""
     cfg = serving_of(res)
     model = iteration_model(res, cfg)
-    blocks = kv_capacity(res, model, cfg)
+    blocks = kv_capacity(res, model, cfg, draft_model(res, cfg, model))
     n_rep = replicas_of(res, cfg)
     return (
         f"{res.scenario.name}: {n_rep} replicas of tp {model.tp} x {res.chip.name} "
@@ -162,6 +199,8 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
             "input_tokens": [r.input_tokens for r in requests],
             "output_tokens": [r.generated for r in requests],
             "preemptions": [r.preemptions for r in requests],
+            "prefill_replica": [r.prefill_replica for r in requests],
+            "kv_transfer_s": [r.kv_transfer_s for r in requests],
         }
     )
     frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
@@ -178,8 +217,13 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
     t_wall = time.perf_counter()
     cfg = serving_of(res)
     model = iteration_model(res, cfg, overheads=collective_overheads)
-    blocks = kv_capacity(res, model, cfg)
+    draft = draft_model(res, cfg, model)
+    blocks = kv_capacity(res, model, cfg, draft)
     n_rep = replicas_of(res, cfg)
+    spec = cfg.speculative
+    iteration: IterationCost = model
+    if draft is not None and spec is not None:
+        iteration = SpeculativeCost(model, draft, spec.tokens)
     arrival = cfg.arrival
     seed = res.scenario.seed
     rule: tuple[str, float] = (
@@ -187,16 +231,45 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
         if arrival.kind == "poisson"
         else ("closed", float(arrival.concurrency or 1))
     )
+    split = cfg.disaggregation
+    transfers: list[FabricKvTransfer] = []
+
+    def transfer(env: simpy.Environment) -> FabricKvTransfer:
+        transfers.append(FabricKvTransfer(env, res, model.tp, model.kv_bytes_per_token_per_rank))
+        return transfers[-1]
+
     sim = ServeSim(
-        [model] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
+        [iteration] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
         requests=cfg.requests, arrival=rule, dispatch=cfg.dispatch, seed=seed,
         input_tokens=lengths(cfg.input_tokens, cfg.requests, seed, 1),
         output_tokens=lengths(cfg.output_tokens, cfg.requests, seed, 2),
         slot_tokens=longest(cfg.input_tokens) + longest(cfg.output_tokens),
+        prefill_replicas=split.prefill_replicas if split is not None else 0,
+        kv_transfer=transfer if split is not None else None,
+        speculative=(spec.tokens, spec.acceptance) if spec is not None else None,
+        static=cfg.batching == "static",
     )  # fmt: skip
     frame = request_frame(sim.run())
     summary = _summary(res, model, sim, frame, blocks)
+    if spec is not None:
+        steps = sum(r.decode_steps for r in sim.replicas)
+        summary["speculative"] = {
+            "draft_model": spec.draft_model,
+            "tokens": spec.tokens,
+            "acceptance": spec.acceptance,
+            "expected_tokens_per_step": expected_tokens_per_step(spec.tokens, spec.acceptance),
+            "tokens_per_step": sum(r.decode_emitted for r in sim.replicas) / steps
+            if steps
+            else None,
+        }
+    if split is not None:
+        summary["disaggregation"] = {
+            "prefill_replicas": split.prefill_replicas,
+            "decode_replicas": split.decode_replicas,
+            "kv_transfer_s": _stats(frame["kv_transfer_s"].to_numpy(float)),
+            "kv_bytes_moved": transfers[0].bytes_moved if transfers else 0.0,
+        }
     summary["wall_s"] = time.perf_counter() - t_wall
     return ServeResult(summary, frame)
 
@@ -224,7 +297,8 @@ def _summary(
         "instance": res.instance.name,
         "instances": sc.cluster.count,
         "engine": cfg.engine,
-        "engine_rules": "vllm" if cfg.engine == "trtllm" else cfg.engine,
+        "engine_rules": cfg.engine,
+        "batching": cfg.batching,
         "tp": model.tp,
         "replicas": len(sim.replicas),
         "requests": len(frame),

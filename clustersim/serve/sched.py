@@ -1,12 +1,13 @@
-"""Request-level serving simulation: arrivals, dispatch, and each replica's scheduler.
+"""Each replica's scheduler: its queue, running batch and KV blocks, iteration by iteration.
 
-Every replica is one SimPy process that runs engine iterations back to back while
+(The arrivals and dispatch are :mod:`clustersim.serve.sim`'s.) Every replica is one
+SimPy process that runs engine iterations back to back while
 it has work; an iteration's duration comes from an :class:`IterationCost` (the
 chip and network model, :class:`~clustersim.serve.iteration.IterationModel`, or a
 fixed time in tests). Two schedulers, as the engines document them:
 
-- ``vllm`` (vLLM V1's scheduler; ``trtllm`` uses it too for now): continuous
-  batching with chunked prefill. Each iteration spends at most
+- ``vllm`` (vLLM V1's scheduler) and ``trtllm`` (TensorRT-LLM's in-flight
+  batching): continuous batching with chunked prefill. Each iteration spends at most
   ``max_num_batched_tokens``: first on the running sequences (one token per decode,
   the next chunk of an unfinished prompt), then on admitting waiting requests, at
   most ``max_num_seqs`` running. The KV cache is paged in blocks of
@@ -14,19 +15,31 @@ fixed time in tests). Two schedulers, as the engines document them:
   and when a running sequence needs a block that is not free the most recently
   admitted sequence is preempted: its blocks are freed and it goes back to the
   front of the queue, to recompute its prompt and the tokens it had generated.
+  ``trtllm`` differs in two rules, TensorRT-LLM's defaults: chunked context is off
+  (``enable_chunked_prefill``, LLM API), so a waiting prompt joins an iteration only
+  whole, within ``max_num_batched_tokens`` (its ``max_num_tokens``; a prompt longer
+  than the whole budget is still split when it runs alone); and the capacity
+  scheduler's ``GUARANTEED_NO_EVICT`` policy admits a request only when the KV of its
+  prompt and all its output tokens can be reserved, so it is never preempted.
 - ``neuron`` (vllm-neuron and NxD Inference): prefill and decode never share an
   iteration. A waiting request, when a batch slot is free, is prefilled alone in
   segments of ``max_num_batched_tokens`` while every decode stalls; a decode
   iteration computes the compiled batch of ``max_num_seqs`` rows however many
-  slots are live. The KV cache is reserved per slot at compile time, so there is
-  no preemption.
+  slots are live, each attending over the compiled KV bucket of the longest live
+  sequence, and a prompt segment computes its padded bucket (:func:`bucket`).
+  The KV cache is reserved per slot at compile time, so there is no preemption.
+
+``static`` batching (any engine) forms a batch of waiting requests, prefills it
+together and decodes it until all are done. Decode iterations where nothing can
+change run as one timeout (:meth:`Replica._run_length`).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,10 +48,24 @@ import simpy
 
 from clustersim.errors import SimulationError
 
-__all__ = ["BLOCK_TOKENS", "IterationCost", "Request", "ServeSim"]
+__all__ = ["BLOCK_TOKENS", "MIN_BUCKET", "IterationCost", "Replica", "Request", "bucket"]
 
 BLOCK_TOKENS = 16
 """vLLM's default KV block size (``--block-size 16``)."""
+
+
+MIN_BUCKET = 128
+"""The smallest compiled sequence bucket of NxD Inference's automatic bucketing."""
+
+
+def bucket(tokens: int, largest: int) -> int:
+    """The compiled bucket ``tokens`` run in: NxD Inference's automatic buckets are the
+    powers of two from :data:`MIN_BUCKET` up to the largest length the model was
+    compiled for, which is a bucket too (``aws-neuron-sdk:libraries/nxd-inference``,
+    bucketing guide)."""
+    if tokens >= largest:
+        return max(tokens, largest)
+    return min(max(MIN_BUCKET, 1 << (max(tokens, 1) - 1).bit_length()), largest)
 
 
 class IterationCost(Protocol):
@@ -72,6 +99,10 @@ class Request:
     done: simpy.Event | None = None
     prompt_target: int = 0
     """Tokens to prefill: the prompt, and after a preemption the tokens generated too."""
+    prefill_replica: int = -1
+    """Disaggregated: the replica that prefilled it (-1: its own replica did)."""
+    kv_transfer_s: float = math.nan
+    """Disaggregated: how long its KV took to reach the decode replica."""
 
     def __post_init__(self) -> None:
         self.prompt_target = self.input_tokens
@@ -91,12 +122,38 @@ class Replica:
         max_num_batched_tokens: int,
         kv_blocks: int,
         slot_tokens: int = 0,
+        role: str = "both",
+        handoff: Callable[[Replica, Request], None] | None = None,
+        speculative: tuple[int, float] | None = None,
+        rng: np.random.Generator | None = None,
+        collapse: bool = True,
+        static: bool = False,
     ) -> None:
         self.env = env
+        self.static = static
+        """Static batching: a batch of up to ``max_num_seqs`` waiting requests is
+        prefilled together and decoded until every one of them is done; only then is the
+        next batch formed (Transformers-NeuronX with continuous batching off, as the
+        Neuron SDK's latency and throughput tables run)."""
         self.slot_tokens = slot_tokens
+        self.role = role
+        """``both``, or in a disaggregated run ``prefill`` (a request leaves once its prompt
+        is prefilled, through ``handoff``) or ``decode`` (requests arrive with their KV)."""
+        self.handoff = handoff
+        self.speculative = speculative
+        """``(k, a)``: each decode step proposes k draft tokens, each accepted with
+        probability a; a step emits the accepted prefix plus the target's own token."""
+        self.decode_tokens = 1 + (speculative[0] if speculative else 0)
+        self.rng = rng if rng is not None else np.random.default_rng(index)
+        self.decode_steps = 0
+        self.decode_emitted = 0
+        self.collapse = collapse
+        """Run decode iterations where nothing can change as one timeout (the same
+        result, far fewer events: :meth:`_run_length`)."""
         self.index = index
         self.cost = cost
         self.neuron = engine == "neuron"
+        self.chunked = engine != "trtllm"
         self.max_seqs = max_num_seqs
         self.budget = max_num_batched_tokens
         self.kv_blocks = kv_blocks
@@ -108,11 +165,13 @@ class Replica:
         self.iterations = 0
         self.busy_s = 0.0
         self._wake: simpy.Event | None = None
+        self.incoming = 0
+        """Requests whose KV is on its way here (disaggregated decode replicas)."""
         env.process(self._loop())
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + self.incoming
 
     def submit(self, req: Request) -> None:
         req.replica = self.index
@@ -127,25 +186,106 @@ class Replica:
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
-            chunks, decodes = self._plan_neuron() if self.neuron else self._plan_vllm()
+            if self.static:
+                chunks, decodes = self._plan_static()
+            elif self.neuron:
+                chunks, decodes = self._plan_neuron()
+            else:
+                chunks, decodes = self._plan_vllm()
             if not chunks and not decodes:
                 if self.running or not self.waiting:
                     continue  # preempted every sequence: admit again at once
                 raise SimulationError(f"replica {self.index}: a request cannot fit its KV cache")
-            context = sum(r.kv_tokens for r in decodes)
-            padded = self.max_seqs if (self.neuron and decodes) else None
-            t = self.cost.iteration_s(
-                [(c, r.kv_tokens) for r, c in chunks], len(decodes), context, padded_decodes=padded
-            )
+            steps = self._run_length(chunks, decodes)
+            if steps > 1:
+                yield from self._decode_run(decodes, steps)
+                continue
+            if self.neuron:  # compiled buckets: the program computes the padded shapes
+                work = [(bucket(c, self.budget), r.kv_tokens) for r, c in chunks]
+                padded: int | None = None
+                context = 0
+                if decodes:
+                    longest = max(r.kv_tokens for r in decodes) + 1
+                    context = self.max_seqs * bucket(longest, self.slot_tokens or longest)
+                    padded = self.max_seqs
+            else:
+                work = [(c, r.kv_tokens) for r, c in chunks]
+                context, padded = sum(r.kv_tokens for r in decodes), None
+            t = self.cost.iteration_s(work, len(decodes), context, padded_decodes=padded)
             yield env.timeout(t)
             self.iterations += 1
             self.busy_s += t
             self._complete(chunks, decodes)
 
+    # -- runs of decode iterations where nothing can change, in one timeout
+
+    def _run_length(self, chunks: list[tuple[Request, int]], decodes: list[Request]) -> int:
+        """How many decode iterations can run as one timeout: with no prompt to prefill,
+        no request waiting and every running sequence decoding, the batch stays as it
+        is until its first sequence finishes (an arrival interrupts the run). vLLM's
+        rules also need the KV blocks of the whole run free; speculative steps, whose
+        lengths are drawn, run one by one."""
+        if not self.collapse or chunks or self.speculative is not None:
+            return 1
+        if self.waiting and not self.static:
+            return 1
+        if len(decodes) != len(self.running):
+            return 1
+        steps = min(r.output_tokens - r.generated for r in decodes)
+        if steps < 2:
+            return 1
+        if not self.neuron:  # this step's blocks are held: hold the rest of the run's
+            need = sum(self._blocks_for(r, steps) for r in decodes)
+            if self.used_blocks + need > self.kv_blocks:
+                return 1
+            for r in decodes:
+                self._grow(r, steps)
+        return steps
+
+    def _decode_run(self, decodes: list[Request], steps: int) -> Generator[simpy.Event, Any, None]:
+        """Up to ``steps`` decode iterations as one timeout. An arrival (a ``submit``)
+        ends the run after the iteration in progress, as it would join the next one."""
+        env, n = self.env, len(decodes)
+        kv = [r.kv_tokens for r in decodes]
+        ends: list[float] = []
+        total = 0.0
+        for j in range(steps):
+            if self.neuron:
+                longest = max(kv) + 1 + j
+                context = self.max_seqs * bucket(longest, self.slot_tokens or longest)
+                total += self.cost.iteration_s((), n, context, padded_decodes=self.max_seqs)
+            else:
+                total += self.cost.iteration_s((), n, sum(kv) + j * n)
+            ends.append(total)
+        start = env.now
+        self._wake = env.event()
+        run = env.timeout(total)
+        yield run | self._wake
+        self._wake = None
+        done = steps
+        if not run.processed and env.now < start + total:
+            done = min(bisect.bisect_right(ends, env.now - start) + 1, steps)
+            yield env.timeout(start + ends[done - 1] - env.now)
+        self.iterations += done
+        self.busy_s += ends[done - 1]
+        self.decode_steps += done * n
+        self.decode_emitted += done * n
+        now = env.now
+        for req in decodes:
+            req.kv_tokens += done
+            req.generated += done
+            if req.generated >= req.output_tokens:
+                req.finish = now
+                self._release(req)
+                if req.done is not None:
+                    req.done.succeed()
+
     # -- vLLM: continuous batching, chunked prefill, paged KV, preemption by recompute
 
     def _blocks_for(self, req: Request, tokens: int) -> int:
-        return math.ceil((req.kv_tokens + tokens) / BLOCK_TOKENS) - req.blocks
+        """Blocks ``req`` still needs for ``tokens`` more tokens (none where it holds
+        them already: a reservation, or a decode run's)."""
+        return max(math.ceil((req.kv_tokens + tokens) / BLOCK_TOKENS) - req.blocks, 0)
 
     def _grow(self, req: Request, tokens: int) -> bool:
         need = self._blocks_for(req, tokens)
@@ -175,7 +315,9 @@ class Replica:
             if req not in self.running or budget == 0:
                 continue
             left = req.prompt_target - req.kv_tokens
-            tokens = min(left, budget) if left > 0 else 1
+            if left <= 0 and budget < self.decode_tokens:
+                continue
+            tokens = min(left, budget) if left > 0 else self.decode_tokens
             while not self._grow(req, tokens):
                 victim = self.running[-1]
                 self._preempt(victim)
@@ -191,8 +333,22 @@ class Replica:
                 decodes.append(req)
         while not preempted and self.waiting and budget > 0 and len(self.running) < self.max_seqs:
             req = self.waiting[0]
-            tokens = min(req.prompt_target - req.kv_tokens, budget)
-            if not self._grow(req, tokens):
+            left = req.prompt_target - req.kv_tokens
+            if left == 0:  # its KV came from a prefill replica: it decodes at once
+                if budget < self.decode_tokens or not self._grow(req, self.decode_tokens):
+                    break
+                self.waiting.popleft()
+                self.running.append(req)
+                decodes.append(req)
+                budget -= self.decode_tokens
+                continue
+            if not self.chunked and left > budget and (chunks or decodes):
+                break  # TensorRT-LLM schedules a context whole, in one iteration
+            tokens = min(left, budget)
+            # TensorRT-LLM's GUARANTEED_NO_EVICT: the whole request's KV (prompt and every
+            # output token) is reserved at admission, so nothing is ever preempted
+            reserve = req.prompt_target + req.output_tokens - req.generated - req.kv_tokens
+            if not self._grow(req, tokens if self.chunked else max(reserve, tokens)):
                 break
             self.waiting.popleft()
             if math.isnan(req.scheduled):
@@ -204,120 +360,82 @@ class Replica:
 
     # -- Neuron: prefill alone (decodes stall), fixed decode batch, static KV
 
+    def _plan_static(self) -> tuple[list[tuple[Request, int]], list[Request]]:
+        if not self.running:
+            while self.waiting and len(self.running) < self.max_seqs:
+                req = self.waiting.popleft()
+                if math.isnan(req.scheduled):
+                    req.scheduled = self.env.now
+                slot = self.slot_tokens or req.input_tokens + req.output_tokens
+                self._grow(req, max(slot - req.kv_tokens, 0))
+                self.running.append(req)
+        chunks = [
+            (r, min(r.prompt_target - r.kv_tokens, self.budget))
+            for r in self.running
+            if r.prompt_target > r.kv_tokens
+        ]
+        return (chunks, []) if chunks else ([], list(self.running))
+
     def _plan_neuron(self) -> tuple[list[tuple[Request, int]], list[Request]]:
         for req in self.running:  # a prompt still being prefilled in segments
             left = req.prompt_target - req.kv_tokens
             if left > 0:
                 return [(req, min(left, self.budget))], []
-        if self.waiting and len(self.running) < self.max_seqs:
+        while self.waiting and len(self.running) < self.max_seqs:
             req = self.waiting.popleft()
-            req.scheduled = self.env.now
+            if math.isnan(req.scheduled):
+                req.scheduled = self.env.now
             # the slot's static KV, compiled for the longest request
-            self._grow(req, self.slot_tokens or req.input_tokens + req.output_tokens)
+            slot = self.slot_tokens or req.input_tokens + req.output_tokens
+            self._grow(req, max(slot - req.kv_tokens, 0))
             self.running.append(req)
-            return [(req, min(req.prompt_target, self.budget))], []
+            if req.prompt_target > req.kv_tokens:
+                return [(req, min(req.prompt_target - req.kv_tokens, self.budget))], []
+            # its KV came from a prefill replica: the slot joins the decode batch
         return [], list(self.running)
 
     def _complete(self, chunks: list[tuple[Request, int]], decodes: list[Request]) -> None:
         now = self.env.now
-        emitted: list[Request] = []
+        emitted: list[tuple[Request, int]] = []
         for req, tokens in chunks:
             req.kv_tokens += tokens
             if req.kv_tokens == req.prompt_target:
-                emitted.append(req)
+                emitted.append((req, 1))
         for req in decodes:
-            req.kv_tokens += 1
-            emitted.append(req)
-        for req in emitted:
+            n = 1 if self.speculative is None else self._accepted()
+            n = min(n, req.output_tokens - req.generated)
+            self.decode_steps += 1
+            self.decode_emitted += n
+            req.kv_tokens += n
+            emitted.append((req, n))
+        for req, n in emitted:
             if req.generated == 0:
+                if self.handoff is not None and req.output_tokens > 1:
+                    # disaggregated: the first token leaves with the KV, which the
+                    # decode replica must receive before the token counts as sent
+                    req.generated = 1
+                    self._release(req)
+                    self.handoff(self, req)
+                    continue
                 req.first_token = now
-            req.generated += 1
+            req.generated += n
             if req.generated >= req.output_tokens:
                 req.finish = now
-                self.running.remove(req)
-                self.used_blocks -= req.blocks
-                req.blocks = 0
+                self._release(req)
                 if req.done is not None:
                     req.done.succeed()
 
+    def _accepted(self) -> int:
+        """Tokens one speculative step emits: the draft's accepted prefix (each of its k
+        tokens accepted with probability a, until the first rejection) plus one."""
+        assert self.speculative is not None
+        k, a = self.speculative
+        n = 0
+        while n < k and self.rng.random() < a:
+            n += 1
+        return n + 1
 
-class ServeSim:
-    """Arrivals, dispatch and the replicas of one serving run.
-
-    ``arrival`` is ``("poisson", rate_per_s)`` or ``("closed", concurrency)``; the
-    Poisson gaps come from ``numpy.random.default_rng(seed)``, so a seed gives one run.
-    ``input_tokens`` and ``output_tokens`` are every request's, or one per request.
-    ``slot_tokens`` (Neuron) is the KV one batch slot reserves, whatever the request.
-    """
-
-    def __init__(
-        self,
-        costs: Sequence[IterationCost],
-        *,
-        engine: str,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        kv_blocks: int,
-        requests: int,
-        input_tokens: int | Sequence[int],
-        output_tokens: int | Sequence[int],
-        arrival: tuple[str, float],
-        dispatch: str = "least_loaded",
-        seed: int = 0,
-        slot_tokens: int = 0,
-    ) -> None:
-        self.env = simpy.Environment()
-        self.replicas = [
-            Replica(
-                self.env, i, cost, engine=engine, max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens, kv_blocks=kv_blocks,
-                slot_tokens=slot_tokens,
-            )
-            for i, cost in enumerate(costs)
-        ]  # fmt: skip
-        self.requests: list[Request] = []
-        self.n = requests
-        self.inputs = [input_tokens] * requests if isinstance(input_tokens, int) else input_tokens
-        self.outputs = (
-            [output_tokens] * requests if isinstance(output_tokens, int) else output_tokens
-        )
-        self.arrival = arrival
-        self.dispatch = dispatch
-        self.rng = np.random.default_rng(seed)
-        self._next = 0
-
-    def _new(self) -> Request:
-        i = len(self.requests)
-        req = Request(i, self.env.now, int(self.inputs[i]), int(self.outputs[i]))
-        self.requests.append(req)
-        return req
-
-    def _send(self, req: Request) -> None:
-        if self.dispatch == "round_robin":
-            target = self.replicas[req.id % len(self.replicas)]
-        else:
-            target = min(self.replicas, key=lambda r: r.load)
-        target.submit(req)
-
-    def _poisson(self, rate: float) -> Generator[simpy.Event, Any, None]:
-        gaps = self.rng.exponential(1.0 / rate, size=self.n)
-        for gap in gaps:
-            yield self.env.timeout(float(gap))
-            self._send(self._new())
-
-    def _client(self) -> Generator[simpy.Event, Any, None]:
-        while len(self.requests) < self.n:
-            req = self._new()
-            req.done = self.env.event()
-            self._send(req)
-            yield req.done
-
-    def run(self) -> list[Request]:
-        kind, value = self.arrival
-        if kind == "poisson":
-            self.env.process(self._poisson(value))
-        else:
-            for _ in range(min(int(value), self.n)):
-                self.env.process(self._client())
-        self.env.run()
-        return self.requests
+    def _release(self, req: Request) -> None:
+        self.running.remove(req)
+        self.used_blocks -= req.blocks
+        req.blocks = 0

@@ -75,6 +75,10 @@ class Protocol:
     efa_message_s: float = 0.0
     ring_step_s: float | None = None
     """The handshake of a ring's step (a pipelined one); None: what any round pays."""
+    message_lanes: int = 1
+    """Messages of one round a rank posts at once (1: one after another, as the
+    collective fits assume). A round of ``m`` messages pays ``ceil(m / lanes)`` x
+    ``message_s``."""
     route_intra: float = 1.0
     route_inter: float = 1.0
     wire_factor: float = 1.0
@@ -127,7 +131,7 @@ class Protocol:
             fixed = self.ring_step_s
         else:  # a ring of NCCL's pays its hop latency like any round
             fixed = (1 - f) * self.step_s + f * self.net_step_s
-        fixed += int(np.bincount(sources).max()) * self.message_s
+        fixed += math.ceil(int(np.bincount(sources).max()) / self.message_lanes) * self.message_s
         if self.efa_message_s and f:
             fixed += int(np.bincount(sources[crosses]).max()) * self.efa_message_s
         return repeats * (route + fixed)
