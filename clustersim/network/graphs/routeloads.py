@@ -45,7 +45,7 @@ __all__ = ["route_loads"]
 
 Floats = NDArray[np.float64]
 
-_CHUNK_ENTRIES = 1 << 22
+_CHUNK_ENTRIES = 1 << 20
 """Destinations per chunk x nodes: the dense per-destination arrays of one chunk."""
 _WALK_PAIRS = 1 << 16
 """Pairs walked at once to sum their latencies route by route."""
@@ -64,40 +64,52 @@ class _Chunk:
         offset = 0
         for d in dsts.tolist():
             first, count, hop = topo._next_hops(d, live=live)
-            firsts.append(first.astype(np.int64) + offset)
+            firsts.append(first + offset)  # int32 + int: int64 past 2**31 entries
             counts.append(count)
             hops.append(hop)
             offset += hop.size
-        self.first: Int64s = np.concatenate(firsts)
-        self.count: Int64s = np.concatenate(counts).astype(np.int64)
-        self.hop: Int64s = np.concatenate(hops).astype(np.int64)
-        flat = np.arange(k * n, dtype=np.int64)
+        self.first = np.concatenate(firsts)
+        self.count = np.concatenate(counts)
+        self.hop = np.concatenate(hops)
         one = np.flatnonzero(self.count == 1)
-        nxt_node = self.hop[self.first[one]]
+        nxt_node = self.hop[self.first[one]].astype(np.int64)
+        at_node = one % n
         link_next = np.full(k * n, -1, dtype=np.int64)
-        link_next[one] = topo.links_between(one % n, nxt_node)
+        link_next[one] = topo.links_between(at_node, nxt_node)
         self.link_next = link_next
         """The link out of each node with a single next hop (else -1)."""
-        step = flat.copy()
-        step[one] = one - one % n + nxt_node
+        step = np.arange(k * n, dtype=np.int64)
+        step[one] += nxt_node - at_node
         self.step = step
         """The node after each node with a single next hop (itself elsewhere)."""
-        # Pointer jumping: where each chain of single next hops ends, its length and its
-        # latency (an estimate: summed in another order than along the route).
-        end, depth = step.copy(), (step != flat).astype(np.int64)
+        # Pointer jumping: where each chain of single next hops ends, its length, its
+        # latency (an estimate: summed in another order than along the route) and the
+        # least and greatest latency of its links.
+        end = step.copy()
+        depth = np.zeros(k * n, dtype=np.int64)
+        depth[one] = 1
         lat = np.zeros(k * n)
         lat[one] = topo.latency_s[link_next[one]]
+        lo = np.full(k * n, np.inf)
+        lo[one] = lat[one]
+        hi = np.full(k * n, -np.inf)
+        hi[one] = lat[one]
         while True:
             after = end[end]
             if np.array_equal(after, end):
                 break
-            lat = lat + lat[end]
-            depth = depth + depth[end]
+            lat += lat[end]
+            depth += depth[end]
+            np.minimum(lo, lo[end], out=lo)
+            np.maximum(hi, hi[end], out=hi)
             end = after
-        self.tree: NDArray[np.bool_] = end == np.repeat(np.arange(k) * n + dsts, n)
+        roots = np.arange(k, dtype=np.int64) * n + dsts
+        self.tree: NDArray[np.bool_] = end == np.repeat(roots, n)
         """Nodes whose single-hop chain reaches the destination: the forest."""
         self.depth = depth
         self.lat_to_root = lat
+        self.lat_lo = lo
+        self.lat_hi = hi
 
 
 def _walk_latencies(topo: GraphTopology, chunk: _Chunk, g: Int64s, number: Int64s) -> Floats:
@@ -153,65 +165,134 @@ def route_loads(
         local = topo.local_links[src[same]]
         total += np.bincount(local, minlength=n_links)
         latency = float(topo.latency_s[local].max())
-    src, dst = src[~same], dst[~same]
+        src, dst = src[~same], dst[~same]
     if not src.size:
         links = np.flatnonzero(total).astype(np.int64)
         return links, total[links], latency
-    order = np.argsort(dst, kind="stable")
-    src, dst = src[order], dst[order]
-    dsts, first_pair = np.unique(dst, return_index=True)
+    # The pairs by destination (a radix sort), then the destinations a chunk at a time.
+    order = np.argsort(_small(dst), kind="stable")
+    per_dst = np.bincount(dst, minlength=topo.n_chips)
+    dsts = np.flatnonzero(per_dst)
+    row_of = np.zeros(topo.n_chips, dtype=np.int64)
+    ends = np.cumsum(per_dst[dsts])
     per_chunk = max(1, _CHUNK_ENTRIES // n)
-    bounds = [*first_pair[::per_chunk].tolist(), src.size]
-    cpi = topo.chips_per_instance
-    for c0, c1, lo in zip(
-        range(0, dsts.size, per_chunk),
-        range(per_chunk, dsts.size + per_chunk, per_chunk),
-        range(len(bounds) - 1),
-        strict=True,
-    ):
-        chunk_dsts = dsts[c0:c1]
+    for c0 in range(0, dsts.size, per_chunk):
+        chunk_dsts = dsts[c0 : c0 + per_chunk]
         chunk = _Chunk(topo, chunk_dsts, live)
-        s, d = src[bounds[lo] : bounds[lo + 1]], dst[bounds[lo] : bounds[lo + 1]]
-        row = np.searchsorted(chunk_dsts, d)
-        g0 = row * n + s
+        pick = order[(int(ends[c0 - 1]) if c0 else 0) : int(ends[c0 + chunk_dsts.size - 1])]
+        s, d = src[pick], dst[pick]
+        row_of[chunk_dsts] = np.arange(chunk_dsts.size)
+        g0 = row_of[d] * n + s
+        del pick, s
         if not chunk.count[g0].all():
             return None  # a pair cut off: the per-pair routes name the cut
-        number = d + ecmp_hash(s // cpi, d // cpi)
-        estimate = _loads(topo, chunk, g0, number, total)
-        if estimate is None:
+        found = _loads(topo, chunk, g0, d, total)
+        if found is None:
             return None
-        top = float(estimate.max())
-        near = np.flatnonzero(estimate >= top * (1 - _LATENCY_RTOL))
-        for k in range(0, near.size, _WALK_PAIRS):
-            pick = near[k : k + _WALK_PAIRS]
-            exact = _walk_latencies(topo, chunk, g0[pick], number[pick])
-            latency = max(latency, float(exact.max()))
+        latency = max(latency, _longest(topo, chunk, g0, d, found))
     links = np.flatnonzero(total).astype(np.int64)
     return links, total[links], latency
 
 
+def _small(values: Int64s) -> NDArray[np.integer]:
+    """``values`` (non-negative) as 16-bit integers where they fit: numpy's stable sort of
+    them is a radix sort."""
+    if values.size and int(values.max()) < 1 << 16:
+        return values.astype(np.uint16)
+    return values
+
+
+def _numbers(topo: GraphTopology, g: Int64s, d: Int64s, n: int) -> Int64s:
+    """The ECMP path number of each pair from flat node ``g`` to chip ``d``."""
+    cpi = topo.chips_per_instance
+    out: Int64s = d + ecmp_hash(g % n // cpi, d // cpi)
+    return out
+
+
+class _Found:
+    """Where each pair enters the forest (``at``, flat) and, for the pairs that walk there
+    first (``walked``), the latency of their walk, its links and the least and greatest of
+    their latencies."""
+
+    __slots__ = ("at", "hi", "hops", "lat", "lo", "walked")
+
+    def __init__(
+        self, at: Int64s, walked: Int64s, lat: Floats, hops: Int64s, lo: Floats, hi: Floats
+    ) -> None:
+        self.at, self.walked, self.lat, self.hops, self.lo, self.hi = at, walked, lat, hops, lo, hi
+
+
+def _longest(topo: GraphTopology, chunk: _Chunk, g: Int64s, d: Int64s, found: _Found) -> float:
+    """The longest route latency, summed as the per-pair routes sum theirs: over the pairs
+    whose estimate is within :data:`_LATENCY_RTOL` of the longest. A route whose links
+    all have one latency sums as any other of its length does, so one of each length and
+    latency is summed; the others are walked."""
+    at = found.at
+    estimate = chunk.lat_to_root[at]
+    estimate[found.walked] += found.lat
+    top = float(estimate.max())
+    near = np.flatnonzero(estimate >= top * (1 - _LATENCY_RTOL))
+    del estimate
+    hops, lo, hi = chunk.depth[at[near]], chunk.lat_lo[at[near]], chunk.lat_hi[at[near]]
+    if found.walked.size:
+        mine = np.searchsorted(found.walked, near)
+        mine[mine == found.walked.size] = 0
+        walker = found.walked[mine] == near
+        w = mine[walker]
+        hops[walker] += found.hops[w]
+        lo[walker] = np.minimum(lo[walker], found.lo[w])
+        hi[walker] = np.maximum(hi[walker], found.hi[w])
+    best = -np.inf
+    alike = lo == hi
+    if alike.any():
+        hops_a, value = hops[alike], lo[alike]
+        values = value[:1] if value.min() == value.max() else np.unique(value)
+        for v in values.tolist():
+            lengths = np.flatnonzero(
+                np.bincount(hops_a if values.size == 1 else hops_a[value == v])
+            )
+            for h in lengths.tolist():
+                best = max(best, float(np.add.reduceat(np.full(h, v), [0])[0]))
+    near = near[~alike]
+    for k in range(0, near.size, _WALK_PAIRS):
+        pick = near[k : k + _WALK_PAIRS]
+        number = _numbers(topo, g[pick], d[pick], chunk.n)
+        best = max(best, float(_walk_latencies(topo, chunk, g[pick], number).max()))
+    return best
+
+
 def _loads(
-    topo: GraphTopology, chunk: _Chunk, g: Int64s, number: Int64s, total: Floats
-) -> Floats | None:
-    """Add the flows of pairs starting at flat nodes ``g`` to ``total`` (per link); each
-    pair's estimated route latency, or None if a walk meets a node with no next hop."""
+    topo: GraphTopology, chunk: _Chunk, g: Int64s, d: Int64s, total: Floats
+) -> _Found | None:
+    """Add the flows of pairs from flat nodes ``g`` to chips ``d`` to ``total`` (per link);
+    where they enter the forest and what their walks there crossed, or None if a walk
+    meets a node with no next hop."""
     n, n_links = chunk.n, total.size
-    lat_walk = np.zeros(g.size)
     at = g.copy()
-    walking = np.flatnonzero(~chunk.tree[at])
-    node_g, num = at[walking], number[walking]
+    walked = np.flatnonzero(~chunk.tree[at])
+    lat_walk = np.zeros(walked.size)
+    hops = np.zeros(walked.size, dtype=np.int64)
+    lo = np.full(walked.size, np.inf)
+    hi = np.full(walked.size, -np.inf)
+    walking = np.arange(walked.size)
+    node_g = at[walked]
+    num = _numbers(topo, node_g, d[walked], n)
     while walking.size:
         c = chunk.count[node_g]
         if not c.all():
             return None
         idx = chunk.first[node_g] + num % c
-        v = chunk.hop[idx]
+        v = chunk.hop[idx].astype(np.int64)
         link = topo.links_between(node_g % n, v)
         total += np.bincount(link, minlength=n_links)
-        lat_walk[walking] += topo.latency_s[link]
+        lat = topo.latency_s[link]
+        lat_walk[walking] += lat
+        hops[walking] += 1
+        lo[walking] = np.minimum(lo[walking], lat)
+        hi[walking] = np.maximum(hi[walking], lat)
         num //= c
         node_g = node_g - node_g % n + v
-        at[walking] = node_g
+        at[walked[walking]] = node_g
         keep = ~chunk.tree[node_g]
         walking, node_g, num = walking[keep], node_g[keep], num[keep]
     # The forest: flows entering at each node, passed down level by level.
@@ -219,12 +300,11 @@ def _loads(
     inner = np.flatnonzero(chunk.tree & (chunk.link_next >= 0))
     if inner.size:
         depth = chunk.depth[inner]
-        inner = inner[np.argsort(-depth, kind="stable")]
+        inner = inner[np.argsort(_small(int(depth.max()) - depth), kind="stable")]
         depth = chunk.depth[inner]
         cuts = np.flatnonzero(np.diff(depth)) + 1
         for level in np.split(inner, cuts):
             np.add.at(weight, chunk.step[level], weight[level])
         loaded = inner[weight[inner] > 0]
         total += np.bincount(chunk.link_next[loaded], weights=weight[loaded], minlength=n_links)
-    out: Floats = lat_walk + chunk.lat_to_root[at]
-    return out
+    return _Found(at, walked, lat_walk, hops, lo, hi)
