@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "ALL_TO_ALL_INSTANCES",
     "CASES",
+    "DENSE_ALL_TO_ALL",
     "FOLD_CHIPS",
     "MOE_CHIPS",
     "Case",
@@ -95,6 +96,9 @@ ALL_TO_ALL_INSTANCES: dict[str, int] = {"a2a-256": 16, "a2a-4k": 256}
 """The all-to-all cases: 64 MiB over one rank per chip of this many trn2.48xlarge
 (256 and 4,096 ranks)."""
 ALL_TO_ALL_BYTES = 2.0**26
+DENSE_ALL_TO_ALL: dict[str, str] = {"a2a-1024-switch": "switch", "a2a-1024-ring": "ring"}
+"""The dense-traffic cases: 64 MiB all-to-all over 1,024 chips on a fabric file of this
+shape (:mod:`clustersim.bench.fabrics`), run as ``clustersim collective`` would."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,10 @@ class Case:
     name: str
     title: str
     run: Callable[[Phase], dict[str, Any]]
+    preload: bool = True
+    """Whether the child imports the simulator before the case's clock starts. A case
+    that runs the CLI as a user would (``False``) is judged on the child's whole life
+    (``process_s``), imports included."""
 
 
 def fat_tree(chips: int) -> str:
@@ -279,6 +287,46 @@ def _collective(phase: Phase) -> dict[str, Any]:
     return _run_collective(phase, "collective", 64, "all_reduce", 2.0**30, algorithm="ring")
 
 
+def _dense_all_to_all(shape: str) -> Callable[[Phase], dict[str, Any]]:
+    """64 MiB all-to-all (``mesh``) over 1,024 chips of a ``shape`` fabric file, through
+    ``clustersim collective --fabric-file`` in this process."""
+
+    def run(phase: Phase) -> dict[str, Any]:
+        import contextlib
+        import io
+        import json
+        import tempfile
+
+        from clustersim.bench.fabrics import FABRIC_CHIPS, write_fabric
+        from clustersim.cli import main
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_fabric(shape, Path(tmp) / f"{shape}.json")
+            phase(f"clustersim collective on the {shape} fabric file")
+            argv = [
+                "collective", "--instance", "trn2.48xlarge",
+                "--count", str(FABRIC_CHIPS // CHIPS_PER_INSTANCE), "--op", "all_to_all",
+                "--algorithm", "mesh", "--size", "64MiB", "--fabric-file", str(path), "--json",
+            ]  # fmt: skip
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                code = main(argv)
+        if code != 0:
+            raise RuntimeError(f"clustersim {' '.join(argv)} exited {code}")
+        (row,) = json.loads(out.getvalue())
+        return {
+            "fabric": shape,
+            "ranks": row["ranks"],
+            "op": row["op"],
+            "algorithm": row["algorithm"],
+            "size_bytes": row["size_bytes"],
+            "collective_time_s": row["time_s"],
+            "busbw_GBps": row["busbw_GBps"],
+        }
+
+    return run
+
+
 def _chips_label(chips: int) -> str:
     return f"{chips:,} Trn2 chips ({chips // CHIPS_PER_INSTANCE:,} x trn2.48xlarge)"
 
@@ -300,6 +348,15 @@ CASES: dict[str, Case] = {
             _all_to_all(n),
         )
         for name, n in ALL_TO_ALL_INSTANCES.items()
+    },
+    **{
+        name: Case(
+            name,
+            f"all-to-all of 64 MiB over 1,024 chips, {shape} fabric file, through the CLI",
+            _dense_all_to_all(shape),
+            preload=False,
+        )
+        for name, shape in DENSE_ALL_TO_ALL.items()
     },
     **{
         name: Case(name, f"Llama-3-405B step on {_chips_label(chips)}, folded", _fold(chips))

@@ -31,6 +31,7 @@ caller routes pair by pair.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -209,17 +210,18 @@ def _numbers(topo: GraphTopology, g: Int64s, d: Int64s, n: int) -> Int64s:
     return out
 
 
+@dataclass(frozen=True, slots=True)
 class _Found:
     """Where each pair enters the forest (``at``, flat) and, for the pairs that walk there
     first (``walked``), the latency of their walk, its links and the least and greatest of
     their latencies."""
 
-    __slots__ = ("at", "hi", "hops", "lat", "lo", "walked")
-
-    def __init__(
-        self, at: Int64s, walked: Int64s, lat: Floats, hops: Int64s, lo: Floats, hi: Floats
-    ) -> None:
-        self.at, self.walked, self.lat, self.hops, self.lo, self.hi = at, walked, lat, hops, lo, hi
+    at: Int64s
+    walked: Int64s
+    lat: Floats
+    hops: Int64s
+    lo: Floats
+    hi: Floats
 
 
 def _longest(topo: GraphTopology, chunk: _Chunk, g: Int64s, d: Int64s, found: _Found) -> float:
