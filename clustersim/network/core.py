@@ -106,6 +106,7 @@ class Network(FoldedRoutes):
         """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
         self._pos: _IntArray = np.zeros(0, dtype=np.int64)
+        self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
         """-1 per link, but during :meth:`_on_links`."""
         self.collectives_started = 0
         self.sends_started = 0

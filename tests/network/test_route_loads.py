@@ -9,10 +9,12 @@ import simpy
 from test_graph_export import FAMILIES, family_topology
 
 from clustersim.bench.fabrics import fabric_graph_data
-from clustersim.network import Network
+from clustersim.network import OPS, Network, algorithm_names
 from clustersim.network.fabric import Topology
 from clustersim.network.flows.entity import link_counts
 from clustersim.network.graphs import GraphTopology, check_fabric, fabric_graph
+from clustersim.network.runtimes import NeuronRuntime
+from clustersim.network.runtimes.costs import Protocol
 
 WHERE = "cluster.fabric_file"
 
@@ -88,16 +90,58 @@ def test_a_torus_graph_with_a_link_down_routes_pair_by_pair() -> None:
     assert topo.route_loads(*all_pairs(topo.n_chips)) is None
 
 
-@pytest.mark.parametrize("alg", ["mesh", "pairwise", "ring", "halving_doubling", "auto"])
-def test_collectives_on_a_ring_graph_time_as_before(alg: str) -> None:
-    """Steps routed from the tables run the same as those routed pair by pair."""
-    topo = shaped("ring", 32)
-    times = []
-    for bulk in (True, False):
-        if not bulk:
-            topo.route_loads = lambda src, dst: None  # type: ignore[method-assign]
-        op = "all_to_all" if alg in ("mesh", "pairwise") else "all_reduce"
+def timed(topo: GraphTopology, op: str, alg: str, *, bulk: bool) -> float:
+    """``op`` by ``alg`` over every chip, its steps routed from the tables or pair by pair."""
+    if not bulk:
+        topo.route_loads = lambda src, dst: None  # type: ignore[method-assign]
+    try:
         net = Network(simpy.Environment(), topo, range(topo.n_chips), {op: alg})
         net.env.run(until=net.collective(op, range(topo.n_chips), 2.0**24))
-        times.append(net.env.now)
-    assert times[0] == times[1]
+        return float(net.env.now)
+    finally:
+        vars(topo).pop("route_loads", None)
+
+
+NEURON_ALGORITHMS = [
+    (op, alg) for op in OPS for alg in algorithm_names(op) if alg not in ("nvls", "nvls_tree")
+]
+
+
+@pytest.mark.parametrize("alg", ["mesh", "pairwise", "auto"])
+@pytest.mark.parametrize("shape", ["ring", "switch"])
+def test_all_to_all_on_rings_and_switches_times_as_before(shape: str, alg: str) -> None:
+    topo = shaped(shape, 32)
+    assert timed(topo, "all_to_all", alg, bulk=True) == timed(topo, "all_to_all", alg, bulk=False)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_times_as_before(family: str) -> None:
+    """Steps routed from the tables run as long as steps routed pair by pair, to the bit."""
+    topo = imported(family)
+    for op, alg in [("all_to_all", "mesh"), ("all_reduce", "ring"), ("all_reduce", "auto")]:
+        assert timed(topo, op, alg, bulk=True) == timed(topo, op, alg, bulk=False), (op, alg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_and_algorithm_times_as_before(family: str) -> None:
+    topo = imported(family)
+    for op, alg in NEURON_ALGORITHMS:
+        assert timed(topo, op, alg, bulk=True) == timed(topo, op, alg, bulk=False), (op, alg)
+
+
+def test_per_peer_costs_are_priced_per_step_not_per_pair() -> None:
+    """A mesh all-to-all with the runtime's per-message costs schedules a handful of SimPy
+    events, however many pairs it has: its costs are priced from the step's pairs at once."""
+    topo = shaped("switch", 256)
+    runtime = NeuronRuntime(
+        Protocol("neuron", launch_s=1e-5, step_s=2e-6, net_step_s=2e-6, message_s=1e-6)
+    )
+    net = Network(simpy.Environment(), topo, range(256), {"all_to_all": "mesh"}, runtime=runtime)
+    net.env.run(until=net.collective("all_to_all", range(256), 2.0**26))
+    scheduled = next(net.env._eid)  # type: ignore[attr-defined]
+    assert scheduled < 20  # 65,280 pairs
+    bare = Network(simpy.Environment(), topo, range(256), {"all_to_all": "mesh"})
+    bare.env.run(until=bare.collective("all_to_all", range(256), 2.0**26))
+    # 255 messages posted in turn by each rank, the handshake and the launch.
+    assert net.env.now - bare.env.now == pytest.approx(1e-5 + 2e-6 + 255 * 1e-6, rel=1e-9)
