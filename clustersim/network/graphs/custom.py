@@ -146,8 +146,13 @@ class GraphTopology(Topology):
         self, src: Int64s, dst: Int64s
     ) -> tuple[Int64s, NDArray[np.float64], float] | None:
         """The loads of the routes of many pairs, from the next-hop tables
-        (:func:`~.routeloads.route_loads`); None where routes go pair by pair."""
-        return route_loads(self, src, dst)
+        (:func:`~.routeloads.route_loads`); None where routes go pair by pair: a pair
+        cut off, or a graph with torus coordinates and a link down (its routes keep
+        their preferred paths and fall back where those are cut)."""
+        live = self.chip_coords is None
+        if not live and self.links_down:
+            return None
+        return route_loads(self, lambda dst: self._next_hops(dst, live=live), src, dst)
 
     def _path(self, src: int, dst: int) -> list[int]:
         # On a torus a route keeps its preferred path, and the topology's fallback takes

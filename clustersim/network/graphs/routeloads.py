@@ -31,18 +31,22 @@ caller routes pair by pair.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TypeAlias
 
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.fabric import Int64s, ecmp_hash
+from clustersim.network.fabric import Int64s, Topology, ecmp_hash
 
-if TYPE_CHECKING:
-    from clustersim.network.graphs.custom import GraphTopology
+__all__ = ["NextHops", "route_loads"]
 
-__all__ = ["route_loads"]
+NextHops: TypeAlias = Callable[
+    [int], tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]
+]
+"""A destination's next-hop table: ``(first, counts, hops)``, each node's equal-cost next
+hops being ``hops[first[u] : first[u] + counts[u]]`` (:meth:`.custom.GraphTopology._next_hops`)."""
 
 Floats = NDArray[np.float64]
 
@@ -57,14 +61,14 @@ _LATENCY_RTOL = 1e-9
 class _Chunk:
     """The next-hop tables of some destinations, as flat arrays indexed ``row * n + node``."""
 
-    def __init__(self, topo: GraphTopology, dsts: Int64s, live: bool) -> None:
+    def __init__(self, topo: Topology, dsts: Int64s, next_hops: NextHops) -> None:
         n = topo.n_nodes
         self.n = n
         k = dsts.size
         firsts, counts, hops = [], [], []
         offset = 0
         for d in dsts.tolist():
-            first, count, hop = topo._next_hops(d, live=live)
+            first, count, hop = next_hops(d)
             firsts.append(first + offset)  # int32 + int: int64 past 2**31 entries
             counts.append(count)
             hops.append(hop)
@@ -113,7 +117,7 @@ class _Chunk:
         self.lat_hi = hi
 
 
-def _walk_latencies(topo: GraphTopology, chunk: _Chunk, g: Int64s, number: Int64s) -> Floats:
+def _walk_latencies(topo: Topology, chunk: _Chunk, g: Int64s, number: Int64s) -> Floats:
     """Each route's latency from node ``g`` (flat) with path number ``number``, summed as
     the per-pair routes sum theirs."""
     n = chunk.n
@@ -149,15 +153,12 @@ def _walk_latencies(topo: GraphTopology, chunk: _Chunk, g: Int64s, number: Int64
 
 
 def route_loads(
-    topo: GraphTopology, src: Int64s, dst: Int64s
+    topo: Topology, next_hops: NextHops, src: Int64s, dst: Int64s
 ) -> tuple[Int64s, Floats, float] | None:
     """The distinct links the routes of pairs ``(src[i], dst[i])`` cross (sorted), the flows
     on each, and the longest route's latency: what routing every pair and counting its
-    links gives, to the last bit. None where the per-pair routes must be taken (a torus
-    graph with a link down, a pair cut off)."""
-    live = topo.chip_coords is None
-    if not live and topo.links_down:
-        return None
+    links gives, to the last bit, where every pair follows ``next_hops``; None where a
+    pair is cut off (its per-pair route names the cut)."""
     n, n_links = topo.n_nodes, topo.n_links
     total = np.zeros(n_links)
     latency = 0.0
@@ -179,7 +180,7 @@ def route_loads(
     per_chunk = max(1, _CHUNK_ENTRIES // n)
     for c0 in range(0, dsts.size, per_chunk):
         chunk_dsts = dsts[c0 : c0 + per_chunk]
-        chunk = _Chunk(topo, chunk_dsts, live)
+        chunk = _Chunk(topo, chunk_dsts, next_hops)
         pick = order[(int(ends[c0 - 1]) if c0 else 0) : int(ends[c0 + chunk_dsts.size - 1])]
         s, d = src[pick], dst[pick]
         row_of[chunk_dsts] = np.arange(chunk_dsts.size)
@@ -203,7 +204,7 @@ def _small(values: Int64s) -> NDArray[np.integer]:
     return values
 
 
-def _numbers(topo: GraphTopology, g: Int64s, d: Int64s, n: int) -> Int64s:
+def _numbers(topo: Topology, g: Int64s, d: Int64s, n: int) -> Int64s:
     """The ECMP path number of each pair from flat node ``g`` to chip ``d``."""
     cpi = topo.chips_per_instance
     out: Int64s = d + ecmp_hash(g % n // cpi, d // cpi)
@@ -224,7 +225,7 @@ class _Found:
     hi: Floats
 
 
-def _longest(topo: GraphTopology, chunk: _Chunk, g: Int64s, d: Int64s, found: _Found) -> float:
+def _longest(topo: Topology, chunk: _Chunk, g: Int64s, d: Int64s, found: _Found) -> float:
     """The longest route latency, summed as the per-pair routes sum theirs: over the pairs
     whose estimate is within :data:`_LATENCY_RTOL` of the longest. A route whose links
     all have one latency sums as any other of its length does, so one of each length and
@@ -263,9 +264,7 @@ def _longest(topo: GraphTopology, chunk: _Chunk, g: Int64s, d: Int64s, found: _F
     return best
 
 
-def _loads(
-    topo: GraphTopology, chunk: _Chunk, g: Int64s, d: Int64s, total: Floats
-) -> _Found | None:
+def _loads(topo: Topology, chunk: _Chunk, g: Int64s, d: Int64s, total: Floats) -> _Found | None:
     """Add the flows of pairs from flat nodes ``g`` to chips ``d`` to ``total`` (per link);
     where they enter the forest and what their walks there crossed, or None if a walk
     meets a node with no next hop."""
