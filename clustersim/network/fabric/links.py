@@ -53,11 +53,10 @@ class _Column(Generic[_T]):
         self._parts: list[NDArray[_T]] = []
         self.n = 0
 
-    def extend(self, values: NDArray[_T]) -> None:
-        if values.base is None:
-            part = np.asarray(values, dtype=self._a.dtype)
-        else:  # a view of an array the caller holds: keep a copy of its own
-            part = np.array(values, dtype=self._a.dtype)
+    def extend(self, values: NDArray[_T], *, fresh: bool = False) -> None:
+        """Append ``values``: a copy of them, or (``fresh``: an array nobody else holds)
+        the array itself."""
+        part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
         self._parts.append(part.reshape(-1))
         self.n += part.size
 
@@ -223,10 +222,10 @@ class LinkTable:
         self._nominal.extend(np.ascontiguousarray(cap))
         self._capacity.extend(np.ascontiguousarray(cap))
         self._latency.extend(np.ascontiguousarray(lat))
-        self._lanes.extend(np.full(m, lanes, dtype=np.int64))
-        self._lanes_up.extend(np.full(m, lanes, dtype=np.int64))
-        self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8))
-        self._keys.extend(keys)
+        self._lanes.extend(np.full(m, lanes, dtype=np.int64), fresh=True)
+        self._lanes_up.extend(np.full(m, lanes, dtype=np.int64), fresh=True)
+        self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)
+        self._keys.extend(keys, fresh=True)
         if self._keys.n - self._run_end > _UNSORTED_MAX:
             self._add_run()
         self._names = None
