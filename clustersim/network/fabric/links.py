@@ -82,19 +82,6 @@ class _Column(Generic[_T]):
         return self._a
 
 
-def _merge_two(
-    a_keys: Int64s, a_order: Int64s, b_keys: Int64s, b_order: Int64s
-) -> tuple[Int64s, Int64s]:
-    """Two sorted runs of distinct keys (with their link indices) merged into one."""
-    a_at = np.searchsorted(b_keys, a_keys) + np.arange(a_keys.size)
-    b_at = np.searchsorted(a_keys, b_keys) + np.arange(b_keys.size)
-    keys = np.empty(a_keys.size + b_keys.size, dtype=np.int64)
-    order = np.empty(keys.size, dtype=np.int64)
-    keys[a_at], keys[b_at] = a_keys, b_keys
-    order[a_at], order[b_at] = a_order, b_order
-    return keys, order
-
-
 def node_name(node: Node) -> str:
     """``chip3``, ``efa``, ``switch0``, ``spine2_5``: the first two parts joined, then ``_``."""
     head = "".join(str(part) for part in node[:2])
@@ -373,16 +360,21 @@ class LinkTable:
         self._run_end = self._keys.n
 
     def _merge_runs(self) -> None:
-        """Merge the runs into the sorted keys, two by two (keys are distinct, so each key's
-        place is its place in its run plus the keys below it in the other)."""
-        parts = [self._sorted, *self._runs] if self._sorted[0].size else list(self._runs)
-        while len(parts) > 1:
-            parts = [
-                _merge_two(*parts[i], *parts[i + 1]) if i + 1 < len(parts) else parts[i]
-                for i in range(0, len(parts), 2)
-            ]
-        self._sorted = parts[0]
+        """Merge the runs into the sorted keys (keys are distinct: one sorted order; the
+        stable sort merges the sorted runs it finds)."""
+        # One array at a time, the parts let go as soon as they are joined: at a
+        # million chips each array is 100 MiB.
+        key_parts = [self._sorted[0]] + [run[0] for run in self._runs]
+        order_parts = [self._sorted[1]] + [run[1] for run in self._runs]
         self._runs = []
+        self._sorted = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        keys = np.concatenate(key_parts)
+        del key_parts
+        run = np.argsort(keys, kind="stable")
+        keys = keys[run]
+        order = np.concatenate(order_parts)
+        del order_parts
+        self._sorted = (keys, order[run])
 
     def _find(self, keys: Int64s, *, merge: bool = True) -> Int64s:
         """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
