@@ -172,9 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument(
         "--only", nargs="+", metavar="NAME",
-        help="cases to run: simpy, ultraserver, collective, a2a-256, a2a-4k, fold-1k ... "
-        "fold-1m, fattree-16k, fattree-1m, moe-16k, moe-128k, or the groups event-rate, "
-        "scaling, fat-tree, moe, all-to-all, all",
+        help="cases to run: simpy, ultraserver, collective, a2a-256, a2a-4k, "
+        "a2a-1024-switch, a2a-1024-ring, fold-1k ... fold-1m, fattree-16k, fattree-1m, "
+        "moe-16k, moe-128k, or the groups event-rate, scaling, fat-tree, moe, all-to-all, "
+        "dense-traffic, all",
     )  # fmt: skip
     bench.add_argument(
         "--max-rss", default="8GiB", metavar="SIZE",

@@ -279,3 +279,27 @@ def test_serving_cases_are_the_issue_workloads() -> None:
     by_key = {t["key"]: t for t in evaluate_targets(cases)}
     assert by_key["serve_trn2_wall"]["status"] == "met"
     assert by_key["serve_ultraserver_wall"]["status"] == "missed"
+
+
+def test_dense_traffic_targets_judge_the_whole_process() -> None:
+    switch = {**_case("a2a-1024-switch", wall=0.6), "process_s": 1.4}
+    ring = {**_case("a2a-1024-ring", wall=30.0), "process_s": 31.0}
+    ring["peak_rss_bytes"] = 5 * 2**30
+    fat = {**_case("fattree-1m", wall=19.0), "peak_rss_bytes": 2**30}
+    cases = {"a2a-1024-switch": switch, "a2a-1024-ring": ring, "fattree-1m": fat}
+    by_key = {t["key"]: t for t in evaluate_targets(cases)}
+    assert by_key["a2a_1024_switch_process"]["status"] == "missed"  # 1.4 s with the imports
+    assert by_key["a2a_1024_ring_process"]["status"] == "met"
+    assert by_key["a2a_1024_ring_rss"]["status"] == "missed"
+    assert by_key["fattree_1m_wall"]["status"] == "met"
+    assert by_key["fattree_1m_rss"]["status"] == "met"
+    assert select_cases(["dense-traffic"]) == [
+        "a2a-1024-switch", "a2a-1024-ring", "fattree-1m", "moe-128k",
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_dense_all_to_all_case_runs() -> None:
+    fig = CASES["a2a-1024-switch"].run(lambda text: None)
+    assert fig["ranks"] == 1024 and fig["algorithm"] == "mesh"
+    assert fig["collective_time_s"] == 0.00346175356

@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "ALL_TO_ALL_INSTANCES",
     "CASES",
+    "DENSE_ALL_TO_ALL",
     "FOLD_CHIPS",
     "MOE_CHIPS",
     "SERVE_CASES",
@@ -97,6 +98,9 @@ ALL_TO_ALL_INSTANCES: dict[str, int] = {"a2a-256": 16, "a2a-4k": 256}
 """The all-to-all cases: 64 MiB over one rank per chip of this many trn2.48xlarge
 (256 and 4,096 ranks)."""
 ALL_TO_ALL_BYTES = 2.0**26
+DENSE_ALL_TO_ALL: dict[str, str] = {"a2a-1024-switch": "switch", "a2a-1024-ring": "ring"}
+"""The dense-traffic cases: 64 MiB all-to-all over 1,024 chips on a fabric file of this
+shape (:mod:`clustersim.bench.fabrics`), run as ``clustersim collective`` would."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,10 @@ class Case:
     name: str
     title: str
     run: Callable[[Phase], dict[str, Any]]
+    preload: bool = True
+    """Whether the child imports the simulator before the case's clock starts. A case
+    that runs the CLI as a user would (``False``) is judged on the child's whole life
+    (``process_s``), imports included."""
 
 
 def fat_tree(chips: int) -> str:
@@ -343,6 +351,41 @@ def _serve(name: str) -> Callable[[Phase], dict[str, Any]]:
     return run
 
 
+def _dense_all_to_all(shape: str) -> Callable[[Phase], dict[str, Any]]:
+    """64 MiB all-to-all (``mesh``) over 1,024 chips of a ``shape`` fabric file, as
+    ``clustersim collective --fabric-file`` runs it, in a child that imports nothing
+    beforehand (its ``process_s`` is the CLI's whole process, less the printing)."""
+
+    def run(phase: Phase) -> dict[str, Any]:
+        import tempfile
+
+        from clustersim.bench.fabrics import FABRIC_CHIPS, write_fabric
+        from clustersim.network.microbench import run_collective
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_fabric(shape, Path(tmp) / f"{shape}.json")
+            phase(f"the all-to-all on the {shape} fabric file")
+            (row,) = run_collective(
+                "trn2.48xlarge",
+                FABRIC_CHIPS // CHIPS_PER_INSTANCE,
+                "all_to_all",
+                [ALL_TO_ALL_BYTES],
+                algorithm="mesh",
+                fabric_file=str(path),
+            )
+        return {
+            "fabric": shape,
+            "ranks": row["ranks"],
+            "op": row["op"],
+            "algorithm": row["algorithm"],
+            "size_bytes": row["size_bytes"],
+            "collective_time_s": row["time_s"],
+            "busbw_GBps": row["busbw_GBps"],
+        }
+
+    return run
+
+
 def _chips_label(chips: int) -> str:
     return f"{chips:,} Trn2 chips ({chips // CHIPS_PER_INSTANCE:,} x trn2.48xlarge)"
 
@@ -364,6 +407,15 @@ CASES: dict[str, Case] = {
             _all_to_all(n),
         )
         for name, n in ALL_TO_ALL_INSTANCES.items()
+    },
+    **{
+        name: Case(
+            name,
+            f"all-to-all of 64 MiB over 1,024 chips, {shape} fabric file, whole process",
+            _dense_all_to_all(shape),
+            preload=False,
+        )
+        for name, shape in DENSE_ALL_TO_ALL.items()
     },
     **{
         name: Case(name, f"Llama-3-405B step on {_chips_label(chips)}, folded", _fold(chips))

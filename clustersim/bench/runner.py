@@ -154,14 +154,15 @@ def child_main(argv: Sequence[str] | None = None) -> int:
 
     # Import the simulator before the clock starts: a case's wall time is its work,
     # not the interpreter loading NumPy and SimPy (``process_s`` has both).
-    phase("importing clustersim")
-    for module in ("clustersim.sim", "clustersim.scenario", "clustersim.network.microbench"):
-        importlib.import_module(module)
+    case = CASES.get(args.case)
+    if case is None or case.preload:
+        phase("importing clustersim")
+        for module in ("clustersim.sim", "clustersim.scenario", "clustersim.network.microbench"):
+            importlib.import_module(module)
     t0 = time.perf_counter()
     out: dict[str, Any] = {"case": args.case}
     code = 0
     try:
-        case = CASES.get(args.case)
         if case is None:
             raise ValueError(f"unknown case {args.case!r}; valid: {', '.join(CASES)}")
         out["figures"] = case.run(phase)

@@ -8,7 +8,9 @@ mixture-of-experts issue: a 64 MiB all-to-all over 256 ranks in a second and ove
 4,096 in 10 s, a folded DeepSeek-V3 step on 16,384 chips in 30 s and on 131,072 in
 120 s; and those of the serving issue: 10,000 Poisson requests on 8 TP8 replicas of
 one trn2.48xlarge in 10 s, and one simulated hour at 50 requests/s on a Trn2
-UltraServer in 60 s.
+UltraServer in 60 s; and those of the dense-traffic issue: a 64 MiB all-to-all over
+1,024 chips on a one-switch fabric file in a second and on a ring in 39 s and 4 GiB,
+whole process through the CLI, and the 1M-chip fat tree in 20 s and 2 GiB.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from clustersim.bench.cases import (
     ALL_TO_ALL_INSTANCES,
     CASES,
+    DENSE_ALL_TO_ALL,
     FAT_TREE_CHIPS,
     FOLD_CHIPS,
     MOE_CHIPS,
@@ -55,7 +58,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "scaling": SECTIONS["f"],
     "fat-tree": SECTIONS["g"],
     "moe": tuple(MOE_CHIPS),
-    "all-to-all": tuple(ALL_TO_ALL_INSTANCES),
+    "all-to-all": (*ALL_TO_ALL_INSTANCES, *DENSE_ALL_TO_ALL),
+    "dense-traffic": (*DENSE_ALL_TO_ALL, "fattree-1m", "moe-128k"),
     "serving": tuple(SERVE_CASES),
     "all": tuple(CASES),
 }
@@ -175,14 +179,18 @@ def _target(
     }
 
 
-def _wall_target(cases: Cases, key: str, name: str, what: str, limit_s: float) -> dict[str, Any]:
+def _wall_target(
+    cases: Cases, key: str, name: str, what: str, limit_s: float, *, process: bool = False
+) -> dict[str, Any]:
+    """``name``'s wall time against ``limit_s``: the case's own, or (``process``) its child's
+    whole life, interpreter start and imports included."""
     case = cases.get(name)
     goal = f"<= {limit_s:g} s"
     if case is None:
         return _target(key, what, goal)
     if case["status"] != "ok":
         return _target(key, what, goal, shown="no result", note=_stopped(case))
-    wall = float(case["wall_s"])
+    wall = float(case["process_s" if process else "wall_s"])
     return _target(key, what, goal, met=wall <= limit_s, value=wall, shown=f"{wall:.2f} s")
 
 
@@ -217,14 +225,33 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
         )
     )
     out.append(
-        _wall_target(cases, "fattree_1m_wall", "fattree-1m", "1,048,576-chip step, fat tree", 90)
+        _wall_target(cases, "fattree_1m_wall", "fattree-1m", "1,048,576-chip step, fat tree", 20)
     )
-    out.append(_rss_1m(cases, "fattree-1m", "fattree_1m_rss", 6))
+    out.append(_rss_1m(cases, "fattree-1m", "fattree_1m_rss", 2))
     out.append(
         _wall_target(cases, "collective_wall", "collective", "1,024-rank ring all-reduce", 1)
     )
     out.append(_wall_target(cases, "a2a_256_wall", "a2a-256", "256-rank all-to-all, 64 MiB", 1))
     out.append(_wall_target(cases, "a2a_4k_wall", "a2a-4k", "4,096-rank all-to-all, 64 MiB", 10))
+    what = "1,024-chip all-to-all, 64 MiB, {} fabric file, CLI process"
+    out.append(
+        _wall_target(
+            cases,
+            "a2a_1024_switch_process",
+            "a2a-1024-switch",
+            what.format("switch"),
+            1,
+            process=True,
+        )
+    )
+    out.append(
+        _wall_target(
+            cases, "a2a_1024_ring_process", "a2a-1024-ring", what.format("ring"), 39, process=True
+        )
+    )
+    out.append(
+        _rss(cases, "a2a-1024-ring", "a2a_1024_ring_rss", 4, "1,024-chip all-to-all peak RSS, ring")
+    )
     out.append(_wall_target(cases, "moe_16k_wall", "moe-16k", "16,384-chip DeepSeek-V3 step", 30))
     out.append(
         _wall_target(cases, "moe_128k_wall", "moe-128k", "131,072-chip DeepSeek-V3 step", 120)
@@ -248,7 +275,12 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
 def _rss_1m(
     cases: Cases, name: str = "fold-1m", key: str = "fold_1m_rss", limit_gib: float = 4
 ) -> dict[str, Any]:
-    case, what = cases.get(name), f"1,048,576-chip step peak RSS{_on(name)}"
+    return _rss(cases, name, key, limit_gib, f"1,048,576-chip step peak RSS{_on(name)}")
+
+
+def _rss(cases: Cases, name: str, key: str, limit_gib: float, what: str) -> dict[str, Any]:
+    """``name``'s peak resident memory against ``limit_gib``."""
+    case = cases.get(name)
     goal = f"<= {limit_gib:g} GiB"
     if case is None:
         return _target(key, what, goal)

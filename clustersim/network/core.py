@@ -29,7 +29,7 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.fabric import Topology
-from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages, link_counts
+from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages
 from clustersim.network.folded import FoldedRoutes
 from clustersim.network.runtimes import NO_COSTS, Protocol, Runtime
 
@@ -106,6 +106,7 @@ class Network(FoldedRoutes):
         """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
         self._pos: _IntArray = np.zeros(0, dtype=np.int64)
+        self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
         """-1 per link, but during :meth:`_on_links`."""
         self.collectives_started = 0
         self.sends_started = 0
@@ -364,7 +365,9 @@ class Network(FoldedRoutes):
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
         flat, weights, latency_s, union = self._reaching(src, dst, rep_src, rep_dst)
         if union:
-            links, counts = link_counts(flat, weights, topo.n_links)
+            # Every entry's link, counted through a position per link: only the distinct
+            # links are sorted, not every entry (the same sums, in the same order).
+            links, counts = self._on_links(flat, flat, weights)
         else:
             # Every flow's load on each of the first replica's links; other links are dropped.
             links, counts = self._on_links(topo.weighted_routes(rep_src, rep_dst)[0], flat, weights)

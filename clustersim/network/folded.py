@@ -12,13 +12,15 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.fabric import Topology, distinct_pairs
+from clustersim.network.fabric import ScaleOut, Topology, distinct_pairs
 
 __all__ = ["FoldedRoutes"]
 
 _IntArray = NDArray[np.int64]
 _DISTINCT_FROM = 4096
 """Flows inside domains above which repeated pairs are merged before routing."""
+_FAR_MASKS = 4
+"""Masks of far chips' host links kept (one bit per link each)."""
 
 
 class FoldedRoutes:
@@ -27,6 +29,7 @@ class FoldedRoutes:
 
     topology: Topology
     _pos: _IntArray
+    _far_masks: dict[tuple[int, bytes], NDArray[np.bool_]]
 
     def _on_links(
         self, kept: _IntArray, flat: _IntArray, weights: NDArray[np.float64] | None
@@ -50,6 +53,23 @@ class FoldedRoutes:
             at[hit], weights=None if weights is None else weights[hit], minlength=links.size
         ).astype(np.float64)
         return links.astype(np.int64), counts
+
+    def _far_hosts(self, near: NDArray[np.bool_], scaleout: ScaleOut) -> NDArray[np.bool_]:
+        """A mask of the links between chips outside the ``near`` domains and their leaves
+        (kept for the last few sets of domains: a stage's steps share theirs)."""
+        topo = self.topology
+        key = (topo.version, near.tobytes())
+        found = self._far_masks.get(key)
+        if found is not None:
+            return found
+        far = np.flatnonzero(~near[topo.chip_domain])
+        host = np.zeros(topo.n_links, dtype=bool)
+        for links in scaleout.host_links(far, far):
+            host[links] = True
+        if len(self._far_masks) >= _FAR_MASKS:
+            self._far_masks.pop(next(iter(self._far_masks)))
+        self._far_masks[key] = host
+        return host
 
     def _reaching(
         self, src: _IntArray, dst: _IntArray, rep_src: _IntArray, rep_dst: _IntArray
@@ -91,11 +111,7 @@ class FoldedRoutes:
                 return flat, weights, longest, True
             # A chip's own links to its leaf carry what the representative's chips carry
             # (the domains are placed alike): only theirs are kept, with the shared tiers.
-            far = np.flatnonzero(~near[domain])
-            host = np.zeros(topo.n_links, dtype=bool)
-            for links in topo.scaleout.host_links(far, far):
-                host[links] = True
-            mine = ~host[flat]
+            mine = ~self._far_hosts(near, topo.scaleout)[flat]
             return flat[mine], None if weights is None else weights[mine], longest, True
         inside = ~cross & near[src_dom]
         weights = None

@@ -42,24 +42,44 @@ _UNSORTED_MAX = 256
 
 
 class _Column(Generic[_T]):
-    """A growable 1-D numpy array."""
+    """A growable 1-D numpy array.
+
+    Bulk additions are kept as parts and joined at the first read, so a builder's few
+    large additions are copied once, not once per doubling of the array.
+    """
 
     def __init__(self, dtype: type[_T]) -> None:
-        self._a: NDArray[_T] = np.empty(64, dtype=dtype)
+        self._a: NDArray[_T] = np.empty(0, dtype=dtype)
+        self._parts: list[NDArray[_T]] = []
         self.n = 0
 
-    def extend(self, values: NDArray[_T]) -> None:
-        need = self.n + values.size
-        if need > self._a.size:
-            grown = np.empty(max(need, 2 * self._a.size), dtype=self._a.dtype)
-            grown[: self.n] = self._a[: self.n]
-            self._a = grown
-        self._a[self.n : need] = values
-        self.n = need
+    def extend(self, values: NDArray[_T], *, fresh: bool = False) -> None:
+        """Append ``values``: a copy of them, or (``fresh``: an array nobody else holds)
+        the array itself."""
+        part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
+        self._parts.append(part.reshape(-1))
+        self.n += part.size
+
+    def since(self, start: int) -> NDArray[_T]:
+        """The values from index ``start`` on, without joining the parts."""
+        pieces = [self._a[start:]] if start < self._a.size else []
+        skip = max(0, start - self._a.size)
+        for part in self._parts:
+            if skip >= part.size:
+                skip -= part.size
+                continue
+            pieces.append(part[skip:])
+            skip = 0
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else self._a[:0]
 
     @property
     def view(self) -> NDArray[_T]:
-        return self._a[: self.n]
+        if self._parts:
+            self._a = np.concatenate([self._a, *self._parts])
+            self._parts = []
+        return self._a
 
 
 def node_name(node: Node) -> str:
@@ -87,6 +107,10 @@ class LinkTable:
         self._kind = _Column(np.int8)
         self._keys = _Column(np.int64)
         self._sorted: tuple[Int64s, Int64s] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._runs: list[tuple[Int64s, Int64s]] = []
+        """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
+        self._run_end = 0
+        """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
         self._n_down = 0
         self._factors: dict[int, float] = {}
         self._names: NDArray[np.str_] | None = None
@@ -166,7 +190,7 @@ class LinkTable:
                 f"(got {cap[i]}, {lat[i]}, {lanes})"
             )
         keys = (uu << 32) | vv
-        dup = self._find(keys) >= 0
+        dup = self._find(keys, merge=False) >= 0
         if m > 1:
             first = np.unique(keys, return_index=True)[1]
             if first.size < m:
@@ -185,12 +209,12 @@ class LinkTable:
         self._nominal.extend(np.ascontiguousarray(cap))
         self._capacity.extend(np.ascontiguousarray(cap))
         self._latency.extend(np.ascontiguousarray(lat))
-        self._lanes.extend(np.full(m, lanes, dtype=np.int64))
-        self._lanes_up.extend(np.full(m, lanes, dtype=np.int64))
-        self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8))
-        self._keys.extend(keys)
-        if self._keys.n - self._sorted[0].size > _UNSORTED_MAX:
-            self._sort_keys()
+        self._lanes.extend(np.full(m, lanes, dtype=np.int64), fresh=True)
+        self._lanes_up.extend(np.full(m, lanes, dtype=np.int64), fresh=True)
+        self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)
+        self._keys.extend(keys, fresh=True)
+        if self._keys.n - self._run_end > _UNSORTED_MAX:
+            self._add_run()
         self._names = None
         self._changed()
         return np.arange(start, start + m, dtype=np.int64)
@@ -326,36 +350,53 @@ class LinkTable:
     def endpoints(self, link: int) -> tuple[Node, Node]:
         return self._nodes[int(self._u.view[link])], self._nodes[int(self._v.view[link])]
 
-    def _sort_keys(self) -> None:
-        """Sort the keys added since the last sort and merge them into the sorted ones (keys
-        are distinct, so this is the sort of every key; two sorted runs merge in one pass)."""
-        keys = self._keys.view
-        done, done_order = self._sorted
-        tail_order = np.argsort(keys[done.size :], kind="stable").astype(np.int64) + done.size
-        merged = np.concatenate([done, keys[tail_order]])
-        order = np.concatenate([done_order, tail_order])
-        if done.size:
-            run = np.argsort(merged, kind="stable")
-            merged, order = merged[run], order[run]
-        self._sorted = (merged, order)
+    def _add_run(self) -> None:
+        """Sort the keys not yet in a run into one (a builder adds links in a few bulk calls:
+        each is sorted once, and the runs are merged at the first bulk lookup)."""
+        start = self._run_end
+        keys = self._keys.since(start)
+        order = np.argsort(keys, kind="stable").astype(np.int64)
+        self._runs.append((keys[order], order + start))
+        self._run_end = self._keys.n
 
-    def _find(self, keys: Int64s) -> Int64s:
-        """Link index of each packed ``u << 32 | v`` key, or -1."""
-        if keys.size > 64 and self._keys.n > self._sorted[0].size:
-            self._sort_keys()  # a bulk lookup: cheaper than comparing it with the unsorted tail
-        sorted_keys, order = self._sorted
+    def _merge_runs(self) -> None:
+        """Merge the runs into the sorted keys (keys are distinct: one sorted order; the
+        stable sort merges the sorted runs it finds)."""
+        # One array at a time, the parts let go as soon as they are joined: at a
+        # million chips each array is 100 MiB.
+        key_parts = [self._sorted[0]] + [run[0] for run in self._runs]
+        order_parts = [self._sorted[1]] + [run[1] for run in self._runs]
+        self._runs = []
+        self._sorted = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        keys = np.concatenate(key_parts)
+        del key_parts
+        run = np.argsort(keys, kind="stable")
+        keys = keys[run]
+        order = np.concatenate(order_parts)
+        del order_parts
+        self._sorted = (keys, order[run])
+
+    def _find(self, keys: Int64s, *, merge: bool = True) -> Int64s:
+        """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
+        keys added since the last one first (and, with ``merge``, merges the runs)."""
+        if keys.size > 64:
+            if self._keys.n > self._run_end:
+                self._add_run()  # cheaper than comparing the lookup with the unsorted tail
+            if merge and self._runs:
+                self._merge_runs()
         out = np.full(keys.shape, -1, dtype=np.int64)
-        if sorted_keys.size:
-            pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
-            hit = sorted_keys[pos] == keys
-            out[hit] = order[pos[hit]]
-        tail = self._keys.view[sorted_keys.size :]
+        for sorted_keys, order in (self._sorted, *self._runs):
+            if sorted_keys.size:
+                pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
+                hit = (sorted_keys[pos] == keys) & (out < 0)
+                out[hit] = order[pos[hit]]
+        tail = self._keys.since(self._run_end)
         if tail.size:
             miss = np.flatnonzero(out < 0)
             if miss.size:
                 eq = keys[miss, None] == tail[None, :]
                 found = eq.any(axis=1)
-                out[miss[found]] = sorted_keys.size + np.argmax(eq[found], axis=1)
+                out[miss[found]] = self._run_end + np.argmax(eq[found], axis=1)
         return out
 
     # -- state ----------------------------------------------------------------------------------

@@ -119,6 +119,17 @@ class Routes(LinkTable):
         spread = self.scaleout.spread if self.scaleout is not None else 1
         return self._routes_between(src, dst, spread, times)
 
+    def route_loads(
+        self, src: Int64s, dst: Int64s
+    ) -> tuple[Int64s, NDArray[np.float64], float] | None:
+        """The distinct links (sorted) that the routes of pairs ``(src[i], dst[i])`` cross,
+        the flows on each and the longest route's latency, computed without listing each
+        route's links; None where this topology has no such method (the caller then counts
+        :meth:`weighted_routes`). A graph's topology has one
+        (:mod:`clustersim.network.graphs.routeloads`)."""
+        del src, dst
+        return None
+
     def _routes_between(
         self, src: ArrayLike, dst: ArrayLike, spread: int, times: Int64s | None = None
     ) -> tuple[Int64s, NDArray[np.float64] | None, NDArray[np.float64]]:

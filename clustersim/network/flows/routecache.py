@@ -72,9 +72,13 @@ class RouteCache:
             if found is not None:
                 return found
             ends = np.asarray(key, dtype=np.int64).reshape(-1, 2)
-        flat, weights, latency = topo.weighted_routes(ends[:, 0], ends[:, 1])
-        links, counts = link_counts(flat, weights)
-        latency_s = float(latency.max()) if latency.size else 0.0
+        loads = topo.route_loads(ends[:, 0], ends[:, 1]) if len(ends) > 1 else None
+        if loads is None:
+            flat, weights, latency = topo.weighted_routes(ends[:, 0], ends[:, 1])
+            links, counts = link_counts(flat, weights)
+            latency_s = float(latency.max()) if latency.size else 0.0
+        else:
+            links, counts, latency_s = loads
         chips = NO_CHIPS
         if hbm is not None:
             links, counts = hbm.add(links, counts, ends[:, 0], ends[:, 1])

@@ -214,9 +214,16 @@ def _solve_classes(
     count_parts: list[NDArray[np.float64]] = []
     private_cap: list[float] = []
     nnz = np.zeros(k, dtype=np.int64)
+    slot = None
+    if n_shared > _FEW:  # each shared link's row through a slot, not a search per group
+        slot = scratch.slots(cap.size)
+        slot[shared] = np.arange(n_shared, dtype=np.int64)
     for i, g in enumerate(groups):
         at = at_of[i]
-        rows = np.arange(n_shared) if at.size == n_shared else np.searchsorted(shared, mine[i])
+        if at.size == n_shared:
+            rows = np.arange(n_shared)
+        else:
+            rows = slot[mine[i]] if slot is not None else np.searchsorted(shared, mine[i])
         counts = g.counts[at]
         t = None if times is None else float(times[i])
         row = private_row(g, known.of(g, cap), cap, at, t) if g.links.size > at.size else None

@@ -55,6 +55,7 @@ from clustersim.errors import ScenarioError, SimulationError
 from clustersim.network.fabric import Int64s, LinkKind, Topology, ecmp_hash, node_name
 from clustersim.network.graphs.graphcheck import FabricSpec, check_fabric
 from clustersim.network.graphs.graphio import read_fabric
+from clustersim.network.graphs.routeloads import route_loads
 
 __all__ = ["HOP_EPS_S", "GraphTopology", "load_graph", "same_fabric"]
 
@@ -140,6 +141,18 @@ class GraphTopology(Topology):
             self.fold_refusal = None
 
     # -- routing --------------------------------------------------------------------------------
+
+    def route_loads(
+        self, src: Int64s, dst: Int64s
+    ) -> tuple[Int64s, NDArray[np.float64], float] | None:
+        """The loads of the routes of many pairs, from the next-hop tables
+        (:func:`~.routeloads.route_loads`); None where routes go pair by pair: a pair
+        cut off, or a graph with torus coordinates and a link down (its routes keep
+        their preferred paths and fall back where those are cut)."""
+        live = self.chip_coords is None
+        if not live and self.links_down:
+            return None
+        return route_loads(self, lambda dst: self._next_hops(dst, live=live), src, dst)
 
     def _path(self, src: int, dst: int) -> list[int]:
         # On a torus a route keeps its preferred path, and the topology's fallback takes
