@@ -18,15 +18,15 @@ training: {{seq_len: 4096, global_batch_size: 64}}
 """
 
 
-def _software(instance: str, *sets: str) -> tuple[float, str | None]:
+def _software(instance: str, *sets: str) -> tuple[float | None, str | None]:
     res = load_scenario(SCENARIO.format(instance=instance), list(sets))
-    return res.chip.calibration.tensor_efficiency, res.software.scaled
+    return res.chip.calibration.attention_efficiency, res.software.scaled
 
 
 def test_trn1_runs_the_fit_as_fitted_and_trn2_through_the_engine_model() -> None:
     transfer = calibration().families["trainium"].transfer
     assert transfer is not None and transfer.fitted_on == "trn1"
-    fitted = calibration().fits["trainium/nxd-training"].constants["tensor_efficiency"]
+    fitted = calibration().fits["trainium/nxd-training"].constants["attention_efficiency"]
     assert _software("trn1.32xlarge") == (pytest.approx(fitted), None)
     ratio = roofline_efficiency(chip("trn2"), *transfer.shape) / roofline_efficiency(
         chip("trn1"), *transfer.shape
@@ -38,5 +38,5 @@ def test_trn1_runs_the_fit_as_fitted_and_trn2_through_the_engine_model() -> None
 
 
 def test_a_scenarios_own_constant_still_wins() -> None:
-    eff, _ = _software("trn2.48xlarge", "cluster.chip.calibration.tensor_efficiency=0.5")
+    eff, _ = _software("trn2.48xlarge", "cluster.chip.calibration.attention_efficiency=0.5")
     assert eff == 0.5
