@@ -116,11 +116,11 @@ def test_a_renamed_flag_fails() -> None:
 def test_the_layout_search_best_row() -> None:
     # docs/tutorials/layout-search.md: row 1 of the search of the shipped 70B scenario.
     text = PAGES["docs/tutorials/layout-search.md"]
-    row = re.search(r"^ 1 +1 +1 +32 +8 +3 +32 +2 +full +1f1b +([\d.]+) +([\d.]+)%", text, re.M)
+    row = re.search(r"^ 1 +2 +1 +16 +8 +3 +16 +1 +none +1f1b +([\d.]+) +([\d.]+)%", text, re.M)
     assert row is not None, "the page's search table changed: update this test with it"
     sets = [
-        "parallelism.tp=1", "parallelism.pp=1", "parallelism.cp=8", "parallelism.zero=3",
-        "parallelism.dp_shard=32", "parallelism.recompute=full", "parallelism.microbatch_size=2",
+        "parallelism.tp=2", "parallelism.pp=1", "parallelism.cp=8", "parallelism.zero=3",
+        "parallelism.dp_shard=16", "parallelism.recompute=none", "parallelism.microbatch_size=1",
     ]  # fmt: skip
     res = load_scenario(ROOT / "scenarios" / "trn2-ultraserver-llama3-70b.yaml", sets)
     summary = simulate(res, record=False, fidelity="folded").summary  # as the search runs it

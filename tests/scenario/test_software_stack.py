@@ -44,8 +44,10 @@ def test_a_scenario_without_a_stack_runs_its_familys_default_stack_with_its_fit(
 def test_without_the_fit_the_chip_keeps_the_catalogs_constants() -> None:
     bare = load_scenario(TRN1, stack_fit=False)
     assert bare.software.fit is None and bare.software.constants == {}
-    assert bare.chip.calibration.tensor_efficiency == 0.85  # chips.yaml
-    assert load_scenario(TRN1).chip.calibration.tensor_efficiency != 0.85
+    assert bare.chip.calibration.hbm_efficiency == 0.85  # chips.yaml
+    fitted = load_scenario(TRN1)
+    assert fitted.chip.calibration.hbm_efficiency == fitted.software.constants["hbm_efficiency"]
+    assert fitted.chip.calibration.hbm_efficiency != 0.85
 
 
 def test_the_scenarios_own_constants_win_over_the_fit(tmp_path: Path) -> None:

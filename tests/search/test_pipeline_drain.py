@@ -114,9 +114,8 @@ def test_torus_all_to_all_as_simulated(size: int, stride: int) -> None:
     est = Estimator(res.model, res.scenario.training, ChipModel(res.chip, res.lnc), net)
     env = simpy.Environment()
     topo = build_topology(res.instance, res.chip, 4, path="cluster")
-    network = Network(
-        env, topo, np.arange(ranks) // rpc, runtime=runtime_of(res.chip, res.instance)
-    )
+    runtime = runtime_of(res.chip, res.instance, in_program=True)  # as a training step runs
+    network = Network(env, topo, np.arange(ranks) // rpc, runtime=runtime)
     groups = [
         tuple(base + off + k * stride for k in range(size))
         for base in range(0, ranks, size * stride)
