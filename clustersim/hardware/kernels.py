@@ -152,6 +152,11 @@ class GemmTable:
         """Whether the table has GEMMs at ``precision`` (clustersim's name)."""
         return PRECISIONS.get(precision) in self.precisions
 
+    def source(self, precision: str) -> str:
+        """Where the ``precision`` grid was measured: framework, version, kernel, GPU."""
+        key = _table_key(precision, self.precisions, f"GEMM on {self.chip}")
+        return str(np.asarray(self._arrays[f"gemm.{key}.source"]).ravel()[0])
+
     def grid(self, precision: str) -> tuple[F64, F64, F64, F64]:
         """The measured grid: m, n and k axes and latency [m, n, k] in s (NaN: not measured)."""
         g = self._grid(precision)
@@ -295,10 +300,17 @@ def _seq_interp(seqs: F64, problems: F64, layer: F64, s: float, p: float) -> flo
 
 
 @cache
-def gemm_table(chip: str) -> GemmTable | None:
-    """The chip's measured GEMM table, or None for chips without one (Trainium)."""
-    arrays = _arrays(chip.lower())
-    return None if arrays is None else GemmTable(chip.lower(), arrays)
+def gemm_table(chip: str, framework: str | None = None) -> GemmTable | None:
+    """The chip's measured GEMM table, or None for chips without one (Trainium).
+
+    ``framework`` ``"vllm"`` takes vLLM's own GEMMs (``<chip>-vllm.npz``) where they
+    were measured on the chip, else the default file's (TensorRT-LLM's torch GEMMs,
+    what training runs)."""
+    name = chip.lower()
+    arrays = _arrays(f"{name}-{framework}") if framework else None
+    if arrays is None:
+        arrays = _arrays(name)
+    return None if arrays is None else GemmTable(name, arrays)
 
 
 @cache

@@ -3,7 +3,8 @@
 ``python -m clustersim.hardware.kernels_build --data DIR`` reads NVIDIA's
 ``aiconfigurator-core`` 0.12.0 wheel (Apache-2.0), unpacked, where DIR is its
 ``aiconfigurator_core/systems/data`` folder, and writes one ``<chip>.npz`` per
-chip and ``SOURCES.md``. The output is byte-for-byte the same on every run.
+chip, a ``<chip>-vllm.npz`` beside it where vLLM's kernels were measured on the
+chip, and ``SOURCES.md``. The output is byte-for-byte the same on every run.
 
 What is kept, and why:
 
@@ -20,11 +21,15 @@ What is kept, and why:
   one problem count (the kernel parallelises over batch x heads x query tiles;
   they agree within about 2% at the median), as the median of their latencies.
   Generation-phase (decode) attention is left out: training never runs it.
+* vLLM's own GEMMs, for its serving engine: its linear layers (torch for BF16,
+  CUTLASS ``scaled_mm`` for per-tensor FP8, DeepGEMM or CUTLASS for block-scaled
+  FP8), in the same layout. Its attention tables are left out: they measure BF16
+  KV caches only, so the engine takes attention from the chip's default file.
 
 Latencies are stored as float32 rounded to nearest at ``MANTISSA_BITS``
 significant bits (relative error at most 2^-11, about 5e-4: far below the
 run-to-run spread of the measured kernels, which is percents), which lets the
-five files compress to under a mebibyte together.
+ten files compress to under two mebibytes together.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ __all__ = ["CHIPS", "build", "main", "peak_tflops"]
 WHEEL = "aiconfigurator-core"
 WHEEL_VERSION = "0.12.0"
 FRAMEWORK = "trtllm"
+"""The framework of each chip's default file, ``<chip>.npz``: what training and the
+``trtllm`` serving engine run."""
 MANTISSA_BITS = 11
 OUT = Path(__file__).resolve().parent.parent / "catalog" / "kernels"
 
@@ -63,18 +70,21 @@ class ChipSource:
     version: str
     peak_note: str = "catalog chips.yaml chip_tflops"
     peaks_tflops: tuple[tuple[str, float], ...] = ()  # only for chips not in the catalog
+    vllm: str | None = None
+    """vLLM's GEMM table version, for ``<chip>-vllm.npz``."""
 
 
 CHIPS: dict[str, ChipSource] = {
-    "a100": ChipSource("a100_sxm", "1.0.0"),
-    "h100": ChipSource("h100_sxm", "1.3.0rc20"),
-    "h200": ChipSource("h200_sxm", "1.3.0rc20"),
-    "b200": ChipSource("b200_sxm", "1.3.0rc20"),
+    "a100": ChipSource("a100_sxm", "1.0.0", vllm="0.14.0"),
+    "h100": ChipSource("h100_sxm", "1.3.0rc20", vllm="0.24.0"),
+    "h200": ChipSource("h200_sxm", "1.3.0rc20", vllm="0.24.0"),
+    "b200": ChipSource("b200_sxm", "1.3.0rc20", vllm="0.24.0"),
     "gb200": ChipSource(
         "gb200",
         "1.3.0rc20",
         "NVIDIA GB200 NVL72 datasheet, dense, per GPU (180 / 360 PFLOP/s over 72 GPUs)",
         (("bf16", 2500.0), ("fp8", 5000.0), ("fp8_block", 5000.0)),
+        vllm="0.24.0",
     ),
 }
 
@@ -84,6 +94,17 @@ GEMM_SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
     "fp8_block": ("fp8_block", ("deepgemm", "torch_flow")),
 }
 """clustersim precision: (the tables' gemm_dtype, kernel_source in order of preference)."""
+VLLM_GEMM_SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bf16": ("bfloat16", ("torch.nn.functional.linear", "vllm_default")),
+    "fp8": ("fp8", ("CutlassFP8ScaledMMLinearKernel",)),
+    "fp8_block": (
+        "fp8_block",
+        ("DeepGemmFp8BlockScaledMMKernel", "CutlassFp8BlockScaledMMKernel",
+         "FlashInferFp8BlockScaledMMKernel"),
+    ),
+}  # fmt: skip
+"""vLLM's linear layers: unquantized (torch, cuBLAS), per-tensor FP8 (CUTLASS
+``scaled_mm``, vLLM's ``CutlassFP8ScaledMMLinearKernel``) and block-scaled FP8."""
 
 ATTENTION_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp8": "fp8"}
 
@@ -118,10 +139,10 @@ class Table:
 
 
 def gemm_arrays(
-    df: pd.DataFrame, precision: str, device: str
+    df: pd.DataFrame, precision: str, device: str, framework: str = FRAMEWORK
 ) -> tuple[dict[str, NDArray[np.generic]], Table] | None:
     """The dense grid of one precision, or None when the chip has no such table."""
-    dtype, kernels = GEMM_SOURCES[precision]
+    dtype, kernels = (VLLM_GEMM_SOURCES if framework == "vllm" else GEMM_SOURCES)[precision]
     rows = df[(df["op_name"] == "gemm") & (df["gemm_dtype"] == dtype)]
     kernel = next((k for k in kernels if (rows["kernel_source"] == k).any()), None)
     if kernel is None:
@@ -138,14 +159,14 @@ def gemm_arrays(
         f"{p}.{c}": a.astype(np.int32) for a, c in zip(axes, "mnk", strict=True)
     }
     arrays[f"{p}.latency_s"] = _round(grid)
-    source = f"{FRAMEWORK} {rows['version'].iloc[0]} gemm_dtype={dtype} kernel_source={kernel}"
+    source = f"{framework} {rows['version'].iloc[0]} gemm_dtype={dtype} kernel_source={kernel}"
     arrays[f"{p}.source"] = np.array(f"{source} ({device})")
     shape = " x ".join(str(len(a)) for a in axes)
     return arrays, Table(f"GEMM {precision}", source, f"m x n x k = {shape}", len(rows), grid.size)
 
 
 def attention_arrays(
-    df: pd.DataFrame, precision: str, head_dim: int, device: str
+    df: pd.DataFrame, precision: str, head_dim: int, device: str, framework: str = FRAMEWORK
 ) -> tuple[dict[str, NDArray[np.generic]], Table]:
     """One precision and head dimension: latency [layer, seq, batch x heads]."""
     rows = df[df["head_dim"] == head_dim]
@@ -160,7 +181,7 @@ def attention_arrays(
     p = f"attn.{precision}.d{head_dim}"
     kernel = "+".join(sorted(rows["kernel_source"].unique()))
     source = (
-        f"{FRAMEWORK} {rows['version'].iloc[0]} context attention kernel_source={kernel} "
+        f"{framework} {rows['version'].iloc[0]} context attention kernel_source={kernel} "
         f"attn_dtype=kv_cache_dtype={ATTENTION_DTYPES[precision]} window_size=0 "
         f"head_dim={head_dim}"
     )
@@ -176,26 +197,31 @@ def attention_arrays(
     return arrays, Table(what, source, shape, measured, grid.size)
 
 
-def chip_arrays(data: Path, chip: str) -> tuple[dict[str, NDArray[np.generic]], list[Table]]:
-    """Every array of one chip's file, and what went into it."""
+def chip_arrays(
+    data: Path, chip: str, framework: str = FRAMEWORK
+) -> tuple[dict[str, NDArray[np.generic]], list[Table]]:
+    """Every array of one chip's file for ``framework``, and what went into it."""
     src = CHIPS[chip]
     base = data / src.folder
-    gemm = _read(base / "gemm" / FRAMEWORK / src.version / "gemm_perf.parquet")
+    version = src.version if framework == FRAMEWORK else src.vllm or ""
+    gemm = _read(base / "gemm" / framework / version / "gemm_perf.parquet")
     device = str(gemm["device"].iloc[0])
     arrays: dict[str, NDArray[np.generic]] = {}
     tables: list[Table] = []
     for precision in GEMM_SOURCES:
-        got = gemm_arrays(gemm, precision, device)
+        got = gemm_arrays(gemm, precision, device, framework)
         if got is not None:
             arrays.update(got[0])
             tables.append(got[1])
     arrays["gemm.precisions"] = np.array(sorted({k.split(".")[1] for k in arrays}))
-    attn = _read(base / "attention" / FRAMEWORK / src.version / "context_attention_perf.parquet")
+    if framework != FRAMEWORK:  # GEMMs only (module doc)
+        return arrays, tables
+    attn = _read(base / "attention" / framework / src.version / "context_attention_perf.parquet")
     attn = attn[(attn["window_size"] == 0) & (attn["attn_dtype"] == attn["kv_cache_dtype"])]
     for precision, dtype in ATTENTION_DTYPES.items():
         rows = attn[attn["attn_dtype"] == dtype]
         for head_dim in sorted(int(d) for d in rows["head_dim"].unique()):
-            a, t = attention_arrays(rows, precision, head_dim, device)
+            a, t = attention_arrays(rows, precision, head_dim, device, framework)
             arrays.update(a)
             tables.append(t)
     return arrays, tables
@@ -240,6 +266,7 @@ def _ceilings(chip: str, path: Path) -> list[str]:
 
 
 def sources_md(report: dict[str, list[Table]], ceilings: dict[str, list[str]]) -> str:
+    """SOURCES.md; ``report`` keys are file stems: ``<chip>`` or ``<chip>-vllm``."""
     lines = [
         "# Measured kernel tables",
         "",
@@ -266,10 +293,17 @@ def sources_md(report: dict[str, list[Table]], ceilings: dict[str, list[str]]) -
         "at its efficiency. A ceiling below is the best 2mnk / (latency x dense peak) on",
         "the grid, the bound any fitted GEMM efficiency for that chip must respect.",
         "",
+        f"`<chip>.npz` holds {FRAMEWORK}'s kernels: what training (cuBLAS through torch)",
+        "and the `trtllm` serving engine run. `<chip>-vllm.npz` holds vLLM's own GEMMs",
+        "(its CUTLASS FP8 `scaled_mm`), which the `vllm` serving engine runs, with",
+        "attention from `<chip>.npz`.",
+        "",
     ]
-    for chip, tables in report.items():
+    for stem, tables in report.items():
+        chip, _, framework = stem.partition("-")
         src = CHIPS[chip]
-        lines.append(f"## {chip} (`{src.folder}`, {FRAMEWORK} {src.version})")
+        version = src.version if not framework else src.vllm
+        lines.append(f"## {stem} (`{src.folder}`, {framework or FRAMEWORK} {version})")
         lines.append("")
         for t in tables:
             pct = 100.0 * t.measured / t.cells
@@ -277,13 +311,13 @@ def sources_md(report: dict[str, list[Table]], ceilings: dict[str, list[str]]) -
                 f"- {t.what}: `{t.source}`; {t.shape}, {t.measured} of {t.cells} cells "
                 f"measured ({pct:.1f}%)"
             )
-        lines.extend(ceilings[chip])
+        lines.extend(ceilings[stem])
         lines.append("")
     return "\n".join(lines)
 
 
 def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> list[Path]:
-    """Write every chip's table and SOURCES.md; return the files written."""
+    """Write every chip's tables and SOURCES.md; return the files written."""
     if not data.is_dir():
         raise SystemExit(f"kernels_build: {data} is not a folder (the wheel's systems/data)")
     out.mkdir(parents=True, exist_ok=True)
@@ -291,11 +325,13 @@ def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> l
     ceilings: dict[str, list[str]] = {}
     written = []
     for chip in chips:
-        arrays, report[chip] = chip_arrays(data, chip)
-        path = out / f"{chip}.npz"
-        write_npz(path, arrays)
-        ceilings[chip] = _ceilings(chip, path)
-        written.append(path)
+        for framework in (FRAMEWORK, "vllm") if CHIPS[chip].vllm else (FRAMEWORK,):
+            stem = chip if framework == FRAMEWORK else f"{chip}-{framework}"
+            arrays, report[stem] = chip_arrays(data, chip, framework)
+            path = out / f"{stem}.npz"
+            write_npz(path, arrays)
+            ceilings[stem] = _ceilings(chip, path)
+            written.append(path)
     md = out / "SOURCES.md"
     md.write_text(sources_md(report, ceilings), encoding="utf-8")
     return [*written, md]

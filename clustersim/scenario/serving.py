@@ -38,11 +38,18 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 @register_model
 class ArrivalCfg(Strict):
     """``poisson``: open-loop arrivals at ``rate_per_s``; ``closed``: ``concurrency``
-    clients, each sending its next request as soon as the last one finished."""
+    clients, each sending its next request as soon as the last one finished.
+
+    ``ramp_s``: the clients' first requests go at times drawn uniformly from
+    ``[0, ramp_s)``. Left out, a continuously batching engine's clients spread over
+    the time one request takes at that concurrency, the desynchronised steady state
+    a benchmark's clients reach (:func:`clustersim.serve.run.closed_loop_ramp_s`),
+    and a static batch's all start at once; 0 starts every client at once."""
 
     kind: Literal["poisson", "closed"] = "poisson"
     rate_per_s: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
     concurrency: int | None = Field(default=None, ge=1, le=10_000_000)
+    ramp_s: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _one_rule(self) -> ArrivalCfg:

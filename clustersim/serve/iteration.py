@@ -6,8 +6,10 @@ replica's ``tp`` ranks a layer is one pipelined op (the chip model's roofline,
 :class:`~clustersim.hardware.chip.ChipModel`):
 
 - compute: the layer's four GEMMs (QKV, output projection, gate and up, down) on
-  ``T`` token rows, each through ``ChipModel.op_time(Work(...))`` (so a GPU with
-  ``gemm_times: measured`` takes its measured GEMM tables, others the roofline),
+  ``T`` token rows: on a GPU each is the measured time of the engine's own kernel
+  (vLLM's CUTLASS FP8 ``scaled_mm`` for ``vllm``, TensorRT-LLM's for the others:
+  :func:`~clustersim.hardware.kernels.gemm_table`), on Trainium the chip model's
+  roofline (``ChipModel.op_time(Work(...))``),
   plus prefill attention (QK^T and PV per local head, at the fused attention
   kernel's efficiency, over the causal context the chunk sees);
 - HBM: the rank's shard of the layer's weights, the KV cache every sequence reads
@@ -124,7 +126,9 @@ class IterationModel:
     """Iteration times of one replica: ``tp`` ranks of ``chip`` serving ``model``.
 
     ``allreduce_s(nbytes)`` is the time of one all-reduce of ``nbytes`` over the
-    replica's ranks (0 for tp 1).
+    replica's ranks (0 for tp 1). ``kernels`` names the engine whose measured GEMMs a
+    GPU runs (``"vllm"``: vLLM's own, :func:`~clustersim.hardware.kernels.gemm_table`;
+    None: the chip's default tables).
     """
 
     def __init__(
@@ -139,6 +143,7 @@ class IterationModel:
         allreduce_s: Callable[[float], float] = lambda _n: 0.0,
         fixed_per_layer_s: float = 0.0,
         launch_s: float = 0.0,
+        kernels: str | None = None,
     ) -> None:
         self.model = model
         self.chip = chip
@@ -150,12 +155,13 @@ class IterationModel:
         self.op_overhead_s = chip.spec.calibration.op_overhead_s
         self.launch_s = launch_s
         self.kv_dtype = kv_dtype
+        self.kernels = kernels
         # GPUs run a layer as a sequence of kernels, each timed by its measurement where
         # the chip has one (module doc); Trainium runs it as one pipelined program.
         self.gemm_table: GemmTable | None = None
         self.attention_table: AttentionTable | None = None
         if chip.spec.family == "gpu":
-            table = gemm_table(chip.spec.name)
+            table = gemm_table(chip.spec.name, kernels)
             if table is not None and table.measures(precision):
                 self.gemm_table = table
             attn = attention_table(chip.spec.name)

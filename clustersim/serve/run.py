@@ -126,6 +126,7 @@ def iteration_model(res: Resolved, cfg: ServingCfg, *, overheads: bool = True) -
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
         allreduce_s=allreduce, launch_s=allreduce.launch_s,
+        kernels="vllm" if cfg.engine == "vllm" else None,
     )  # fmt: skip
 
 
@@ -150,6 +151,7 @@ def draft_model(res: Resolved, cfg: ServingCfg, target: IterationModel) -> Itera
     return IterationModel(
         model, target.chip, target.tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype, allreduce_s=target.allreduce_s,
+        kernels=target.kernels,
     )  # fmt: skip
 
 
@@ -166,6 +168,37 @@ def check_serving(res: Resolved) -> str:
         f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
         f"{model.iteration_s((), 1, typical(cfg.input_tokens)) * 1e3:.2f} ms"
     )
+
+
+def closed_loop_ramp_s(
+    cfg: ServingCfg, cost: IterationCost, replicas: int, input_tokens: float, output_tokens: float
+) -> float:
+    """How long the clients of a closed loop take to start, left to the default: the
+    time one request takes with every client's request in flight (its prompt alone,
+    then its output tokens decoding in a batch of the clients one replica holds).
+
+    Benchmark clients sent together stay together only in an ideal system: any jitter
+    in when a client's next request reaches the engine (its HTTP round trip, the
+    tokenizer) puts it a scheduling step apart from the rest, and a continuously
+    batching engine keeps them apart, each prompt prefilled as it comes. So the steady
+    state a benchmark measures is the clients' requests spread over one request's
+    time, which starting them at random over that time reproduces. A static batch is
+    formed from requests sent together (the Neuron benchmark tables), so it starts at
+    once; so does an explicit ``arrival.ramp_s``.
+    """
+    arrival = cfg.arrival
+    if arrival.kind != "closed":
+        return 0.0
+    if arrival.ramp_s is not None:
+        return arrival.ramp_s
+    if cfg.batching == "static" or (arrival.concurrency or 1) <= 1:
+        return 0.0
+    entry = cfg.disaggregation.prefill_replicas if cfg.disaggregation is not None else replicas
+    batch = min(math.ceil((arrival.concurrency or 1) / max(entry, 1)), cfg.max_num_seqs)
+    prompt, out = max(round(input_tokens), 1), max(round(output_tokens), 1)
+    padded = cfg.max_num_seqs if cfg.engine == "neuron" else None
+    step = cost.iteration_s((), batch, batch * (prompt + out // 2), padded_decodes=padded)
+    return cost.iteration_s(((prompt, 0),)) + (out - 1) * step
 
 
 def lengths(length: int | LognormalCfg, count: int, seed: int, stream: int) -> int | list[int]:
@@ -238,12 +271,16 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
         transfers.append(FabricKvTransfer(env, res, model.tp, model.kv_bytes_per_token_per_rank))
         return transfers[-1]
 
+    inputs = lengths(cfg.input_tokens, cfg.requests, seed, 1)
+    outputs = lengths(cfg.output_tokens, cfg.requests, seed, 2)
+    ramp = closed_loop_ramp_s(
+        cfg, iteration, n_rep, float(np.mean(inputs)), float(np.mean(outputs))
+    )
     sim = ServeSim(
         [iteration] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
         requests=cfg.requests, arrival=rule, dispatch=cfg.dispatch, seed=seed,
-        input_tokens=lengths(cfg.input_tokens, cfg.requests, seed, 1),
-        output_tokens=lengths(cfg.output_tokens, cfg.requests, seed, 2),
+        input_tokens=inputs, output_tokens=outputs, ramp_s=ramp,
         slot_tokens=longest(cfg.input_tokens) + longest(cfg.output_tokens),
         prefill_replicas=split.prefill_replicas if split is not None else 0,
         kv_transfer=transfer if split is not None else None,

@@ -42,6 +42,8 @@ class ServeSim:
     (:meth:`Replica._accepted`, from a generator seeded ``[seed, 3, replica]``); the
     ``costs`` then price a step's draft and verification
     (:class:`~clustersim.serve.speculative.SpeculativeCost`).
+    ``ramp_s`` > 0 starts a closed loop's clients at times drawn uniformly from
+    ``[0, ramp_s)`` (from a generator seeded ``[seed, 4]``) instead of all at once.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class ServeSim:
         speculative: tuple[int, float] | None = None,
         collapse: bool = True,
         static: bool = False,
+        ramp_s: float = 0.0,
     ) -> None:
         self.env = simpy.Environment()
         if prefill_replicas and not 0 < prefill_replicas < len(costs):
@@ -95,6 +98,8 @@ class ServeSim:
         self.arrival = arrival
         self.dispatch = dispatch
         self.rng = np.random.default_rng(seed)
+        self.ramp_s = ramp_s
+        self.seed = seed
         self._next = 0
 
     def _new(self) -> Request:
@@ -140,7 +145,9 @@ class ServeSim:
             yield self.env.timeout(float(gap))
             self._send(self._new())
 
-    def _client(self) -> Generator[simpy.Event, Any, None]:
+    def _client(self, start: float = 0.0) -> Generator[simpy.Event, Any, None]:
+        if start > 0.0:
+            yield self.env.timeout(start)
         while len(self.requests) < self.n:
             req = self._new()
             req.done = self.env.event()
@@ -152,7 +159,11 @@ class ServeSim:
         if kind == "poisson":
             self.env.process(self._poisson(value))
         else:
-            for _ in range(min(int(value), self.n)):
-                self.env.process(self._client())
+            clients = min(int(value), self.n)
+            starts = np.zeros(clients)
+            if self.ramp_s > 0.0:
+                starts = np.random.default_rng([self.seed, 4]).uniform(0.0, self.ramp_s, clients)
+            for start in starts:
+                self.env.process(self._client(float(start)))
         self.env.run()
         return self.requests
