@@ -96,6 +96,22 @@ def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
             f"draft {spec['draft_model']}, {spec['tokens']} tokens at acceptance "
             f"{spec['acceptance']:g} (expected {spec['expected_tokens_per_step']:.2f})",
         )
+    if fail := s.get("failures"):
+        for inj in fail["injections"]:
+            around, before = inj["around"]["e2e_s"], inj["before"]["e2e_s"]
+            was = f" (before: {before['p99']:,.1f} s)" if before["p99"] is not None else ""
+            now = f"{around['p99']:,.1f} s" if around["p99"] is not None else "-"
+            t.add_row(
+                f"failure {inj['index']}",
+                f"latency p99 {now}",
+                f"{inj['name']} {inj['kind']} at {inj['at_s']:g} s: {inj['effect']}{was}",
+            )
+        t.add_row(
+            "retried",
+            f"{fail['requests_retried']:,} requests",
+            f"KV of {fail['kv_tokens_lost']:,} tokens lost; "
+            f"{fail['requests_unfinished']:,} requests unfinished",
+        )
     if out is not None:
         t.add_row("wall time", f"{s['wall_s']:.2f} s", f"results in {out}")
     return t
