@@ -390,6 +390,7 @@ def _summary(
         "weights_gib_per_rank": model.weight_bytes_per_rank / GIB,
         "preemptions": sum(r.preemptions for r in sim.replicas),
         "iterations": sum(r.iterations for r in sim.replicas),
+        "replica_busy_s": [r.busy_s for r in sim.replicas],
         "software": {
             "stack": res.software.stack,
             "note": "chip constants of the training stack's fit; serving runtimes not fitted",
