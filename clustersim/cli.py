@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from clustersim.scenario import Resolved
+    from clustersim.serve.run import ServeResult
     from clustersim.sim import Plan
 
 __all__ = ["main"]
@@ -184,7 +185,14 @@ def _serve(args: argparse.Namespace) -> int:
     res = load_scenario(args.scenario, list(args.sets), args.seed)
     out = args.out or Path(res.scenario.output.dir or Path("reports") / _slug(res.scenario.name))
     _check_out(out, res.scenario.name, force=args.force)
-    return serve_command(res, out, quiet=args.quiet, as_json=args.json)
+    return serve_command(res, out, quiet=args.quiet, as_json=args.json, report=_serve_report)
+
+
+def _serve_report(result: ServeResult, out: Path, files: list[str], note: str) -> None:
+    from clustersim.report.serving import ServeData, write_serving_report
+
+    data = ServeData(result.summary, result.requests, result.iterations)
+    write_serving_report(data, out, files=files, trace_note=note)
 
 
 def _injection_notes(s: dict[str, Any]) -> list[str]:

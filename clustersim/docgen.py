@@ -189,15 +189,15 @@ def run_output(summary: dict[str, Any]) -> str:
     return "```\n" + table_text(summary_table(summary)) + "\n```"
 
 
-def serve_output() -> str:
-    """What ``clustersim serve`` prints for the serving tutorial's scenario (seeded, so the
+def serve_output(scenario: str = "serve-trn2-llama3-70b") -> str:
+    """What ``clustersim serve`` prints for a serving tutorial's scenario (seeded, so the
     same every run; no wall time or output directory), fenced as the docs quote it."""
     from clustersim.scenario import load_scenario
     from clustersim.serve.command import serve_table
     from clustersim.serve.run import serve
     from clustersim.terminal import table_text
 
-    path = Path(__file__).resolve().parent.parent / "scenarios" / "serve-trn2-llama3-70b.yaml"
+    path = Path(__file__).resolve().parent.parent / "scenarios" / f"{scenario}.yaml"
     return "```\n" + table_text(serve_table(serve(load_scenario(path)).summary)) + "\n```"
 
 

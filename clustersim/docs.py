@@ -428,6 +428,13 @@ FIGURES: tuple[Figure, ...] = (
         pages=("docs/tutorials/serving.md",),
     ),
     Figure(
+        "serve-failure-output",
+        "",
+        lambda ctx: docgen.serve_output("serve-trn2-llama3-70b-failure"),
+        what="what `clustersim serve` prints for the serving tutorial's failure scenario",
+        pages=("docs/tutorials/serving.md",),
+    ),
+    Figure(
         "serve-validation",
         "",
         lambda ctx: docgen.serve_validation(),

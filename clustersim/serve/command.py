@@ -1,13 +1,17 @@
 """``clustersim serve``: simulate a serving scenario, write its results, print a table.
 
 The directory gets ``resolved_scenario.yaml``, ``requests.parquet`` (one row per
-request) and, last, ``summary.json``, each written atomically
-(:mod:`clustersim.trace.io`), so a directory with a summary is complete.
+request), with ``output.trace`` ``iterations.parquet`` (one row per iteration of each
+replica) and ``trace.json`` (:mod:`clustersim.trace.serving`), with ``output.html`` the
+report (``report.html`` and its figures, written by the ``report`` callback the command
+line passes: :mod:`clustersim.report.serving`) and, last, ``summary.json``, each written
+atomically (:mod:`clustersim.trace.io`), so a directory with a summary is complete.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +20,17 @@ from rich.table import Table
 from clustersim.scenario import Resolved
 from clustersim.serve.run import ServeResult, serve
 from clustersim.trace import atomic_write_text, write_parquet
+from clustersim.trace.serving import write_serving_trace
 
-__all__ = ["serve_table", "write_results"]
+__all__ = ["ReportWriter", "serve_table", "write_results"]
+
+ReportWriter = Callable[[ServeResult, Path, list[str], str], object]
+"""``report(result, out, files, trace_note)``: writes the report of ``result`` into ``out``."""
 
 
-def write_results(res: Resolved, result: ServeResult, out: Path) -> None:
+def write_results(
+    res: Resolved, result: ServeResult, out: Path, report: ReportWriter | None = None
+) -> None:
     import yaml
 
     out.mkdir(parents=True, exist_ok=True)
@@ -29,6 +39,24 @@ def write_results(res: Resolved, result: ServeResult, out: Path) -> None:
         out / "resolved_scenario.yaml", yaml.safe_dump(res.as_dict(), sort_keys=False)
     )
     write_parquet(out / "requests.parquet", result.requests)
+    files = ["summary.json", "requests.parquet", "resolved_scenario.yaml"]
+    note = ""
+    iterations = result.iterations
+    if iterations is not None and res.scenario.output.trace:
+        write_parquet(out / "iterations.parquet", iterations)
+        info = write_serving_trace(
+            out / "trace.json", iterations,
+            failures=(result.summary.get("failures") or {}).get("injections", []),
+            other={"scenario": res.scenario.name},
+        )  # fmt: skip
+        files += ["iterations.parquet", "trace.json"]
+        note = (
+            f"trace.json (open it in Perfetto, ui.perfetto.dev, or chrome://tracing): one "
+            f"track per replica, {info.iterations_shown:,} of {info.iterations_total:,} "
+            f"iterations, {info.events:,} events" + (" (capped)." if info.capped else ".")
+        )
+    if report is not None and res.scenario.output.html:
+        report(result, out, files, note)
     text = json.dumps(result.summary, indent=2, sort_keys=False) + "\n"
     atomic_write_text(out / "summary.json", text)
 
@@ -96,16 +124,35 @@ def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
             f"draft {spec['draft_model']}, {spec['tokens']} tokens at acceptance "
             f"{spec['acceptance']:g} (expected {spec['expected_tokens_per_step']:.2f})",
         )
+    if fail := s.get("failures"):
+        for inj in fail["injections"]:
+            around, before = inj["around"]["e2e_s"], inj["before"]["e2e_s"]
+            was = f" (before: {before['p99']:,.1f} s)" if before["p99"] is not None else ""
+            now = f"{around['p99']:,.1f} s" if around["p99"] is not None else "-"
+            t.add_row(
+                f"failure {inj['index']}",
+                f"latency p99 {now}",
+                f"{inj['name']} {inj['kind']} at {inj['at_s']:g} s: {inj['effect']}{was}",
+            )
+        t.add_row(
+            "retried",
+            f"{fail['requests_retried']:,} requests",
+            f"KV of {fail['kv_tokens_lost']:,} tokens lost; "
+            f"{fail['requests_unfinished']:,} requests unfinished",
+        )
     if out is not None:
         t.add_row("wall time", f"{s['wall_s']:.2f} s", f"results in {out}")
     return t
 
 
-def serve_command(res: Resolved, out: Path, *, quiet: bool, as_json: bool) -> int:
+def serve_command(
+    res: Resolved, out: Path, *, quiet: bool, as_json: bool, report: ReportWriter | None = None
+) -> int:
     from clustersim.terminal import console
 
-    result = serve(res)
-    write_results(res, result, out)
+    output = res.scenario.output
+    result = serve(res, record=output.trace or (output.html and report is not None))
+    write_results(res, result, out, report)
     if as_json:
         print(json.dumps(result.summary, indent=2))
     elif not quiet:

@@ -5,13 +5,16 @@ KV cache from what their HBM holds beside the weights, builds one
 :class:`~clustersim.serve.iteration.IterationModel` (every replica is placed alike,
 so all share it), simulates the requests (:class:`~clustersim.serve.sched.ServeSim`)
 and summarises them: TTFT, TPOT and end-to-end latency percentiles, throughput,
-goodput under the SLO, and cost per million tokens at the cluster's price.
+goodput under the SLO, and cost per million tokens at the cluster's price. With
+``failures.inject`` the replicas fail or slow down during the run
+(:mod:`clustersim.serve.faults`) and the summary gains ``failures``.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +29,9 @@ from clustersim.scenario import Resolved
 from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typical
 from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
+from clustersim.serve.faults import ServeFaults, failure_summary, serving_faults
 from clustersim.serve.iteration import IterationModel
-from clustersim.serve.sched import BLOCK_TOKENS, IterationCost, Request
+from clustersim.serve.sched import BLOCK_TOKENS, LOG_FIELDS, IterationCost, Request
 from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 from clustersim.units import format_bytes
@@ -41,6 +45,9 @@ GIB = 2.0**30
 class ServeResult:
     summary: dict[str, Any]
     requests: pd.DataFrame
+    iterations: pd.DataFrame | None = None
+    """With ``serve(record=True)``: one row per iteration (or run of decode iterations
+    in one timeout) of every replica (:func:`iteration_frame`)."""
 
 
 def serving_of(res: Resolved) -> ServingCfg:
@@ -112,20 +119,27 @@ def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
     return cfg.replicas
 
 
-def iteration_model(res: Resolved, cfg: ServingCfg, *, overheads: bool = True) -> IterationModel:
+def iteration_model(
+    res: Resolved,
+    cfg: ServingCfg,
+    *,
+    overheads: bool = True,
+    allreduce: Callable[[float], float] | None = None,
+) -> IterationModel:
     """The replicas' iteration model; ``overheads=False`` times the TP all-reduces at
-    their wire time alone (:class:`~clustersim.serve.collectives.TpAllReduce`)."""
+    their wire time alone (:class:`~clustersim.serve.collectives.TpAllReduce`), and
+    ``allreduce`` replaces their model (a replica with a lost lane)."""
     tp = res.scenario.parallelism.tp
     for key in ("pp", "cp", "ep"):
         if getattr(res.scenario.parallelism, key) != 1:
             raise ScenarioError(f"parallelism.{key}", 0, "serving models tensor parallelism only")
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
-    allreduce = TpAllReduce(res, tp, overheads=overheads)
+    healthy = TpAllReduce(res, tp, overheads=overheads)
     return IterationModel(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
-        allreduce_s=allreduce, launch_s=allreduce.launch_s,
+        allreduce_s=healthy if allreduce is None else allreduce, launch_s=healthy.launch_s,
         kernels="vllm" if cfg.engine == "vllm" else None,
     )  # fmt: skip
 
@@ -162,6 +176,7 @@ def check_serving(res: Resolved) -> str:
     model = iteration_model(res, cfg)
     blocks = kv_capacity(res, model, cfg, draft_model(res, cfg, model))
     n_rep = replicas_of(res, cfg)
+    _faults(res, cfg, model, n_rep)
     return (
         f"{res.scenario.name}: {n_rep} replicas of tp {model.tp} x {res.chip.name} "
         f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
@@ -201,6 +216,31 @@ def closed_loop_ramp_s(
     return cost.iteration_s(((prompt, 0),)) + (out - 1) * step
 
 
+def _cost(
+    res: Resolved, cfg: ServingCfg, model: IterationModel, draft: IterationModel | None
+) -> IterationCost:
+    spec = cfg.speculative
+    if draft is not None and spec is not None:
+        return SpeculativeCost(model, draft, spec.tokens)
+    return model
+
+
+def _faults(res: Resolved, cfg: ServingCfg, model: IterationModel, n_rep: int) -> ServeFaults:
+    """``failures.inject`` as replica events (:func:`~clustersim.serve.faults.serving_faults`)."""
+    healthy = model.allreduce_s
+    if not res.scenario.failures.inject or not isinstance(healthy, TpAllReduce):
+        return ServeFaults([], [])
+
+    def cost_with(allreduce: Callable[[float], float]) -> IterationCost:
+        slow = iteration_model(res, cfg, allreduce=allreduce)
+        return _cost(res, cfg, slow, draft_model(res, cfg, slow))
+
+    return serving_faults(
+        res, res.scenario.failures, tp=model.tp, replicas=n_rep, healthy=healthy,
+        cost_with=cost_with, disaggregated=cfg.disaggregation is not None,
+    )  # fmt: skip
+
+
 def lengths(length: int | LognormalCfg, count: int, seed: int, stream: int) -> int | list[int]:
     """The number, or ``count`` lengths drawn from the lognormal with the generator
     ``default_rng([seed, stream])`` (apart from the arrivals' own), rounded and clipped."""
@@ -234,6 +274,7 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
             "preemptions": [r.preemptions for r in requests],
             "prefill_replica": [r.prefill_replica for r in requests],
             "kv_transfer_s": [r.kv_transfer_s for r in requests],
+            "retries": [r.retries for r in requests],
         }
     )
     frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
@@ -244,9 +285,29 @@ def request_frame(requests: list[Request]) -> pd.DataFrame:
     return frame
 
 
-def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
+def iteration_frame(sim: ServeSim) -> pd.DataFrame:
+    """Every replica's logged iterations (:data:`~clustersim.serve.sched.LOG_FIELDS`),
+    with the replica's index, role and KV capacity, in order of replica and time."""
+    frames = []
+    for rep in sim.replicas:
+        log = rep.log or []
+        frame = pd.DataFrame.from_records(log, columns=list(LOG_FIELDS))
+        frame.insert(0, "replica", rep.index)
+        frame["role"] = rep.role
+        frame["kv_capacity_blocks"] = rep.kv_blocks
+        frames.append(frame)
+    out = pd.concat(frames, ignore_index=True)
+    for col in ("replica", "prefill_tokens", "sequences", "steps", "kv_blocks", "aborted"):
+        out[col] = out[col].astype("int64")
+    out["start_s"] = out["start_s"].astype("float64")
+    out["duration_s"] = out["duration_s"].astype("float64")
+    return out
+
+
+def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = False) -> ServeResult:
     """Simulate the scenario's requests; exit 2 (ScenarioError) on bad input.
-    ``collective_overheads=False`` is a diagnostic (``iteration_model``'s ``overheads``)."""
+    ``collective_overheads=False`` is a diagnostic (``iteration_model``'s ``overheads``);
+    ``record`` logs every iteration (``ServeResult.iterations``, for the trace and report)."""
     t_wall = time.perf_counter()
     cfg = serving_of(res)
     model = iteration_model(res, cfg, overheads=collective_overheads)
@@ -254,9 +315,8 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
     blocks = kv_capacity(res, model, cfg, draft)
     n_rep = replicas_of(res, cfg)
     spec = cfg.speculative
-    iteration: IterationCost = model
-    if draft is not None and spec is not None:
-        iteration = SpeculativeCost(model, draft, spec.tokens)
+    iteration = _cost(res, cfg, model, draft)
+    faults = _faults(res, cfg, model, n_rep)
     arrival = cfg.arrival
     seed = res.scenario.seed
     rule: tuple[str, float] = (
@@ -285,10 +345,17 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
         prefill_replicas=split.prefill_replicas if split is not None else 0,
         kv_transfer=transfer if split is not None else None,
         speculative=(spec.tokens, spec.acceptance) if spec is not None else None,
-        static=cfg.batching == "static",
+        static=cfg.batching == "static", faults=faults.faults, record=record,
     )  # fmt: skip
     frame = request_frame(sim.run())
     summary = _summary(res, model, sim, frame, blocks)
+    if faults.records:
+        summary["failures"] = {
+            **failure_summary(faults, sim.fault_records, frame, float(sim.env.now)),
+            "kv_tokens_lost": sum(r.kv_tokens_lost for r in sim.replicas),
+            "detection_time_s": res.scenario.failures.detection_time,
+            "restart_time_s": res.scenario.failures.restart_time,
+        }
     if spec is not None:
         steps = sum(r.decode_steps for r in sim.replicas)
         summary["speculative"] = {
@@ -308,7 +375,7 @@ def serve(res: Resolved, *, collective_overheads: bool = True) -> ServeResult:
             "kv_bytes_moved": transfers[0].bytes_moved if transfers else 0.0,
         }
     summary["wall_s"] = time.perf_counter() - t_wall
-    return ServeResult(summary, frame)
+    return ServeResult(summary, frame, iteration_frame(sim) if record else None)
 
 
 def _summary(
@@ -360,6 +427,7 @@ def _summary(
         "weights_gib_per_rank": model.weight_bytes_per_rank / GIB,
         "preemptions": sum(r.preemptions for r in sim.replicas),
         "iterations": sum(r.iterations for r in sim.replicas),
+        "replica_busy_s": [r.busy_s for r in sim.replicas],
         "software": {
             "stack": res.software.stack,
             "note": "chip constants of the training stack's fit; serving runtimes not fitted",

@@ -32,6 +32,13 @@ fixed time in tests). Two schedulers, as the engines document them:
 ``static`` batching (any engine) forms a batch of waiting requests, prefills it
 together and decodes it until all are done. Decode iterations where nothing can
 change run as one timeout (:meth:`Replica._run_length`).
+
+A replica can fail (:meth:`Replica.fail`): the iteration in progress is abandoned,
+every request it held loses its KV and waits, to be prefilled again (its prompt and
+the tokens it had generated, as after a preemption) wherever the router sends it
+next; the replica runs nothing until :meth:`Replica.recover`. With ``record``, each
+iteration (or run of decode iterations in one timeout) is logged in ``log`` for the
+trace and the report (:data:`LOG_FIELDS`).
 """
 
 from __future__ import annotations
@@ -48,11 +55,27 @@ import simpy
 
 from clustersim.errors import SimulationError
 
-__all__ = ["BLOCK_TOKENS", "MIN_BUCKET", "IterationCost", "Replica", "Request", "bucket"]
+__all__ = [
+    "BLOCK_TOKENS",
+    "LOG_FIELDS",
+    "MIN_BUCKET",
+    "IterationCost",
+    "Replica",
+    "Request",
+    "bucket",
+]
 
 BLOCK_TOKENS = 16
 """vLLM's default KV block size (``--block-size 16``)."""
 
+
+LOG_FIELDS = (
+    "start_s", "duration_s", "prefill_tokens", "sequences", "steps", "kv_blocks", "aborted",
+)  # fmt: skip
+"""One row of :attr:`Replica.log`: when an iteration (or a run of ``steps`` decode
+iterations in one timeout) started and how long it ran, the prompt tokens it
+prefilled, the sequences in its batch, the KV blocks in use, and whether a failure
+cut it short (1) or not (0)."""
 
 MIN_BUCKET = 128
 """The smallest compiled sequence bucket of NxD Inference's automatic bucketing."""
@@ -103,6 +126,8 @@ class Request:
     """Disaggregated: the replica that prefilled it (-1: its own replica did)."""
     kv_transfer_s: float = math.nan
     """Disaggregated: how long its KV took to reach the decode replica."""
+    retries: int = 0
+    """Times a failed replica's router sent it elsewhere (its KV lost)."""
 
     def __post_init__(self) -> None:
         self.prompt_target = self.input_tokens
@@ -128,6 +153,7 @@ class Replica:
         rng: np.random.Generator | None = None,
         collapse: bool = True,
         static: bool = False,
+        record: bool = False,
     ) -> None:
         self.env = env
         self.static = static
@@ -167,7 +193,15 @@ class Replica:
         self._wake: simpy.Event | None = None
         self.incoming = 0
         """Requests whose KV is on its way here (disaggregated decode replicas)."""
-        env.process(self._loop())
+        self.log: list[tuple[float, float, int, int, int, int, int]] | None = [] if record else None
+        self.down = False
+        """Failed and not yet restarted (:meth:`fail`, :meth:`recover`)."""
+        self.kv_tokens_lost = 0
+        self._up: simpy.Event | None = None
+        self._inflight: tuple[float, Sequence[float], Sequence[Request]] | None = None
+        """The iteration or decode run in progress: its start, the ends of its steps
+        (from the start), and the decodes of a run (what a failure must account for)."""
+        self.process = env.process(self._loop())
 
     @property
     def load(self) -> int:
@@ -180,6 +214,16 @@ class Replica:
             self._wake.succeed()
 
     def _loop(self) -> Generator[simpy.Event, Any, None]:
+        while True:
+            try:
+                yield from self._serve()
+            except simpy.Interrupt:  # failed (:meth:`fail`): wait for the restart
+                self._wake = None
+                self._up = self.env.event()
+                yield self._up
+                self._up = None
+
+    def _serve(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         while True:
             if not self.waiting and not self.running:
@@ -212,10 +256,73 @@ class Replica:
                 work = [(c, r.kv_tokens) for r, c in chunks]
                 context, padded = sum(r.kv_tokens for r in decodes), None
             t = self.cost.iteration_s(work, len(decodes), context, padded_decodes=padded)
+            self._inflight = (env.now, (t,), ())
+            if self.log is not None:  # logged at its start: a failure may cut it short
+                prompt = sum(c for _, c in chunks)
+                self.log.append(
+                    (env.now, t, prompt, len(chunks) + len(decodes), 1, self.used_blocks, 0)
+                )
             yield env.timeout(t)
+            self._inflight = None
             self.iterations += 1
             self.busy_s += t
             self._complete(chunks, decodes)
+
+    # -- failures
+
+    def fail(self) -> None:
+        """The replica fails now: the iteration in progress is lost (the decode
+        iterations of a run that completed before now count), and every request it
+        holds loses its KV and waits in ``waiting`` (for the router to take,
+        :meth:`drain`), to prefill its prompt and generated tokens again elsewhere."""
+        if self.down:
+            return
+        self.down = True
+        now = self.env.now
+        if self._inflight is not None:
+            start, ends, decodes = self._inflight
+            done = bisect.bisect_left(ends, now - start) if len(ends) > 1 else 0
+            for req in decodes:  # decode steps of a run that finished before the failure
+                req.generated += done
+                req.kv_tokens += done
+            self.iterations += done
+            self.decode_steps += done * len(decodes)
+            self.decode_emitted += done * len(decodes)
+            self.busy_s += now - start
+            if self.log is not None:
+                _, _, prompt, seqs, _, blocks, _ = self.log[-1]
+                self.log[-1] = (start, now - start, prompt, seqs, done, blocks, 1)
+            self._inflight = None
+        held = [*self.running, *self.waiting]
+        for req in held:
+            self.kv_tokens_lost += req.kv_tokens
+            req.blocks = 0
+            req.kv_tokens = 0
+            req.prompt_target = req.input_tokens + req.generated
+        self.running.clear()
+        self.waiting = deque(held)
+        self.used_blocks = 0
+        self._wake = None
+        self.process.interrupt("failed")
+
+    def set_cost(self, cost: IterationCost) -> None:
+        """Iterations from now on take ``cost``'s times; a run of decode iterations in
+        one timeout ends after the iteration in progress, as an arrival ends it."""
+        self.cost = cost
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def drain(self) -> list[Request]:
+        """The requests waiting here, taken away (the router resends a failed replica's)."""
+        held = list(self.waiting)
+        self.waiting.clear()
+        return held
+
+    def recover(self) -> None:
+        """The replica is back, empty, and runs what it is sent."""
+        self.down = False
+        if self._up is not None and not self._up.triggered:
+            self._up.succeed()
 
     # -- runs of decode iterations where nothing can change, in one timeout
 
@@ -258,6 +365,9 @@ class Replica:
                 total += self.cost.iteration_s((), n, sum(kv) + j * n)
             ends.append(total)
         start = env.now
+        self._inflight = (start, ends, decodes)
+        if self.log is not None:
+            self.log.append((start, total, 0, n, steps, self.used_blocks, 0))
         self._wake = env.event()
         run = env.timeout(total)
         yield run | self._wake
@@ -265,7 +375,10 @@ class Replica:
         done = steps
         if not run.processed and env.now < start + total:
             done = min(bisect.bisect_right(ends, env.now - start) + 1, steps)
+            if self.log is not None and done < steps:
+                self.log[-1] = (start, ends[done - 1], 0, n, done, self.log[-1][5], 0)
             yield env.timeout(start + ends[done - 1] - env.now)
+        self._inflight = None
         self.iterations += done
         self.busy_s += ends[done - 1]
         self.decode_steps += done * n

@@ -5,11 +5,22 @@
 the arrival processes: a Poisson process, or a closed loop of clients that each send
 their next request when the last one finished. In a disaggregated run it also moves
 each prefilled request's KV to a decode replica (:class:`KvTransfer`).
+
+:class:`Fault` events change replicas during the run (``failures.inject``, resolved by
+:mod:`clustersim.serve.faults`): a replica that goes ``down`` loses its requests' KV
+(:meth:`~clustersim.serve.sched.Replica.fail`); the router keeps sending it requests
+until it notices, ``detect_s`` later, and then resends everything the replica held to
+the replicas still up (each such request counts a retry), holding requests while none
+is; ``restart_s`` after detection the replica is back, empty. A fault with a ``cost``
+gives its replicas a new iteration model from then on (a lost NeuronLink lane slows
+their collectives).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -18,13 +29,27 @@ import simpy
 from clustersim.errors import SimulationError
 from clustersim.serve.sched import IterationCost, Replica, Request
 
-__all__ = ["KvTransfer", "ServeSim"]
+__all__ = ["Fault", "KvTransfer", "ServeSim"]
 
 
 class KvTransfer(Protocol):
     """Moves a request's KV cache between two replicas (disaggregated serving)."""
 
     def kv(self, source: int, target: int, tokens: int) -> simpy.Event: ...
+
+
+@dataclass(frozen=True)
+class Fault:
+    """At ``at_s``, ``replicas`` go down (``down``) or take ``cost`` as their iteration
+    model. ``index`` is the injection's (``failures.inject.N``)."""
+
+    index: int
+    at_s: float
+    replicas: tuple[int, ...]
+    down: bool = False
+    detect_s: float = 0.0
+    restart_s: float = 0.0
+    cost: IterationCost | None = None
 
 
 class ServeSim:
@@ -67,6 +92,8 @@ class ServeSim:
         collapse: bool = True,
         static: bool = False,
         ramp_s: float = 0.0,
+        faults: Sequence[Fault] = (),
+        record: bool = False,
     ) -> None:
         self.env = simpy.Environment()
         if prefill_replicas and not 0 < prefill_replicas < len(costs):
@@ -82,7 +109,7 @@ class ServeSim:
                 else "both",
                 handoff=self._handoff if i < prefill_replicas else None,
                 speculative=speculative, rng=np.random.default_rng([seed, 3, i]),
-                collapse=collapse, static=static,
+                collapse=collapse, static=static, record=record,
             )
             for i, cost in enumerate(costs)
         ]  # fmt: skip
@@ -101,6 +128,10 @@ class ServeSim:
         self.ramp_s = ramp_s
         self.seed = seed
         self._next = 0
+        self.faults = sorted(faults, key=lambda f: (f.at_s, f.index))
+        self.fault_records: list[dict[str, Any]] = []
+        self._out: set[int] = set()  # replicas the router knows are down
+        self._held: deque[Request] = deque()  # requests waiting for a replica to be up
 
     def _new(self) -> Request:
         i = len(self.requests)
@@ -109,11 +140,68 @@ class ServeSim:
         return req
 
     def _send(self, req: Request) -> None:
+        entry = self.entry
+        if self._out:
+            entry = [r for r in entry if r.index not in self._out]
+            if not entry:
+                self._held.append(req)
+                return
         if self.dispatch == "round_robin":
-            target = self.entry[req.id % len(self.entry)]
+            target = entry[req.id % len(entry)]
         else:
-            target = min(self.entry, key=lambda r: r.load)
+            target = min(entry, key=lambda r: r.load)
         target.submit(req)
+
+    # -- failures
+
+    def _inject(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        for fault in self.faults:
+            if fault.at_s > env.now:
+                yield env.timeout(fault.at_s - env.now)
+            if not fault.down:
+                for i in fault.replicas:
+                    if fault.cost is not None:
+                        self.replicas[i].set_cost(fault.cost)
+                self.fault_records.append(
+                    {"index": fault.index, "applied_s": env.now, "replicas": list(fault.replicas)}
+                )
+                continue
+            hit = [i for i in fault.replicas if not self.replicas[i].down]
+            record: dict[str, Any] = {
+                "index": fault.index,
+                "applied_s": env.now,
+                "replicas": hit,
+                "requests_in_flight": sum(
+                    len(self.replicas[i].running) + len(self.replicas[i].waiting) for i in hit
+                ),
+            }
+            self.fault_records.append(record)
+            for i in hit:
+                self.replicas[i].fail()
+            if hit:
+                env.process(self._outage(hit, fault, record))
+
+    def _outage(
+        self, hit: list[int], fault: Fault, record: dict[str, Any]
+    ) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        yield env.timeout(fault.detect_s)
+        self._out.update(hit)
+        resent = [req for i in hit for req in self.replicas[i].drain()]
+        record["detected_s"] = env.now
+        record["requests_resent"] = len(resent)
+        for req in resent:
+            req.retries += 1
+            self._send(req)
+        yield env.timeout(fault.restart_s)
+        record["back_s"] = env.now
+        for i in hit:
+            self.replicas[i].recover()
+            self._out.discard(i)
+        held, self._held = self._held, deque()
+        for req in held:
+            self._send(req)
 
     def _handoff(self, source: Replica, req: Request) -> None:
         """A prefill replica is done with ``req``: move its KV to the least-loaded decode
@@ -165,5 +253,7 @@ class ServeSim:
                 starts = np.random.default_rng([self.seed, 4]).uniform(0.0, self.ramp_s, clients)
             for start in starts:
                 self.env.process(self._client(float(start)))
+        if self.faults:
+            self.env.process(self._inject())
         self.env.run()
         return self.requests
