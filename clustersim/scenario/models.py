@@ -251,7 +251,7 @@ class ParallelismCfg(Strict):
     # in the last backward as soon as its gradients are complete. false: every model
     # chunk's gradients are one bucket, reduced after the whole forward-backward of all
     # microbatches (Megatron-LM before 2023: workload.gradbuckets.grad_bucket_size).
-    # The SC'21 rows keep true: false widens the A100 fit's residuals (README, Validation).
+    # The SC'21 rows keep true: false widens the A100 fit's residuals (the calibration page).
     overlap_grad_reduce: bool = True
     """Start each gradient bucket's reduction in the last backward once it is complete (ZeRO 0
     and 1); false: after the whole forward-backward."""
