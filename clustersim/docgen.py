@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,37 @@ def _type(schema: dict[str, Any]) -> str:
         return " or ".join(dict.fromkeys(kinds))
     kind = schema.get("type", "any")
     if kind == "array":
-        return f"list of {_type(schema.get('items', {}))}"
-    if kind == "object":
-        return "mapping"
-    return str(kind)
+        fixed = schema.get("prefixItems")  # a tuple: so many items of these types
+        items = [schema.get("items", {})] if fixed is None else fixed
+        count = "" if fixed is None else f"{len(fixed)} "
+        return f"list of {count}" + " or ".join(dict.fromkeys(_type(s) for s in items))
+    return "mapping" if kind == "object" else str(kind)
 
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+def _lead(text: str) -> str:
+    """The first paragraph of a docstring, as Markdown (reST literals become code spans)."""
+    para = " ".join(text.strip().split("\n\n", 1)[0].split())
+    return re.sub(r":\w+:`~?([^`]+)`", r"`\1`", para).replace("``", "`")
+
+
+def _refs(prop: dict[str, Any]) -> tuple[list[str], str]:
+    """The models a property holds, and the suffix of their key path: a mapping or a
+    union of mappings (``""``), a list of them (``".N"``) or a mapping of them by name
+    (``".NAME"``)."""
+    if "$ref" in prop:
+        return [prop["$ref"]], ""
+    if any("$ref" in s for s in prop.get("anyOf", ())):
+        return [s["$ref"] for s in prop["anyOf"] if "$ref" in s], ""
+    if prop.get("type") == "array" and "$ref" in prop.get("items", {}):
+        return [prop["items"]["$ref"]], ".N"
+    extra = prop.get("additionalProperties")
+    if isinstance(extra, dict) and "$ref" in extra:
+        return [extra["$ref"]], ".NAME"
+    return [], ""
 
 
 def scenario_keys() -> str:
@@ -86,30 +110,40 @@ def scenario_keys() -> str:
     out: list[str] = []
     seen: set[str] = set()
 
+    def section(names: list[str]) -> dict[str, Any]:
+        """One model's schema, or the union of several (a key that takes one of them)."""
+        if len(names) == 1:
+            return dict(defs[names[0]])
+        props: dict[str, Any] = {}
+        for name in names:
+            props.update(defs[name].get("properties", {}))
+        keys = ", ".join(f"`{k}`" for k in props)
+        return {"properties": props, "description": f"A mapping with one of the keys {keys}."}
+
     def table(title: str, node: dict[str, Any], prefix: str) -> None:
-        rows = [f"### `{title}`", "", "| key | type | default | description |", "|---|---|---|---|"]
+        rows = [f"### `{title}`", ""]
+        if node.get("description"):
+            rows += [_lead(node["description"]), ""]
+        rows += ["| key | type | default | description |", "|---|---|---|---|"]
         nested: list[tuple[str, dict[str, Any], str]] = []
         required = set(node.get("required", ()))
         for key, prop in node.get("properties", {}).items():
-            ref = prop.get("$ref") or next(
-                (s["$ref"] for s in prop.get("anyOf", ()) if "$ref" in s), None
-            )
-            items_ref = prop.get("items", {}).get("$ref") if prop.get("type") == "array" else None
+            refs, suffix = _refs(prop)
             if "default" in prop:
                 default = f"`{json.dumps(prop['default'])}`"
             else:
                 default = "required" if key in required else ""
             what = _cell(prop.get("description", ""))
-            if ref or items_ref:
-                name = (ref or items_ref or "").rsplit("/", 1)[-1]
-                sub = f"{prefix}{key}" + (".N" if items_ref else "")
-                what = (what + " " if what else "") + f"see `{sub}`"
-                if name not in seen:
-                    nested.append((sub, defs[name], f"{sub}."))
+            if refs:
+                names = [ref.rsplit("/", 1)[-1] for ref in refs]
+                sub = f"{prefix}{key}{suffix}"
+                what = (what + " " if what else "") + f"See `{sub}`."
+                if sub not in seen:
+                    seen.add(sub)
+                    nested.append((sub, section(names), f"{sub}."))
             rows.append(f"| `{prefix}{key}` | {_type(prop)} | {default} | {what} |")
         out.extend([*rows, ""])
         for sub, sub_node, sub_prefix in nested:
-            seen.add(sub)
             table(sub, sub_node, sub_prefix)
 
     table("scenario", schema, "")

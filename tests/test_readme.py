@@ -29,8 +29,11 @@ HEADINGS = [
 def test_readme_is_a_front_door() -> None:
     assert len(README.splitlines()) < 250
     assert "python -m pytest" in README  # CI runs the README's test command
-    for page in ("failure-study", "layout-search", "trn2-vs-h100"):
+    # One click from the README to each study a new user comes for.
+    for page in ("failure-study", "layout-search", "trn2-vs-h100", "serving"):
         assert f"(docs/tutorials/{page}.md)" in README
+    for page in ("chakra", "calibrate", "custom-fabric", "sweeps"):
+        assert f"(docs/how-to/{page}.md)" in README
 
 
 def test_every_section_it_points_to_exists() -> None:

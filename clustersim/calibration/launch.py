@@ -8,7 +8,7 @@ The launch is held in the catalog, not fitted (:mod:`clustersim.validation.fit_c
 This shows what a fit of it would have to go on. At each launch on the grid:
 
 1. the other collective constants are fitted on the calibration rows of measured
-   collectives (nccom-test C1 and C3), the launch held there;
+   collectives (the nccom-test tables of trn1 and Trn2), the launch held there;
 2. the family's calibrated constants (``tensor_efficiency`` on the two Trainium
    step rows) are fitted on its calibration step rows as ``clustersim calibrate``
    fits them: the estimate anchored on one simulation per row at the catalog's

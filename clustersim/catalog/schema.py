@@ -63,9 +63,12 @@ Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 class Strict(BaseModel):
-    """Base of every catalog and scenario model: unknown keys are errors."""
+    """Base of every catalog and scenario model: unknown keys are errors. A field's
+    docstring is its description in the JSON Schema (the scenario-key reference)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True
+    )
 
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32", "tf32"]

@@ -53,18 +53,36 @@ class ClusterCfg(Strict):
     """
 
     instance: str
+    """Catalog instance type (`clustersim catalog instances`), such as `trn2.48xlarge`."""
     count: int = Field(default=1, ge=1, le=10_000_000)
+    """Number of instances."""
     lnc: int | None = Field(default=None, ge=1, le=64)
+    """Logical NeuronCore size: physical cores per rank (ranks per chip = cores / lnc); default:
+    the chip's catalog `lnc_default` (2 on Trn2)."""
     chip: Overrides = Field(default_factory=dict)
+    """Chip fields merged over the catalog entry (`clustersim catalog chips NAME`), such as
+    `{hbm_bytes: 64GiB}`."""
     neuronlink: Overrides = Field(default_factory=dict)
+    """Scale-up fabric fields (NeuronLink, or NVLink on GPU instances) merged over the instance's
+    `fabric` entry: `topology`, `dims`, `link_bw_Bps`, `link_latency_s`, `lanes`."""
     efa: Overrides = Field(default_factory=dict)
+    """Scale-out network fields merged over the instance's `efa` entry: `bandwidth_Bps`,
+    `latency_s`, `nics`, `fabric`, `tiers`, `radix`, `oversubscription`."""
     ultraserver: Overrides = Field(default_factory=dict)
+    """UltraServer fields merged over the instance's entry: `instances`, `topology`,
+    `link_bw_Bps`, `link_latency_s`."""
     domain_fill: int | None = Field(default=None, ge=1, le=100_000)
+    """Instances in each scale-up domain of an UltraServer, from 1 to the full domain (a GB200
+    NVL72 rack with fewer trays); default: full."""
     prices_usd_per_hour: Overrides = Field(default_factory=dict)
+    """Prices in USD per instance-hour by pricing mode (`on_demand`, `reserved`,
+    `capacity_block`), merged over the catalog's."""
     collectives: dict[str, str] = Field(default_factory=dict)
-    # A fabric graph (GraphML, GML or node-link JSON) that replaces the built fabric;
-    # relative to the scenario file (clustersim.sim.fabric).
+    """Algorithm per collective type, such as `{all_reduce: ring}` (an unknown name lists the
+    valid ones); a type left out is `auto`."""
     fabric_file: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A fabric graph (GraphML, GML or node-link JSON) that replaces the built fabric; relative
+    to the scenario file."""
 
     @field_validator("collectives", mode="before")
     @classmethod
@@ -100,8 +118,13 @@ class FsdpCfg(Strict):
     """
 
     unit: str = "layer"
+    """What one FSDP unit gathers: `layer` (a transformer block) or `stage` (every parameter of
+    the rank's pipeline stage)."""
     reshard_after_forward: bool = True
+    """Free a unit's gathered parameters after its forward, and gather them again before its
+    backward."""
     prefetch: int = Field(default=1, ge=0, le=64)
+    """Units gathered ahead of the one computing (0: gather on demand)."""
 
     @field_validator("unit")
     @classmethod
@@ -116,33 +139,55 @@ class ParallelismCfg(Strict):
     """The parallel layout. ``dp`` may be omitted: it then fills the ranks left."""
 
     tp: int = Field(default=1, ge=1, le=1_000_000)
+    """Tensor-parallel degree: ranks that split each layer's matmuls."""
     pp: int = Field(default=1, ge=1, le=1_000_000)
+    """Pipeline-parallel degree: stages the layers are cut into."""
     dp: int | None = Field(default=None, ge=1, le=100_000_000)
+    """Data-parallel degree; absent: the ranks left, ranks / (tp x pp x cp)."""
     cp: int = Field(default=1, ge=1, le=1_000_000)
+    """Context-parallel degree: ranks that split each sequence."""
     ep: int = Field(default=1, ge=1, le=1_000_000)
+    """Expert-parallel degree (MoE models): ranks that split the experts, carved out of a stage's
+    tp x cp x dp ranks."""
     # 1 shards the optimizer state, 2 the gradients too, 3 the parameters too (FSDP),
     # over the shard group of dp_shard DP ranks (default: all of dp); the other
     # dp / dp_shard replicas all-reduce their shards (hybrid sharding, HSDP).
     zero: Literal[0, 1, 2, 3] = 0
+    """ZeRO stage: 0 replicates, 1 shards the optimizer state, 2 the gradients too, 3 the
+    parameters too (FSDP)."""
     dp_shard: int | None = Field(default=None, ge=1, le=100_000_000)
+    """DP ranks in one ZeRO shard group (hybrid sharding, HSDP, with zero 2 or 3); absent: all of
+    dp."""
     fsdp: FsdpCfg = Field(default_factory=FsdpCfg)
-    # Expert tensor parallelism: the experts' own TP degree (absent: the same as tp).
+    """How `zero: 3` gathers parameters."""
     etp: int | None = Field(default=None, ge=1, le=1_000_000)
+    """The experts' own tensor-parallel degree; absent: `tp`."""
     microbatch_size: int = Field(default=1, ge=1, le=1_000_000)
+    """Sequences per microbatch."""
     # dualpipe: DeepSeek's DualPipeV (two chunks per stage in a V, clustersim.workload.schedules)
     schedule: Annotated[Literal["1f1b", "gpipe", "dualpipe"], BeforeValidator(canonical_value)] = (
         "1f1b"
     )
+    """Pipeline schedule: `1f1b` (interleaved with `virtual_stages` > 1), `gpipe`, or `dualpipe`
+    (DeepSeek's DualPipeV)."""
     # Model chunks per stage: 2 or more cuts the layers into pp x virtual_stages chunks,
     # dealt round-robin to the stages (interleaved 1F1B with schedule 1f1b).
     virtual_stages: int = Field(default=1, ge=1, le=1024)
+    """Model chunks per pipeline stage; 2 or more deal pp x virtual_stages chunks round-robin to
+    the stages."""
     recompute: Literal["none", "selective", "full"] = "selective"
+    """Activation recomputation in the backward: `none`, `selective` (the modules of
+    `recompute_modules`) or `full` (every layer)."""
     # With recompute: selective, the modules rerun in the backward (Megatron-Core's
     # recompute_modules; absent: its default [core_attn]); clustersim.workload.recompute.
     recompute_modules: list[RecomputeModule] | None = Field(
         default=None, min_length=1, max_length=len(get_args(RecomputeModule))
     )
+    """With `recompute: selective`, the modules rerun in the backward (Megatron-Core's names);
+    absent: `[core_attn]`."""
     sequence_parallel: bool = True
+    """Sequence parallelism with tp > 1: TP collectives are reduce-scatter and all-gather, and
+    activations outside the matmuls are split over TP; false: all-reduce."""
     # How the backward of a tensor-parallel sublayer overlaps its TP collectives with
     # its own compute (clustersim.workload.ops): blocking (every TP collective blocks),
     # backward (Megatron-Core's linear layers: the column-parallel backward's input
@@ -153,25 +198,37 @@ class ParallelismCfg(Strict):
     # weight-gradient GEMMs run under the reduce-scatter). Absent: the software stack's
     # rule (`clustersim catalog stacks`), blocking where the stack names none.
     tp_comm_overlap: Literal["blocking", "backward", "dataflow"] | None = None
+    """How a TP sublayer's backward overlaps its collectives with its compute: `blocking`,
+    `backward` (Megatron-Core) or `dataflow` (the Neuron compiler); absent: the software
+    stack's rule."""
     # flash: the attention core keeps scores on chip; unfused: scores and probabilities
     # go through HBM and the causal square is computed whole (Megatron-LM before flash
     # attention; see clustersim.workload.ops)
     attention: Literal["flash", "unfused"] = "flash"
+    """`flash` keeps attention scores on chip; `unfused` moves scores and probabilities through
+    HBM and computes the whole causal square."""
     # How flash attention runs under cp > 1 (Transformer Engine's cp_comm_type).
     # all_gather: K and V all-gathered once, one causal kernel over them, their
     # gradients reduce-scattered. p2p: cp partial steps over K and V chunks passed
     # round a ring, merged through their log-sum-exps (clustersim.workload.cp_ring).
     cp_comm_type: Literal["all_gather", "p2p"] = "all_gather"
-    uneven_stages: bool = False  # allow pp that does not divide the layers (outer stages get fewer)
+    """How attention runs with cp > 1 (Transformer Engine's `cp_comm_type`): `all_gather` gathers
+    K and V once, `p2p` passes their chunks round a ring."""
+    uneven_stages: bool = False
+    """Allow a pp that does not divide the layers (the outer stages get fewer)."""
     # Megatron's distributed optimizer (--overlap-param-gather, with zero: 1): the
     # all-gather of the updated parameters runs under the next step's forward instead
     # of after the optimizer, each bucket waited for where the forward first needs it
     # (clustersim.workload.paramgather).
     overlap_param_gather: bool = False
+    """With `zero: 1`, all-gather the updated parameters under the next step's forward instead of
+    after the optimizer (Megatron's `--overlap-param-gather`)."""
     # Megatron-Core's overlap_moe_expert_parallel_comm: each backward and the adjacent
     # forward of another microbatch run as one unit, each one's expert all-to-alls
     # hidden behind the other's compute (clustersim.workload.overlap).
     overlap_moe_a2a: bool = False
+    """Hide each microbatch's expert all-to-alls behind another microbatch's compute
+    (Megatron-Core's `overlap_moe_expert_parallel_comm`)."""
     # The size at which a gradient bucket closes (after the whole parameter that
     # reaches it: workload.gradbuckets.grad_buckets). 64 MiB names no source;
     # Megatron-Core's DDP default is max(40M, 1M x dp) elements (80 MB of bf16
@@ -179,6 +236,7 @@ class ParallelismCfg(Strict):
     # At least 1 MiB: a tiny bucket means one collective per few bytes of gradient
     # (1 B buckets of a 7B model are 14e9 instructions and exhaust memory).
     grad_bucket_bytes: Bytes = Field(default=64 * 2**20, ge=2**20)
+    """Size at which a gradient bucket closes (bytes, at least 1 MiB; default 64 MiB)."""
     # Which model chunks cut their gradients at grad_bucket_bytes (ZeRO 0 and 1).
     # first_chunk: Megatron-Core's DistributedDataParallel, only the first pipeline
     # stage's first model chunk; every other chunk's gradients are one bucket, reduced
@@ -187,12 +245,16 @@ class ParallelismCfg(Strict):
     # default: what it does to the reference rows is in the calibration and validation
     # page of the docs.
     grad_bucketing: Literal["first_chunk", "every_chunk"] = "every_chunk"
+    """Which model chunks cut their gradients into buckets (ZeRO 0 and 1): `every_chunk`, or
+    `first_chunk` (Megatron-Core DDP: only the first stage's first chunk)."""
     # Megatron's --overlap-grad-reduce (ZeRO 0 and 1): each bucket's reduction starts
     # in the last backward as soon as its gradients are complete. false: every model
     # chunk's gradients are one bucket, reduced after the whole forward-backward of all
     # microbatches (Megatron-LM before 2023: workload.gradbuckets.grad_bucket_size).
-    # The SC'21 rows keep true: false widens the A100 fit's residuals (README, Validation).
+    # The SC'21 rows keep true: false widens the A100 fit's residuals (the calibration page).
     overlap_grad_reduce: bool = True
+    """Start each gradient bucket's reduction in the last backward once it is complete (ZeRO 0
+    and 1); false: after the whole forward-backward."""
 
 
 @register_model
@@ -209,15 +271,22 @@ class Fp8Cfg(Strict):
     """
 
     scaling: Literal["delayed", "current"] = "delayed"
+    """`delayed` (scales from earlier steps' amax history) or `current` (a pass of its own takes
+    each tensor's amax before the cast)."""
     bf16_layers: int = Field(default=0, ge=0, le=100_000)
+    """The first and the last this many transformer layers run in BF16."""
 
 
 @register_model
 class TrainingCfg(Strict):
     seq_len: int = Field(ge=1, le=100_000_000)
+    """Tokens per sequence."""
     global_batch_size: int = Field(ge=1, le=1_000_000_000)
+    """Sequences per training step over all replicas; a multiple of dp x microbatch_size."""
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    """Precision of the matmuls: the tensor peak that compute and MFU use."""
     fp8: Fp8Cfg = Field(default_factory=Fp8Cfg)
+    """How the FP8 recipe runs, with `precision: fp8`."""
     # The dtype the model's parameters, and so their gradients, are held in (ZeRO 0
     # and 1). bf16: Megatron's mixed precision (bf16 weights and gradients, an FP32
     # copy in the optimizer). fp32: torch.autocast (NeuronX Distributed's BF16
@@ -226,11 +295,15 @@ class TrainingCfg(Strict):
     # 4 B an element (torch-xla's ZeroRedundancyOptimizer reduce-scatters param.grad
     # in its own dtype and gathers shards cast to param.dtype). workload.gradbuckets.
     param_dtype: Literal["bf16", "fp32"] = "bf16"
+    """The dtype parameters and their gradients are held in (ZeRO 0 and 1): `bf16` (Megatron's
+    mixed precision) or `fp32` (torch.autocast)."""
     # Adam's two moments in HBM: fp32, or bf16 (Megatron-Core's precision-aware
     # optimizer with exp_avg_dtype and exp_avg_sq_dtype bf16); the master weights
     # stay fp32 (workload.memory).
     optimizer_moments: Literal["fp32", "bf16"] = "fp32"
+    """The dtype of Adam's two moments in HBM; the master weights stay FP32."""
     steps: int = Field(default=1, ge=1, le=1000)
+    """Training steps simulated; `step_time_s` is their mean."""
 
 
 @register_model
@@ -241,60 +314,87 @@ class CostCfg(Strict):
     catalog price (``usd_per_instance_hour`` overrides it). ``owned`` is a TCO:
     capex per instance written off straight-line over ``amortization_years``,
     plus power x ``pue`` x ``usd_per_kwh``, plus ``opex_fraction_per_year`` x capex;
-    each key left out takes the instance's catalog ``owned`` default. ``pue`` and
-    ``usd_per_kwh`` also set the energy figures of every mode.
+    each key left out takes the instance's catalog ``owned`` default. ``pue`` also sets
+    the energy figures of every mode.
     """
 
     pricing: Annotated[
         Literal["on_demand", "reserved", "capacity_block", "owned"],
         BeforeValidator(canonical_value),
     ] = "on_demand"
+    """`on_demand`, `reserved` or `capacity_block` (the instance's catalog price), or `owned` (a
+    TCO from capex, power and opex)."""
     usd_per_instance_hour: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+    """USD per instance-hour, in place of the price of any mode."""
     capex_usd_per_instance: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    """With `owned`: the purchase price of one instance (USD); default: the catalog's."""
     amortization_years: float | None = Field(default=None, gt=0, le=50, allow_inf_nan=False)
+    """With `owned`: years the capex is written off over, straight-line; default: the catalog's."""
     pue: float | None = Field(default=None, ge=1, le=5, allow_inf_nan=False)
+    """Power usage effectiveness (facility power over IT power), for `owned` power cost and the
+    energy figures; default: the catalog's, else 1."""
     usd_per_kwh: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
+    """With `owned`: the price of electricity (USD per kWh); default: the catalog's."""
     opex_fraction_per_year: float | None = Field(default=None, ge=0, le=10, allow_inf_nan=False)
+    """With `owned`: maintenance, space and staff per year, as a fraction of the capex; default:
+    the catalog's."""
 
 
 @register_model
 class SoftwareCfg(Strict):
-    # The software stack that runs the training (`clustersim catalog stacks`): its fit
-    # sets the chip's calibration constants. Unset: the chip family's default stack.
     stack: str | None = Field(default=None, min_length=1, max_length=100)
+    """The software stack (`clustersim catalog stacks`): its collective rules, overlap and fitted
+    constants; default: the chip family's."""
 
 
 @register_model
 class OutputCfg(Strict):
     dir: str | None = None
+    """Where `run` writes, relative to the working directory (`--out` overrides it); default:
+    `reports/<name>`."""
     trace: bool = True
-    html: bool = True  # report.html and its PNG figures
+    """Write the op and flow trace: `trace.parquet` and the Chrome trace `trace.json`."""
+    html: bool = True
+    """Write `report.html` and its PNG figures."""
 
 
 @register_model
 class Scenario(Strict):
     name: str = Field(min_length=1, max_length=200)
+    """The scenario's name: the report's title, and the default output folder `reports/<name>`."""
     description: str = ""
+    """Free text, shown under the report's title."""
     seed: int = Field(default=0, ge=0, le=2**63 - 1)
+    """Seeds every random draw: expert popularity, failure times, request arrivals and lengths."""
     cluster: ClusterCfg
-    # absent with a workload read from traces (workload.chakra), required otherwise
+    """The instances, how many, and overrides of their catalog fields."""
     model: str | dict[str, Any] | None = None
+    """A catalog model (`clustersim catalog models`), or a mapping: a catalog `name` with fields
+    to override, or a full shape; absent only with `workload`."""
     workload: WorkloadCfg | None = None
+    """Chakra execution traces, in place of `model`, `parallelism` and `moe`."""
     parallelism: ParallelismCfg = Field(default_factory=ParallelismCfg)
-    # absent in a serving scenario (`serving`: clustersim serve), required otherwise
+    """The parallel layout, sharding, pipeline schedule and recomputation."""
     training: TrainingCfg
+    """Sequence length, batch, precision and steps; a serving scenario has `serving` instead."""
     serving: ServingCfg | None = None
+    """An inference-serving workload in place of `training` (`clustersim serve`)."""
     failures: FailuresCfg = Field(default_factory=FailuresCfg)
+    """Failures injected inside the step, and the long-horizon reliability model."""
     moe: MoECfg = Field(default_factory=MoECfg)
+    """How the router spreads tokens over the experts (models with MoE layers only)."""
     cost: CostCfg = Field(default_factory=CostCfg)
+    """How the cluster is paid for."""
     software: SoftwareCfg = Field(default_factory=SoftwareCfg)
+    """The software stack that runs the job."""
     output: OutputCfg = Field(default_factory=OutputCfg)
-    # roofline: an op lasts as long as its busiest engine or its HBM traffic; engines:
-    # ops lowered into tile streams on each engine (needs the chip's `engines` entry)
+    """What `clustersim run` writes, and where."""
     chip_model: Literal["roofline", "engines"] = "roofline"
-    # A YAML file of catalog entries merged over the shipped catalog (what
-    # `clustersim calibrate --out` writes); relative to the scenario file.
+    """`roofline`: an op lasts as long as its busiest engine or its HBM traffic; `engines`: ops
+    run as tile streams on each engine (chips with an `engines` entry)."""
     catalog_overlay: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A YAML file of catalog entries merged over the shipped catalog (what `clustersim calibrate
+    --out` writes); relative to the scenario file."""
 
     @model_validator(mode="before")
     @classmethod

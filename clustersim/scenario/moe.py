@@ -38,7 +38,16 @@ class MoECfg(Strict):
     """
 
     balanced: bool = False
+    """Forced-balanced routing: every expert gets the same tokens (`skew` is ignored)."""
     skew: float = Field(default=0.0, ge=0, le=10, allow_inf_nan=False)
+    """Zipf exponent of expert popularity (0: uniform); which experts are popular is drawn from
+    `seed`."""
     capacity_factor: float | None = Field(default=None, gt=0, le=1e6, allow_inf_nan=False)
+    """Each expert takes at most this times its balanced share and drops the rest; absent:
+    dropless."""
     dispatcher: Literal["flat", "hierarchical"] = "flat"
+    """`flat` sends every expert copy of a token over the EP all-to-all; `hierarchical` sends it
+    once to each node, which forwards it inside."""
     max_nodes_per_token: int | None = Field(default=None, ge=0, le=1_000_000)
+    """Node-limited routing: a token's experts on at most this many nodes (0: no limit); absent:
+    the model's."""

@@ -47,9 +47,14 @@ class ArrivalCfg(Strict):
     and a static batch's all start at once; 0 starts every client at once."""
 
     kind: Literal["poisson", "closed"] = "poisson"
+    """`poisson` (open loop at `rate_per_s`) or `closed` (`concurrency` clients)."""
     rate_per_s: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
+    """Mean requests per second; required with `poisson`."""
     concurrency: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Clients, each sending its next request once its last one finished; required with `closed`."""
     ramp_s: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
+    """Seconds over which a closed loop's clients start, at seeded random times; default: one
+    request's time at that concurrency (a static batch: 0, all at once)."""
 
     @model_validator(mode="after")
     def _one_rule(self) -> ArrivalCfg:
@@ -67,9 +72,13 @@ class LognormalCfg(Strict):
     for ``max`` (Neuron reserves it per slot)."""
 
     kind: Literal["lognormal"]
+    """`lognormal`."""
     median: int = Field(ge=1, le=100_000_000)
+    """Median length (tokens)."""
     sigma: float = Field(gt=0, le=10, allow_inf_nan=False)
+    """Standard deviation of the length's logarithm."""
     max: int = Field(ge=1, le=100_000_000)
+    """Longest length (tokens): draws are clipped to 1..max, and the KV cache is sized for it."""
 
     @model_validator(mode="after")
     def _max_above_median(self) -> LognormalCfg:
@@ -96,7 +105,9 @@ class SloCfg(Strict):
     """A request meets its SLO when its TTFT and its mean TPOT are within these (goodput)."""
 
     ttft_s: float = Field(default=2.0, gt=0, le=1e6, allow_inf_nan=False)
+    """Time-to-first-token target (s)."""
     tpot_s: float = Field(default=0.2, gt=0, le=1e6, allow_inf_nan=False)
+    """Target of the mean time per output token (s)."""
 
 
 @register_model
@@ -106,7 +117,9 @@ class DisaggregationCfg(Strict):
     cluster's fabric (its time counts in TTFT)."""
 
     prefill_replicas: int = Field(ge=1, le=10_000_000)
+    """Replicas that only prefill."""
     decode_replicas: int = Field(ge=1, le=10_000_000)
+    """Replicas that only decode."""
 
 
 @register_model
@@ -117,8 +130,11 @@ class SpeculativeCfg(Strict):
     plus one token of its own."""
 
     draft_model: str = Field(min_length=1, max_length=200)
+    """The catalog model that drafts tokens, on the same ranks."""
     tokens: int = Field(ge=1, le=64)
+    """Tokens drafted per step."""
     acceptance: float = Field(ge=0, le=1, allow_inf_nan=False)
+    """Probability that a drafted token is accepted, each independently."""
 
 
 @register_model
@@ -136,23 +152,44 @@ class ServingCfg(Strict):
     """
 
     engine: Literal["vllm", "trtllm", "neuron"] = "vllm"
+    """Scheduling rules: `vllm` (continuous batching, chunked prefill), `trtllm` (whole prompts,
+    no preemption) or `neuron` (prefill and decode in separate batches, compiled buckets)."""
     batching: Literal["continuous", "static"] = "continuous"
+    """`continuous` (requests join and leave each iteration) or `static` (a batch is prefilled
+    together and decoded until all its requests finish)."""
     precision: Literal["bf16", "fp16", "fp8"] = "bf16"
+    """Compute precision of the matmuls."""
     weight_dtype: Literal["bf16", "fp8", "int8"] = "bf16"
+    """What the weights are stored in (int8 is read as one byte and computed at `precision`)."""
     kv_dtype: Dtype = "bf16"
+    """What the KV cache is stored in."""
     max_num_seqs: int = Field(default=256, ge=1, le=1_000_000)
+    """Most sequences a replica batches (vLLM's name)."""
     max_num_batched_tokens: int = Field(default=8192, ge=1, le=100_000_000)
+    """Token budget of one iteration (vLLM's name)."""
     hbm_utilization: float = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
+    """Share of a replica's HBM the engine may fill with weights and KV (vLLM's
+    `gpu_memory_utilization`)."""
     arrival: ArrivalCfg
+    """How requests arrive."""
     requests: int = Field(default=1000, ge=1, le=10_000_000)
+    """Requests simulated."""
     # a number of tokens, or {kind: lognormal, median, sigma, max}
     input_tokens: Length = 1024
+    """Prompt tokens per request: a number, or a lognormal."""
     output_tokens: Length = 128
+    """Generated tokens per request: a number, or a lognormal."""
     slo: SloCfg = Field(default_factory=SloCfg)
+    """The latency targets that goodput counts against."""
     replicas: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Replicas of `parallelism.tp` ranks each; default: as many as the cluster holds."""
     dispatch: Literal["least_loaded", "round_robin"] = "least_loaded"
+    """How the router picks a replica for a request: `least_loaded` or `round_robin`."""
     disaggregation: DisaggregationCfg | None = None
+    """Separate prefill and decode replicas, with each request's KV moved over the fabric (in
+    place of `replicas`)."""
     speculative: SpeculativeCfg | None = None
+    """Speculative decoding with a draft model."""
 
     @model_validator(mode="after")
     def _replicas_or_split(self) -> ServingCfg:

@@ -44,11 +44,20 @@ class ChakraCfg(Strict):
     """
 
     prefix: str = Field(min_length=1, max_length=4096)
+    """Rank r's trace is `PREFIX.r.et` (or `PREFIX.r.et.gz`); relative to the scenario file."""
     replicate: bool = False
+    """Run `PREFIX.0.et` on every rank (SPMD); the other files are not read."""
     compute: Literal["replay", "model"] = "replay"
+    """`replay` times compute nodes by their recorded `duration_micros`; `model` by `num_ops` and
+    `tensor_size` on the chip's roofline."""
     scale: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
+    """Factor on the recorded compute durations, with `compute: replay`."""
     comm_groups: str | None = Field(default=None, min_length=1, max_length=4096)
+    """ASTRA-sim's `comm_group.json` (the ranks of each process group); absent: `comm_group.json`
+    beside the traces, if there is one."""
     drop_dangling_ctrl_deps: bool = False
+    """Drop `ctrl_deps` on nodes the file does not hold (PyTorch traces have them) instead of
+    refusing the trace."""
 
 
 def _prefix_only(value: Any) -> Any:
@@ -60,6 +69,7 @@ class WorkloadCfg(Strict):
     """A workload from traces: ``chakra: PREFIX`` or ``chakra: {prefix: ..., ...}``."""
 
     chakra: Annotated[ChakraCfg, BeforeValidator(_prefix_only)]
+    """Chakra execution traces, one file per rank: a prefix, or a mapping."""
 
 
 def trace_scenario(data: Any) -> Any:

@@ -2,8 +2,8 @@
 
     python -m clustersim.serve.references [--wire]
 
-Rows S1-S7 (Neuron: Transformers-NeuronX's static batches on inf2 and trn1, NxD
-Inference with vLLM on Trn2) and S11 and S12 (H100) of the project's inference
+The Neuron rows (Transformers-NeuronX's static batches on inf2 and trn1, NxD
+Inference with vLLM on Trn2) and the H100 rows of the project's inference
 references: the instance, TP, prompt and output lengths, batch or concurrency (a
 closed loop of that many clients, one replica), weight dtype and engine rules.
 Nothing here is tuned to them. ``--wire`` times the tensor-parallel all-reduces

@@ -1,7 +1,7 @@
 """Validation against published measurements and closed forms (``clustersim validate``).
 
     rows = validate()                    # every shipped reference
-    rows = validate(only=["megatron-1.7b"])
+    rows = validate(only=names)          # rows by their name in references.yaml
     ok = passed(rows)
 
 The reference set lives in ``references.yaml`` with a scenario file per

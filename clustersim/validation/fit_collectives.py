@@ -20,12 +20,12 @@ message of a round that is not pipelined. None belongs to one row: each row's si
 constrain several of them, and each of them is seen by several rows.
 
 The launch is held (:data:`HELD`), read from the catalog and not moved: the rows do
-not identify it. C1's 8-byte floor and C3's 2 MiB halving-doubling are the only
-sizes that see it, and each trades it against the handshakes and posting costs of
-its rounds, so any launch from 0 to 420 us fits them within 0.3 points of rms (3.57% at 0,
-3.82% at 420, rising steadily); at 420 us
-the ring step's handshake and the other rounds' coincide (13 us), and below 0 it
-cannot go. The catalog holds the middle of that range, 210 us: a choice, not a fit.
+not identify it. Only the smallest sizes see it (the 8-byte floor of the trn1
+table, the 2 MiB halving-doubling of the Trn2 one), and each trades it against the
+handshakes and posting costs of its rounds, so any launch from 0 to 420 us fits them
+about equally well; at 420 us the ring step's handshake and the other rounds'
+coincide, and below 0 it cannot go. The catalog holds the middle of that range,
+210 us: a choice, not a fit (the collectives page of the docs shows the profile).
 ``python -m clustersim.calibration.launch`` profiles the launch against these rows
 and the Trainium calibration step rows together.
 """
