@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ROUND_TRIPS = [
     ("trn2-llama3-8b", ["model.layers=2"]),
     ("p5-llama3-8b", ["model.layers=4"]),
+    # FSDP's all-gathers share HBM with compute: the import asks for each run's mean rate
+    ("mbridge-llama3-8b-fsdp", ["model.layers=4"]),
 ]
 
 

@@ -162,3 +162,25 @@ def test_injected_straggler_and_chip_down(tmp_path: Path) -> None:
     data["failures"] = {"inject": [{"at": "12us", "target": {"chip": 1}, "kind": "down"}]}
     s = run(data)
     assert s["step_time_s"] is None and s["step_failed"]["at_s"] == pytest.approx(12e-6)
+
+
+def test_a_run_of_compute_nodes_asks_for_its_mean_hbm_rate(tmp_path: Path) -> None:
+    """Nodes 0-1-2 are a run (each the only successor of the one before): each asks for
+    the run's bytes over its time; the collective after node 2 ends it, and node 4 (two
+    dependencies) starts another of one node, which keeps its own bytes."""
+    import numpy as np
+
+    from clustersim.chakra.traces import load_traces
+    from clustersim.sim.chakra_run import run_hbm_bytes
+
+    nodes = [
+        comp(0, 10, tensor_size=100),
+        comp(1, 30, (0,), tensor_size=700),
+        comp(2, 60, (1,), tensor_size=200),
+        coll(3, 0, MiB, (2,)),
+        comp(4, 5, (2, 3), tensor_size=50),
+    ]
+    g = load_traces(write_traces(tmp_path, [nodes]), 1, replicate=True).graphs[0]
+    seconds = g.duration_us * 1e-6
+    got = run_hbm_bytes(g, seconds, np.nan_to_num(g.tensor_size))
+    assert got.tolist() == pytest.approx([100.0, 300.0, 600.0, 0.0, 50.0])
