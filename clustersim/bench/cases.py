@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim.bench.chakra import LOAD_NODES, chakra_8b, chakra_load
+from clustersim.bench.chakra import CHAKRA_8B_SCENARIO, LOAD_NODES, chakra_8b, chakra_load
 
 __all__ = [
     "ALL_TO_ALL_INSTANCES",
@@ -450,7 +450,7 @@ CASES: dict[str, Case] = {
     "chakra-8b": Case(
         "chakra-8b",
         "Llama-3-8B step on one trn2.48xlarge: exported as Chakra traces, imported and run",
-        chakra_8b,
+        lambda phase: chakra_8b(phase, scenario_path(CHAKRA_8B_SCENARIO)),
     ),
 }
 """Every case, in the order a full bench runs them (quick ones first)."""

@@ -66,14 +66,14 @@ def chakra_load(phase: Phase) -> dict[str, Any]:
     }
 
 
-def chakra_8b(phase: Phase) -> dict[str, Any]:
-    from clustersim.bench.cases import scenario_path
+def chakra_8b(phase: Phase, scenario: Path) -> dict[str, Any]:
+    """``chakra-8b`` on ``scenario`` (``scenarios/trn2-llama3-8b.yaml``)."""
     from clustersim.scenario import load_scenario, resolve
     from clustersim.sim import simulate
     from clustersim.sim.chakra_export import export_chakra
     from clustersim.sim.run import compile_programs, plan
 
-    res = load_scenario(scenario_path(CHAKRA_8B_SCENARIO))
+    res = load_scenario(scenario)
     with tempfile.TemporaryDirectory() as tmp:
         phase("exporting the step as traces")
         t0 = time.perf_counter()
