@@ -146,8 +146,7 @@ def _run(args: argparse.Namespace) -> int:
     links = result.link_table()
     write_link_table(out / LINK_TABLE, links)
     failed = summary.get("step_failed")
-    # The report reads layout groups (tp, dp...) that a trace workload does not have.
-    if not args.no_report and sc.workload is None:
+    if not args.no_report:
         from clustersim.report import RunData, write_report
 
         data = RunData(summary, resolved, resolved_yaml, frame, links=links, engines=engines)

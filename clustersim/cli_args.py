@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     coll.add_argument("--count", default="1", help="instances (default 1)")
     coll.add_argument(
         "--op", default="all_reduce",
-        help="all_reduce (default), reduce_scatter, all_gather, all_to_all, broadcast, reduce",
+        help="all_reduce (default), reduce_scatter, all_gather, all_to_all, broadcast, reduce, "
+        "gather, scatter",
     )  # fmt: skip
     coll.add_argument(
         "--size", dest="sizes", action="append", default=[], metavar="SIZE",

@@ -303,3 +303,32 @@ def test_dense_all_to_all_case_runs() -> None:
     fig = CASES["a2a-1024-switch"].run(lambda text: None)
     assert fig["ranks"] == 1024 and fig["algorithm"] == "mesh"
     assert fig["collective_time_s"] == 0.00346175356
+
+
+def test_chakra_cases_target_and_tables() -> None:
+    """The load target reads the load alone, not the case's wall (which writes the trace)."""
+    load = _case("chakra-load", wall=30.0, nodes=200_000, file_bytes=9_000_000,
+                 load_wall_s=4.0, load_cpu_s=3.5, nodes_per_s=5e4)  # fmt: skip
+    rt = _case("chakra-8b", wall=60.0, scenario="s", ranks=64, nodes=10, trace_bytes=100,
+               export_wall_s=1.0, built_wall_s=1.0, import_wall_s=2.0, events=5,
+               events_per_s=2.5, step_time_s=1.0, built_step_time_s=1.0,
+               round_trip_error=1e-5)  # fmt: skip
+    cases = {"chakra-load": load, "chakra-8b": rt}
+    by_key = {t["key"]: t for t in evaluate_targets(cases)}
+    assert by_key["chakra_load_wall"]["status"] == "met"
+    assert by_key["chakra_load_wall"]["value"] == 4.0
+    assert select_cases(["chakra"]) == ["chakra-load", "chakra-8b"]
+    result = {"machine": MACHINE, "cases": cases, "event_rate": event_rate(cases),
+              "scaling": scaling(cases), "targets": evaluate_targets(cases)}  # fmt: skip
+    buf = io.StringIO()
+    for table in bench_tables(result):
+        Console(file=buf, width=160).print(table)
+    assert "+0.0010%" in buf.getvalue() and "200,000 nodes" in buf.getvalue()
+
+
+def test_chakra_load_trace_is_one_chain() -> None:
+    from clustersim.bench.chakra import chain_trace
+    from clustersim.chakra import decode_file
+
+    et = decode_file(chain_trace(300), "t.0.et")
+    assert len(et.nodes) == 300 and et.nodes[99].type == 7 and et.nodes[5].data_deps == [4]

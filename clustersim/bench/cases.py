@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clustersim.bench.chakra import CHAKRA_8B_SCENARIO, LOAD_NODES, chakra_8b, chakra_load
+
 __all__ = [
     "ALL_TO_ALL_INSTANCES",
     "CASES",
@@ -442,5 +444,13 @@ CASES: dict[str, Case] = {
         name: Case(name, str(spec["description"]), _serve(name))
         for name, spec in SERVE_CASES.items()
     },
+    "chakra-load": Case(
+        "chakra-load", f"Chakra trace of {LOAD_NODES:,} nodes: decode, check, compile", chakra_load
+    ),
+    "chakra-8b": Case(
+        "chakra-8b",
+        "Llama-3-8B step on one trn2.48xlarge: exported as Chakra traces, imported and run",
+        lambda phase: chakra_8b(phase, scenario_path(CHAKRA_8B_SCENARIO)),
+    ),
 }
 """Every case, in the order a full bench runs them (quick ones first)."""

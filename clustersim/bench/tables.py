@@ -153,6 +153,27 @@ def _collective_table(case: Mapping[str, Any]) -> Table:
     return t
 
 
+def _chakra_table(name: str, case: Mapping[str, Any]) -> Table:
+    f = case["figures"]
+    if name == "chakra-load":
+        t = _pairs("i. Chakra: one rank's trace of 200,000 nodes loaded")
+        _case_rows(t, case)
+        if f:
+            t.add_row("trace", f"{f['nodes']:,} nodes, {_bytes(f['file_bytes'])}")
+            t.add_row("load", f"{_secs(f['load_wall_s'])} wall, {_secs(f['load_cpu_s'])} CPU "
+                      "(decode, check, compile)")  # fmt: skip
+        return t
+    t = _pairs("i. Chakra: Llama-3-8B step on one trn2.48xlarge exported, imported and run")
+    _case_rows(t, case)
+    if f:
+        t.add_row("traces", f"{f['ranks']} ranks, {f['nodes']:,} nodes, {_bytes(f['trace_bytes'])}")
+        t.add_row("export", _secs(f["export_wall_s"]))
+        t.add_row("import and run", f"{_secs(f['import_wall_s'])}, {_count(f['events'])} events")
+        built, err = _secs(f["built_step_time_s"], 4), f"{f['round_trip_error']:+.4%}"
+        t.add_row("step time", f"{_secs(f['step_time_s'], 4)} imported, {built} built ({err})")
+    return t
+
+
 def _serve_table(title: str, case: Mapping[str, Any]) -> Table:
     t = _pairs(title)
     _case_rows(t, case)
@@ -228,5 +249,8 @@ def bench_tables(result: Mapping[str, Any]) -> list[Table]:
     for name, title in serving.items():
         if name in cases:
             out.append(_serve_table(title, cases[name]))
+    for name in ("chakra-load", "chakra-8b"):
+        if name in cases:
+            out.append(_chakra_table(name, cases[name]))
     out.append(targets_table(result["targets"]))
     return out

@@ -65,8 +65,10 @@ COLLECTIVES: dict[int, str] = {
     CommType.REDUCE_SCATTER: "reduce_scatter",
     CommType.REDUCE_SCATTER_BLOCK: "reduce_scatter",
     CommType.BARRIER: "all_reduce",  # a one-byte all-reduce: every member waits for all
+    CommType.GATHER: "gather",  # to the group's first rank; comm_size is the gathered buffer
+    CommType.SCATTER: "scatter",  # from the group's first rank; comm_size is the whole buffer
 }
-"""Chakra's collective types and the simulator's collectives (GATHER and SCATTER are not run)."""
+"""Chakra's collective types and the simulator's collectives."""
 
 _KIND_OF_TYPE = {
     NodeType.METADATA_NODE: Kind.NOOP,

@@ -74,6 +74,8 @@ def compare_step(runs: Sequence[RunData]) -> Figure | None:
     "chips' dense peak).",
 )
 def compare_efficiency(runs: Sequence[RunData]) -> Figure | None:
+    if any(r.is_trace for r in runs):  # a trace workload has no tokens or model FLOPs
+        return None
     fig = new_figure(10.0, 3.6)
     labels = [short(r.label, 24) for r in runs]
     x = np.arange(len(runs))
@@ -115,7 +117,8 @@ def compare_cost(runs: Sequence[RunData]) -> Figure | None:
         return None
     fig = new_figure(10.0, 3.6)
     cost_panels(fig, runs)
-    fig.suptitle("Cost: $ per hour and $ per million tokens", fontweight="bold", fontsize=12)
+    per = "step" if any(r.is_trace for r in runs) else "million tokens"
+    fig.suptitle(f"Cost: $ per hour and $ per {per}", fontweight="bold", fontsize=12)
     return fig
 
 

@@ -3,6 +3,11 @@
 The report reads what ``clustersim run`` wrote (``summary.json``,
 ``resolved_scenario.yaml``, ``trace.parquet``, ``links.parquet``), never the simulator's objects,
 so ``clustersim report DIR`` rebuilds everything from a result directory.
+
+A trace workload's run (``workload: {chakra: PREFIX}``; its summary has a
+``workload`` and no ``layout``) has no parallel layout: its ranks form one
+stage (:class:`TraceLayout`), its compute resources are ``compute`` and
+``memory``, and its communication groups are the traces' process groups.
 """
 
 from __future__ import annotations
@@ -17,13 +22,15 @@ import pandas as pd
 import yaml
 
 from clustersim.errors import ScenarioError
-from clustersim.trace.chrome import labels, p2p_pairs
+from clustersim.trace.chrome import RankLayout, labels, p2p_pairs
 from clustersim.trace.links import LINK_TABLE
 from clustersim.workload.layout import Layout
 
 __all__ = [
     "COMPUTE_RESOURCES",
+    "TRACE_COMPUTE_RESOURCES",
     "RunData",
+    "TraceLayout",
     "comm_table",
     "exposed_per_row",
     "load_run",
@@ -31,7 +38,30 @@ __all__ = [
 ]
 
 COMPUTE_RESOURCES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "hbm")
+TRACE_COMPUTE_RESOURCES: tuple[str, ...] = ("compute", "memory")
+"""The compute resources of a trace workload's rows (``clustersim.sim.chakra_trace``)."""
+TRACE_COLLECTIVES: tuple[str, ...] = (
+    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "gather",
+    "scatter",
+)  # fmt: skip
+"""The collectives a trace workload runs, as its utilisation columns (``all_reduce comm``)."""
 _GROUP_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class TraceLayout:
+    """The layout of a trace workload's run: ``ranks`` ranks in one stage, with no
+    pipeline peers. A process group (a ``pg_name``) is one group whatever the rank, so
+    its first member, as the trace writer asks for it, is the same for every rank."""
+
+    ranks: int
+
+    def stage(self, rank: int) -> int:
+        del rank
+        return 0
+
+    def group(self, name: str, rank: int) -> tuple[int, ...]:
+        return (rank,) if name == "pp" else (0,)
 
 
 @dataclass
@@ -78,10 +108,18 @@ class RunData:
             self._exposure = exposed_per_row(self.frame, self.layout())
         return self._exposure
 
-    def layout(self) -> Layout:
-        """The parallel layout, rebuilt from the summary."""
+    @property
+    def is_trace(self) -> bool:
+        """Whether the run is of a trace workload (``workload: {chakra: ...}``)."""
+        return self.summary.get("workload") is not None
+
+    def layout(self) -> RankLayout:
+        """The parallel layout, rebuilt from the summary (a :class:`TraceLayout` for a
+        trace workload)."""
         s, lay = self.summary, self.summary["layout"]
         ranks, chips = int(s["ranks"]), int(s["chips"])
+        if lay is None and self.is_trace:
+            return TraceLayout(ranks)
         ep = int(self.resolved.get("parallelism", {}).get("ep", 1) or 1)
         try:
             return Layout(
@@ -166,7 +204,7 @@ def _comm_mask(frame: pd.DataFrame) -> np.ndarray:
     return flags[res.cat.codes.to_numpy()]
 
 
-def exposed_per_row(frame: pd.DataFrame, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+def exposed_per_row(frame: pd.DataFrame, layout: RankLayout) -> tuple[np.ndarray, np.ndarray]:
     """(exposed seconds, bubble seconds) per row of ``frame``, as the simulator accounts them.
 
     A blocking collective or a wait is exposed for its whole duration; an
@@ -250,15 +288,19 @@ def _union_seconds(start: np.ndarray, end: np.ndarray, key: np.ndarray) -> dict[
     return dict(zip(keys.tolist(), totals.tolist(), strict=True))
 
 
-def _row_groups(frame: pd.DataFrame) -> tuple[list[str], np.ndarray]:
-    """Per row, an index into the returned names: engine name, comm group, or other."""
+def _row_groups(frame: pd.DataFrame, *, trace: bool = False) -> tuple[list[str], np.ndarray]:
+    """Per row, an index into the returned names: engine name, comm group, or other.
+
+    With ``trace``, a collective's name is its operation (``all_reduce``), since a
+    trace's process groups are many and named by number."""
     res = frame["resource"].astype("category")
     names: list[str] = []
     index: dict[str, int] = {}
     codes = []
     for c in [*map(str, res.cat.categories), ""]:
-        name = c.split(":", 1)[0] if ":" in c else ("pp" if c == "p2p" else c)
-        name = "dp" if name.startswith("dp_") else name  # dp_cp, dp_shard, dp_replicate
+        name = c.split(":", 1)[int(trace)] if ":" in c else ("pp" if c == "p2p" else c)
+        if not trace:
+            name = "dp" if name.startswith("dp_") else name  # dp_cp, dp_shard, dp_replicate
         codes.append(index.setdefault(name, len(index)))
         if len(index) > len(names):
             names.append(name)
@@ -279,21 +321,25 @@ def utilisation(data: RunData, *, max_rows: int = 32) -> tuple[pd.DataFrame, str
     if frame is None or frame.empty:
         return pd.DataFrame(), "rank"
     total = data.step_time_s * data.steps
-    names, gcode = _row_groups(frame)
+    names, gcode = _row_groups(frame, trace=data.is_trace)
     ranks = frame["rank"].to_numpy().astype(np.int64)
     rank_ids, rank_pos = np.unique(ranks, return_inverse=True)
     start, end = frame["start_s"].to_numpy(), frame["end_s"].to_numpy()
     dur = np.maximum(end - start, 0.0)
     ng = len(names)
     busy = np.zeros((len(rank_ids), ng))
-    compute = np.isin(np.array(names), COMPUTE_RESOURCES)[gcode]
+    if data.is_trace:  # compute and memory nodes; each collective operation, then p2p
+        computes, groups = TRACE_COMPUTE_RESOURCES, (*TRACE_COLLECTIVES, "pp")
+    else:
+        computes, groups = COMPUTE_RESOURCES, _GROUP_ORDER
+    compute = np.isin(np.array(names), computes)[gcode]
     np.add.at(busy, (rank_pos[compute], gcode[compute]), dur[compute])
-    comm = np.isin(np.array(names), _GROUP_ORDER)[gcode]
+    comm = np.isin(np.array(names), groups)[gcode]
     key = rank_pos[comm] * ng + gcode[comm]
     for k, secs in _union_seconds(start[comm], end[comm], key).items():
         busy[k // ng, k % ng] = secs
     matrix = pd.DataFrame(busy / total, index=pd.Index(rank_ids, name="rank"), columns=names)
-    order = [c for c in (*COMPUTE_RESOURCES, *_GROUP_ORDER) if c in names]
+    order = [c for c in (*computes, *groups) if c in names]
     matrix = matrix[order]
     matrix = matrix.loc[:, (matrix > 0).any()].clip(upper=1.0)
     unit = "rank"
@@ -306,6 +352,9 @@ def utilisation(data: RunData, *, max_rows: int = 32) -> tuple[pd.DataFrame, str
         matrix = matrix.iloc[pick]
         unit = f"{unit} (sampled)"
     matrix.columns = pd.Index(
-        ["p2p" if c == "pp" else f"{c} comm" if c in _GROUP_ORDER else c for c in matrix.columns]
+        [
+            "p2p" if c == "pp" else f"{c.replace('_', '-')} comm" if c in groups else c
+            for c in matrix.columns
+        ]
     )
     return matrix, unit

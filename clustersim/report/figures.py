@@ -67,6 +67,8 @@ PHASE_COLORS = {
     "bubble": "#BDBDBD",
     "optimizer": "#CCB974",
 }
+TRACE_PHASE_COLORS = {"compute": "#4C72B0", "memory": "#8172B2", "comm": "#C44E52"}
+"""A trace workload's timeline: its nodes say no phase (``clustersim.sim.chakra_trace``)."""
 PART_COLORS = {
     "compute": "#4C72B0",
     "exposed_comm": "#C44E52",
@@ -214,7 +216,12 @@ def _num(value: float, reference: float) -> str:
 
 
 def _timeline_ranks(data: RunData, frame: pd.DataFrame) -> list[int]:
-    """A few ranks per stage: the first and last traced rank of each (fewer with many stages)."""
+    """A few ranks per stage: the first and last traced rank of each (fewer with many stages);
+    of a trace workload, up to 8 ranks spread over all."""
+    if data.is_trace:
+        traced = np.unique(frame["rank"].to_numpy())
+        pick = np.linspace(0, len(traced) - 1, 8).round().astype(np.int64)
+        return sorted({int(r) for r in traced[pick]})
     layout = data.layout()
     by_stage: dict[int, list[int]] = {}
     for r in sorted(frame["rank"].unique().tolist()):
@@ -230,12 +237,15 @@ def _timeline_ranks(data: RunData, frame: pd.DataFrame) -> list[int]:
     return out
 
 
-def _spans(frame: pd.DataFrame, exposed: np.ndarray, bubble: np.ndarray) -> pd.DataFrame:
-    """Time spans (start, end, cat) of one rank's timeline, adjacent equal spans merged."""
+def _spans(
+    frame: pd.DataFrame, exposed: np.ndarray, bubble: np.ndarray, phases: Sequence[str]
+) -> pd.DataFrame:
+    """Time spans (start, end, cat) of one rank's timeline, adjacent equal spans merged;
+    compute spans are those of ``phases``."""
     start, end = frame["start_s"].to_numpy(), frame["end_s"].to_numpy()
     phase, res = labels(frame["phase"]), labels(frame["resource"])
     comm = np.array([":" in r or r in ("p2p", "wait") for r in res.tolist()], dtype=bool)
-    compute = ~comm & np.isin(phase, tuple(PHASE_COLORS))
+    compute = ~comm & np.isin(phase, tuple(phases))
     parts = [
         pd.DataFrame({"start": start[compute], "end": end[compute], "cat": phase[compute]}),
         # The bubble part of a receive comes first (waiting for the sender), then the transfer.
@@ -269,6 +279,10 @@ def timeline(data: RunData) -> Figure | None:
     if frame is None or frame.empty:
         return None
     layout = data.layout()
+    colors = PHASE_COLORS
+    if data.is_trace:  # the node types the trace has
+        present = set(labels(frame["phase"]).tolist()) | {"comm"}
+        colors = {k: c for k, c in TRACE_PHASE_COLORS.items() if k in present}
     ranks = _timeline_ranks(data, frame)
     # Exposure comes from the whole trace: a receive needs its sender, shown or not.
     keep = frame["rank"].isin(ranks).to_numpy()
@@ -286,8 +300,8 @@ def timeline(data: RunData) -> Figure | None:
     for row, rank in enumerate(ranks):
         mask = rank_col == rank
         rows = sub[mask]
-        spans = _spans(rows, exposed[mask], bubble[mask])
-        for cat, color in PHASE_COLORS.items():
+        spans = _spans(rows, exposed[mask], bubble[mask], list(colors))
+        for cat, color in colors.items():
             sel = spans[spans["cat"] == cat]
             if sel.empty:
                 continue
@@ -303,13 +317,13 @@ def timeline(data: RunData) -> Figure | None:
         ax.text(1.01, row, shares, fontsize=7.5, va="center", ha="left",
                 transform=ax.get_yaxis_transform())  # fmt: skip
     ax.set_yticks(range(len(ranks)))
-    ax.set_yticklabels([f"stage {layout.stage(r)} · rank {r}" for r in ranks])
+    stage = "" if data.is_trace else "stage {} · "
+    ax.set_yticklabels([f"{stage.format(layout.stage(r))}rank {r}" for r in ranks])
     ax.set_ylim(len(ranks) - 0.5, -0.5)
     ax.set_xlim(0, t_end * scale)
     ax.set_xlabel(f"time ({unit})")
     handles = [
-        Patch(facecolor=c, label={"comm": "exposed comm"}.get(k, k))
-        for k, c in PHASE_COLORS.items()
+        Patch(facecolor=c, label={"comm": "exposed comm"}.get(k, k)) for k, c in colors.items()
     ]
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle"))
     legend = [*handles, *mark_injections(ax, data.summary, scale)]
@@ -324,7 +338,7 @@ def timeline(data: RunData) -> Figure | None:
         fontweight="normal",
         loc="left",
     )
-    suptitle(fig, data, "pipeline timeline")
+    suptitle(fig, data, "timeline" if data.is_trace else "pipeline timeline")
     return fig
 
 
@@ -401,9 +415,11 @@ def utilisation_map(data: RunData) -> Figure | None:
     noun = unit.split(" ")[0]
     what = f"{rows} {noun}s" + (", sampled" if "sampled" in unit else "")
     what += " (mean of each chip's ranks)" if noun == "chip" else ""
-    tensor = float(matrix["tensor"].mean()) if "tensor" in matrix.columns else 0.0
+    col = "compute" if data.is_trace else "tensor"
+    share = float(matrix[col].mean()) if col in matrix.columns else 0.0
     ax.set_title(
-        f"{what} x {cols} resources; mean tensor-engine share {tensor:.0%}",
+        f"{what} x {cols} resources; mean {col}{'' if data.is_trace else '-engine'} share "
+        f"{share:.0%}",
         fontsize=9,
         fontweight="normal",
         loc="left",
@@ -531,12 +547,15 @@ def memory(data: RunData) -> Figure | None:
 def cost_panels(fig: Figure, runs: Sequence[RunData]) -> None:
     labels = [short(r.label, 24) for r in runs]
     per_h = [float(r.summary["cost"]["usd_per_hour"]) for r in runs]
-    per_m = [float(r.summary["cost"]["usd_per_million_tokens"]) for r in runs]
     colors = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B2", "#937860"]
-    for k, (vals, unit, fmt) in enumerate(
-        ((per_h, "$ per hour (whole cluster)", "${:,.2f}/h"),
-         (per_m, "$ per million tokens", "${:,.3f}/M tok"))
-    ):  # fmt: skip
+    if any(r.is_trace for r in runs):  # a trace has no tokens: the price of a step
+        per = [h * r.step_time_s / 3600.0 for h, r in zip(per_h, runs, strict=True)]
+        second = (per, "$ per step", "${:,.4g}/step")
+    else:
+        per = [float(r.summary["cost"]["usd_per_million_tokens"]) for r in runs]
+        second = (per, "$ per million tokens", "${:,.3f}/M tok")
+    for k, (vals, unit, fmt) in enumerate(((per_h, "$ per hour (whole cluster)", "${:,.2f}/h"),
+                                           second)):  # fmt: skip
         ax = fig.add_subplot(1, 2, k + 1)
         x = np.arange(len(runs))
         bars = ax.bar(x, vals, color=[colors[i % len(colors)] for i in x], width=0.55)
@@ -563,6 +582,7 @@ def cost(data: RunData) -> Figure | None:
     fig = new_figure(9.5, 3.4, margins=(0.85, 0.2, 0.65, 0.45))
     fig.subplots_adjust(wspace=0.35)
     cost_panels(fig, [data])
-    c, tps = data.summary["cost"], float(data.summary.get("tokens_per_s", 0.0))
-    suptitle(fig, data, f"cost ({c.get('pricing', '')} pricing, {tps:,.0f} tokens/s)")
+    c, tps = data.summary["cost"], float(data.summary.get("tokens_per_s") or 0.0)
+    rate = f"{data.step_time_s * 1e3:,.4g} ms a step" if data.is_trace else f"{tps:,.0f} tokens/s"
+    suptitle(fig, data, f"cost ({c.get('pricing', '')} pricing, {rate})")
     return fig

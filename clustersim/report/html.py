@@ -82,8 +82,17 @@ def _flatten(prefix: str, value: Any) -> list[tuple[str, str]]:
     return [(prefix, str(value))]
 
 
+def _workload_text(w: Mapping[str, Any]) -> str:
+    """What a trace workload ran: its prefix, files and compute mode."""
+    files = "replicated" if w.get("replicate") else f"{w.get('files', '?')} files"
+    return f"Chakra traces {w.get('chakra', '?')} ({files}, compute {w.get('compute', '?')})"
+
+
 def _layout_text(s: Mapping[str, Any]) -> str:
     lay = s["layout"]
+    if lay is None:  # a trace workload: no layout, the traces say what runs
+        w = s.get("workload")
+        return _workload_text(w) if isinstance(w, Mapping) else "no layout"
     text = f"tp {lay['tp']} pp {lay['pp']} dp {lay['dp']} cp {lay['cp']}"
     if "microbatches" in lay:
         text += f", {lay['microbatches']} microbatches"
@@ -101,7 +110,33 @@ def _cluster_text(s: Mapping[str, Any]) -> str:
     )
 
 
+def _trace_cards(s: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The cards of a trace workload: no tokens, FLOPs or memory model."""
+    step = float(s["step_time_s"])
+    w, cost = s["workload"], s.get("cost") or {}
+    exposed = float(s["breakdown_s"].get("exposed_comm", 0.0))
+    cards = [
+        {"label": "step time", "value": _seconds(step),
+         "note": f"{w.get('nodes_per_step', 0):,} nodes per step"},
+        {"label": "exposed comm", "value": f"{exposed / step:.1%}" if step else "n/a",
+         "note": f"{w.get('process_groups', 0):,} process groups"},
+        {"label": "ranks", "value": f"{s['ranks']:,}", "note": f"{s['chips']:,} chips"},
+    ]  # fmt: skip
+    if cost:
+        per_hour = float(cost.get("usd_per_hour") or 0.0)
+        cards.append(
+            {
+                "label": "$ per step",
+                "value": f"${float(cost.get('usd_per_step') or 0.0):.4g}",
+                "note": f"${per_hour:,.2f}/h {cost.get('pricing', '')}",
+            }
+        )
+    return cards
+
+
 def _cards(s: Mapping[str, Any]) -> list[dict[str, str]]:
+    if s.get("workload") is not None:
+        return _trace_cards(s)
     step = float(s["step_time_s"])
     mem = s.get("memory_gib_per_chip", {})
     cost = s.get("cost", {})
@@ -195,11 +230,12 @@ def render_report(
         }
         for row in table.to_dict("records")
     ]
+    trace = data.is_trace
     run_facts = [
         ("scenario", data.name),
         ("cluster", _cluster_text(s)),
-        ("model", str(s.get("model", ""))),
-        ("layout", _layout_text(s)),
+        ("workload" if trace else "model", _layout_text(s) if trace else str(s.get("model", ""))),
+        *([] if trace else [("layout", _layout_text(s))]),
         ("fidelity", str(s.get("fidelity", ""))),
         ("seed", str(s.get("seed", ""))),
         ("events", f"{s.get('events', 0):,}"),
@@ -211,16 +247,18 @@ def render_report(
         "name": data.name,
         "description": str(data.resolved.get("description", "") or ""),
         "cluster": _cluster_text(s),
-        "model": str(s.get("model", "")),
+        "trace": trace,
+        "model": "" if trace else str(s.get("model", "")),
         "layout": _layout_text(s),
         "exposed_pct": 100.0 * parts.get("exposed_comm", 0.0) / step,
         "exposed_time": _seconds(parts.get("exposed_comm", 0.0)),
         "bubble_pct": 100.0 * parts.get("bubble", 0.0) / step,
         "step_time": _seconds(step),
-        "usd_per_mtok": float(cost.get("usd_per_million_tokens", 0.0)),
-        "usd_per_hour": float(cost.get("usd_per_hour", 0.0)),
+        "usd_per_mtok": float(cost.get("usd_per_million_tokens") or 0.0),
+        "usd_per_step": float(cost.get("usd_per_step") or 0.0),
+        "usd_per_hour": float(cost.get("usd_per_hour") or 0.0),
         "pricing": str(cost.get("pricing", "")),
-        "tokens_per_s": f"{s.get('tokens_per_s', 0.0):,.0f}",
+        "tokens_per_s": f"{s.get('tokens_per_s') or 0.0:,.0f}",
         "cards": _cards(s),
         "breakdown": [
             {"key": k, "part": k.replace("_", " "), "seconds": _seconds(v), "pct": 100.0 * v / step}
@@ -274,7 +312,8 @@ def render_comparison(runs: Sequence[RunData], figures: Sequence[Rendered]) -> s
         return {"label": label, "cells": list(values)}
 
     def cost(s: Mapping[str, Any], key: str) -> float:
-        return float(s.get("cost", {}).get(key, float("nan")))
+        value = (s.get("cost") or {}).get(key)
+        return float("nan") if value is None else float(value)
 
     rows = [
         row("cluster", [_cluster_text(s) for s in summaries]),
@@ -283,9 +322,9 @@ def render_comparison(runs: Sequence[RunData], figures: Sequence[Rendered]) -> s
         row("step time", [_seconds(float(s["step_time_s"])) for s in summaries]),
         row("90% interval", [_band(s) for s in summaries]),
         row("interval overlaps the fastest's", _overlap_cells(summaries)),
-        row("tokens / s", [f"{s.get('tokens_per_s', 0.0):,.0f}" for s in summaries]),
-        row("MFU", [f"{s.get('mfu', 0.0):.1%}" for s in summaries]),
-        row("HFU", [f"{s.get('hfu', 0.0):.1%}" for s in summaries]),
+        row("tokens / s", [f"{s.get('tokens_per_s') or 0.0:,.0f}" for s in summaries]),
+        row("MFU", [f"{s.get('mfu') or 0.0:.1%}" for s in summaries]),
+        row("HFU", [f"{s.get('hfu') or 0.0:.1%}" for s in summaries]),
     ]
     for part in summaries[0]["breakdown_s"]:
         rows.append(

@@ -14,6 +14,14 @@ overhead, as :class:`~clustersim.hardware.chip.ChipModel` times an op; a node
 with neither keeps its duration. A memory node takes its duration, or its
 ``tensor_size`` at the rank's HBM rate.
 
+HBM is shared with the flows on the chip as a built run shares it
+(:mod:`clustersim.sim.hbm`): a run of compute ops, those that follow one another
+with nothing between them, asks for its mean rate, its bytes over its time. In a
+graph a run is a chain of compute nodes, each the only successor of the one
+before and depending on it alone; each node of the chain asks for the chain's
+mean rate (:func:`run_hbm_bytes`), so a memory-bound node amid matmuls is not
+slowed more than the built run it came from.
+
 The summary has the keys ``run`` writes for a built workload, but those a trace
 leaves undefined: no model, so ``model_flops_per_step``, ``mfu``, ``hfu``,
 tokens and the cost per token are null; ``layout`` is null; ``memory_gib_per_chip``
@@ -30,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import simpy
+from numpy.typing import NDArray
 
 from clustersim import cost
 from clustersim._version import __version__
@@ -52,7 +61,7 @@ if TYPE_CHECKING:
 
     from clustersim.failures.reliability import Outcome
 
-__all__ = ["COMM_GROUP_FILE", "TraceResult", "node_seconds", "simulate_trace"]
+__all__ = ["COMM_GROUP_FILE", "TraceResult", "node_seconds", "run_hbm_bytes", "simulate_trace"]
 
 COMM_GROUP_FILE = "comm_group.json"
 
@@ -112,7 +121,46 @@ def node_seconds(g: RankGraph, res: Resolved, cfg: ChakraCfg) -> tuple[list[floa
         seconds = np.where(is_compute, seconds * cfg.scale, seconds)
     memory = (g.kind == Kind.MEMORY) & (g.duration_us == 0)
     seconds = np.where(memory, tensor / hbm_Bps, seconds)
-    return seconds.tolist(), np.where(is_compute, tensor, 0.0).tolist()
+    hbm = run_hbm_bytes(g, seconds, np.where(is_compute, tensor, 0.0))
+    return seconds.tolist(), hbm.tolist()
+
+
+def run_hbm_bytes(
+    g: RankGraph, seconds: NDArray[np.float64], hbm_bytes: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Each node's HBM bytes at its run's mean rate: a compute node that is the only
+    successor of a compute node, and depends on it alone, is in its run (see the
+    module doc). Times are unchanged, and so is each run's total of bytes."""
+    n = g.size
+    if n == 0:
+        return hbm_bytes
+    compute = g.kind == Kind.COMPUTE
+    ptr = g.succ_ptr
+    single = np.flatnonzero(compute & (np.diff(ptr) == 1))
+    nxt = g.succ[ptr[single]]
+    link = compute[nxt] & (g.indegree[nxt] == 1)
+    follows = np.full(n, -1, dtype=np.int64)  # the node a node continues the run of
+    follows[nxt[link]] = single[link]
+    nexts = np.full(n, -1, dtype=np.int64)
+    nexts[single[link]] = nxt[link]
+    run = np.full(n, -1, dtype=np.int64)
+    heads = np.flatnonzero(compute & (follows < 0) & (nexts >= 0)).tolist()
+    nx = nexts.tolist()
+    for k, head in enumerate(heads):  # chains are disjoint: O(nodes) in all
+        i = head
+        while i >= 0:
+            run[i] = k
+            i = nx[i]
+    chained = run >= 0
+    if not chained.any():
+        return hbm_bytes
+    ids = run[chained]
+    total_s = np.bincount(ids, weights=seconds[chained], minlength=len(heads))
+    total_b = np.bincount(ids, weights=hbm_bytes[chained], minlength=len(heads))
+    rate = np.divide(total_b, total_s, out=np.zeros_like(total_b), where=total_s > 0)
+    out = hbm_bytes.copy()
+    out[chained] = np.where(total_s[ids] > 0, seconds[chained] * rate[ids], hbm_bytes[chained])
+    return out
 
 
 def simulate_trace(

@@ -3,12 +3,13 @@ the DAG's semantics, compute modes, steps and replication."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clustersim.chakra import Attr, Node, NodeType
+from clustersim.chakra import Attr, CommType, Node, NodeType
 from clustersim.scenario import resolve
 from clustersim.sim import simulate
 from tests.chakra_et.helpers import ASTRA, coll, comp, ring_scenario, write_traces
@@ -162,3 +163,68 @@ def test_injected_straggler_and_chip_down(tmp_path: Path) -> None:
     data["failures"] = {"inject": [{"at": "12us", "target": {"chip": 1}, "kind": "down"}]}
     s = run(data)
     assert s["step_time_s"] is None and s["step_failed"]["at_s"] == pytest.approx(12e-6)
+
+
+def _star(tmp_path: Path, n: int) -> str:
+    """``n`` chips on one switch, 50 GB/s and 250 ns a link: 500 ns chip to chip."""
+    nodes = [{"id": f"chip{i}", "instance": i // 4} for i in range(n)] + [{"id": "sw"}]
+    edges = [
+        {"source": f"chip{i}", "target": "sw", "capacity_Bps": 50e9, "latency_s": 250e-9}
+        for i in range(n)
+    ]
+    path = tmp_path / f"star{n}.json"
+    path.write_text(json.dumps({"directed": False, "multigraph": False, "graph": {},
+                                "nodes": nodes, "edges": edges}))  # fmt: skip
+    return str(path)
+
+
+@pytest.mark.parametrize("comm_type", [CommType.GATHER, CommType.SCATTER])
+def test_gather_and_scatter_take_the_direct_closed_form(tmp_path: Path, comm_type: int) -> None:
+    """The root (the group's first rank) exchanges each other member's n/p block at once:
+    its one link carries p-1 flows, so a + (p-1)/p n b; over all 4 ranks, then over the
+    group [1, 2, 3] (root 1)."""
+    n = 3 * MiB
+    whole = coll(0, comm_type, n)
+    part = coll(1, comm_type, n, (0,), pg="5")
+    prefix = write_traces(tmp_path, [[whole], [whole, part], [whole, part], [whole, part]])
+    (tmp_path / "comm_group.json").write_text('{"5": [1, 2, 3]}')
+    data = ring_scenario(4, prefix)
+    data["cluster"]["fabric_file"] = _star(tmp_path, 4)
+    s = run(data)
+    everyone, three = A + 3 / 4 * n * B, A + 2 / 3 * n * B
+    assert s["step_time_s"] == pytest.approx(everyone + three, rel=1e-9)
+    # rank 0 waits on the first, the others on both
+    assert s["breakdown_s"]["exposed_comm"] == pytest.approx(everyone + 3 / 4 * three, rel=1e-9)
+
+
+@pytest.mark.parametrize(("op", "root_sends"), [("scatter", True), ("gather", False)])
+def test_gather_and_scatter_steps(op: str, root_sends: bool) -> None:
+    """One step of p-1 flows of n/p between position 0 and every other position."""
+    from clustersim.network.collectives import collective_steps
+
+    (step,) = collective_steps(op, 5, 10.0)
+    pairs = [(0, i) for i in range(1, 5)]
+    assert step.pairs == tuple(pairs if root_sends else [(j, i) for i, j in pairs])
+    assert step.bytes_per_flow == 2.0 and not step.reduces
+
+
+def test_a_run_of_compute_nodes_asks_for_its_mean_hbm_rate(tmp_path: Path) -> None:
+    """Nodes 0-1-2 are a run (each the only successor of the one before): each asks for
+    the run's bytes over its time; the collective after node 2 ends it, and node 4 (two
+    dependencies) starts another of one node, which keeps its own bytes."""
+    import numpy as np
+
+    from clustersim.chakra.traces import load_traces
+    from clustersim.sim.chakra_run import run_hbm_bytes
+
+    nodes = [
+        comp(0, 10, tensor_size=100),
+        comp(1, 30, (0,), tensor_size=700),
+        comp(2, 60, (1,), tensor_size=200),
+        coll(3, 0, MiB, (2,)),
+        comp(4, 5, (2, 3), tensor_size=50),
+    ]
+    g = load_traces(write_traces(tmp_path, [nodes]), 1, replicate=True).graphs[0]
+    seconds = g.duration_us * 1e-6
+    got = run_hbm_bytes(g, seconds, np.nan_to_num(g.tensor_size))
+    assert got.tolist() == pytest.approx([100.0, 300.0, 600.0, 0.0, 50.0])

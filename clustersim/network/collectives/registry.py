@@ -5,7 +5,9 @@ registered with :func:`register_algorithm` under the name used in
 ``cluster.collectives`` (with the ops it implements). Pairs are over group
 positions ``0..p-1``; the caller maps positions to ranks and ranks to chips.
 ``nbytes`` is the full buffer size, as in nccl-tests: the input of all-reduce,
-reduce-scatter, broadcast, reduce and all-to-all, and the output of all-gather.
+reduce-scatter, broadcast, reduce, all-to-all and scatter, and the output of
+all-gather and gather. Rooted collectives (broadcast, reduce, gather, scatter)
+are rooted at position 0.
 ``info`` (a :class:`~.groups.GroupInfo`) says which positions share a chip or a
 scale-up domain and where they sit on a torus; algorithms that need no
 topology ignore it. (A function ``(op, p, nbytes)`` registers too.)
@@ -67,8 +69,13 @@ OPS: tuple[str, ...] = (
     "broadcast",
     "reduce",
     "all_to_all",
+    "gather",
+    "scatter",
 )
 """Collective operations, by the names used in ``cluster.collectives``."""
+
+_FALLBACK = {"all_to_all": "pairwise", "gather": "mesh", "scatter": "mesh"}
+"""What runs where the algorithm asked for does not apply (``ring`` for the rest)."""
 
 MESH_MAX_BYTES = 2.0**20
 """``auto`` uses ``mesh`` below this size (the Neuron runtime: mesh below about 1 MB)."""
@@ -85,7 +92,7 @@ def busbw_factor(op: str, p: int) -> float:
     """nccl-tests' bus bandwidth factor of ``op`` over ``p`` ranks."""
     if op == "all_reduce":
         return 2 * (p - 1) / p
-    if op in ("reduce_scatter", "all_gather", "all_to_all"):
+    if op in ("reduce_scatter", "all_gather", "all_to_all", "gather", "scatter"):
         return (p - 1) / p
     return 1.0
 
@@ -216,6 +223,8 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
 
     - all-to-all: ``mesh`` (every pair at once), or ``pairwise`` when p(p-1) >
       :data:`MESH_MAX_FLOWS`.
+    - gather, scatter: ``mesh`` (the root's p-1 transfers at once; the runtimes have
+      no other algorithm for them).
     - broadcast, reduce: ``tree`` below :data:`MESH_MAX_BYTES`, ``ring`` above.
     - all-reduce, reduce-scatter, all-gather: ``hierarchical`` when the group
       spans several scale-up domains with the same number (> 1) of ranks in
@@ -228,8 +237,8 @@ def choose(op: str, p: int, nbytes: float, info: GroupInfo) -> str:
       more axes on a torus, else ``ring``.
     """
     mesh_ok = p * (p - 1) <= MESH_MAX_FLOWS
-    if op == "all_to_all":
-        return "mesh" if mesh_ok else "pairwise"
+    if op in ("all_to_all", "gather", "scatter"):  # a rooted one has p-1 flows
+        return "mesh" if mesh_ok or op != "all_to_all" else "pairwise"
     if op in ("broadcast", "reduce"):
         return "tree" if nbytes < MESH_MAX_BYTES else "ring"
     if _applies("hierarchical", p, info):
@@ -260,7 +269,7 @@ def resolve_algorithm(
     if name == "auto":
         name = choose(op, p, nbytes, info)
     if not _applies(name, p, info):
-        name = "pairwise" if op == "all_to_all" else "ring"
+        name = _FALLBACK.get(op, "ring")
     return name
 
 

@@ -70,6 +70,10 @@ _ALGORITHMS: dict[str, tuple[str, ...]] = {
     "broadcast": ("ring",),
     "reduce": ("ring",),
     "all_to_all": ("pairwise",),
+    # no algorithm of NCCL's own: torch.distributed posts the root's sends and receives
+    # as one group, as NCCL's all-to-all does
+    "gather": ("mesh",),
+    "scatter": ("mesh",),
 }
 _TABLE = {
     "ring": "ring",
@@ -78,6 +82,7 @@ _TABLE = {
     "nvls_tree": "nvls_tree",
     "ring_channels": "ring",
     "pairwise": "ring",
+    "mesh": "ring",
 }
 """Which row of NCCL's tables prices each algorithm (all-to-all is point-to-point)."""
 _CHANNEL_OPS = ("reduce_scatter", "all_gather")

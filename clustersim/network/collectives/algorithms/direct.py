@@ -11,7 +11,10 @@ carry its p-1 flows):
   steps: ``2a + 2(p-1)/p · n b``;
 - all-to-all: one step of p(p-1) flows of n/p: ``a + (p-1)/p · n b``;
 - broadcast (reduce): position 0 sends the whole buffer to (receives it from)
-  every other rank at once: ``a + (p-1) n b``.
+  every other rank at once: ``a + (p-1) n b``;
+- scatter (gather): position 0 sends each other rank its n/p block (receives
+  theirs) at once, p-1 flows through its link: ``a + (p-1)/p · n b``, as NCCL
+  runs them (a group of sends and receives at the root).
 
 ``pairwise`` runs all-to-all in p-1 rounds; in round ``r`` position ``i`` sends
 its n/p block to ``(i + r) mod p``. The rounds use different pairs, so each is
@@ -51,6 +54,10 @@ def mesh_arrays(op: str, p: int, nbytes: float, info: GroupInfo) -> StepArrays:
         return [(Step(_NONE, nbytes), np.stack([root, others], axis=1))]
     if op == "reduce":
         return [(Step(_NONE, nbytes, reduces=True), np.stack([others, root], axis=1))]
+    if op == "scatter":
+        return [(Step(_NONE, nbytes / p), np.stack([root, others], axis=1))]
+    if op == "gather":
+        return [(Step(_NONE, nbytes / p), np.stack([others, root], axis=1))]
     pairs = _all_pairs(p)
     if op == "all_reduce":
         return [
