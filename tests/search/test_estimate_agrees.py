@@ -38,11 +38,7 @@ SLOW = [
 
 
 # Serving scenarios run with `clustersim serve`: no training step to estimate.
-SERVING = [
-    "serve-inf2-llama3-8b.yaml",
-    "serve-trn2-llama3-70b.yaml",
-    "serve-trn2u-llama3-70b-disaggregated.yaml",
-]
+SERVING = sorted(p.name for p in SCENARIOS.glob("serve-*.yaml"))
 
 
 def test_every_shipped_scenario_is_listed() -> None:
