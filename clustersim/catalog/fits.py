@@ -199,7 +199,7 @@ class Stack(Strict):
     """With ``prior``: the relative half-width (a 90% band) of running on another
     stack's fit, joined with the family's interval in quadrature."""
     source: str = ""
-    tp_comm_overlap: Literal["blocking", "backward", "dataflow"] | None = None
+    tp_comm_overlap: Literal["blocking", "backward", "dataflow", "userbuffers"] | None = None
     """What the backward of a tensor-parallel sublayer overlaps its TP collectives with
     (``parallelism.tp_comm_overlap``, clustersim.workload.tp_comm), as the stack's code
     schedules it; a release (``base``) takes its base's. Absent: blocking."""

@@ -197,7 +197,7 @@ class ParallelismCfg(Strict):
     # the input all-gather starts with the sublayer's backward, and both of its
     # weight-gradient GEMMs run under the reduce-scatter). Absent: the software stack's
     # rule (`clustersim catalog stacks`), blocking where the stack names none.
-    tp_comm_overlap: Literal["blocking", "backward", "dataflow"] | None = None
+    tp_comm_overlap: Literal["blocking", "backward", "dataflow", "userbuffers"] | None = None
     """How a TP sublayer's backward overlaps its collectives with its compute: `blocking`,
     `backward` (Megatron-Core) or `dataflow` (the Neuron compiler); absent: the software
     stack's rule."""

@@ -310,14 +310,15 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     def forward(phase: str) -> list[Tpl]:
         return [
             _compute("attn.norm", phase, norm),
-            *tp.enter_fwd(phase),
-            *cast("attn.qkv", phase, T, h),
-            _compute("attn.qkv", phase, qkv.fwd),
+            *tp.column_fwd(
+                phase, [*cast("attn.qkv", phase, T, h), _compute("attn.qkv", phase, qkv.fwd)]
+            ),
             *rope_fwd(phase),
             *core(phase),
-            *cast("attn.out", phase, T, dm.attn_cols),
-            _compute("attn.out", phase, out.fwd),
-            *tp.exit_fwd(phase),
+            *tp.row_fwd(
+                phase,
+                [*cast("attn.out", phase, T, dm.attn_cols), _compute("attn.out", phase, out.fwd)],
+            ),
             _compute("attn.residual", phase, residual),
         ]
 
@@ -329,9 +330,10 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         ready[len(bwd) - 1] = (piece,)
 
     out_wgrad = _compute("attn.out.wgrad", B, out.wgrad)
-    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.exit_bwd(), *tp.regather_early()]
+    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.grad_gather()]
+    bwd += tp.regather_early()
     bwd += cast("attn.out.grad", B, T, h)
-    bwd += [_compute("attn.out.dgrad", B, out.dgrad)]
+    bwd += [_compute("attn.out.dgrad", B, out.dgrad), *tp.grad_gathered()]
     if not tp.defers_wgrad:
         bwd += [out_wgrad]
         mark("attn.out")
@@ -365,13 +367,14 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     def forward(phase: str) -> list[Tpl]:
         return [
             _compute("mlp.norm", phase, norm),
-            *tp.enter_fwd(phase),
-            *cast("mlp.up", phase, T, h),
-            _compute("mlp.up", phase, up.fwd),
+            *tp.column_fwd(
+                phase, [*cast("mlp.up", phase, T, h), _compute("mlp.up", phase, up.fwd)]
+            ),
             _compute("mlp.act", phase, act),
-            *cast("mlp.down", phase, T, dm.ffn_local),
-            _compute("mlp.down", phase, down.fwd),
-            *tp.exit_fwd(phase),
+            *tp.row_fwd(
+                phase,
+                [*cast("mlp.down", phase, T, dm.ffn_local), _compute("mlp.down", phase, down.fwd)],
+            ),
             _compute("mlp.residual", phase, residual),
         ]
 
@@ -383,9 +386,10 @@ def mlp_part(dm: Dims, precision: str) -> Part:
         ready[len(bwd) - 1] = (piece,)
 
     down_wgrad = _compute("mlp.down.wgrad", B, down.wgrad)
-    bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.exit_bwd(), *tp.regather_early()]
+    bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.grad_gather()]
+    bwd += tp.regather_early()
     bwd += cast("mlp.down.grad", B, T, h)
-    bwd += [_compute("mlp.down.dgrad", B, down.dgrad)]
+    bwd += [_compute("mlp.down.dgrad", B, down.dgrad), *tp.grad_gathered()]
     if not tp.defers_wgrad:
         bwd += [down_wgrad]
         mark("mlp.down")

@@ -33,6 +33,18 @@ What that last collective overlaps is the stack's rule
   output gradient's all-gather ends, under the sublayer's input-gradient GEMMs,
   and neither weight-gradient GEMM has a consumer in the sublayer, so both run
   under the reduce-scatter.
+- ``userbuffers``: Transformer Engine's userbuffers overlap (``tp_comm_overlap``
+  in NeMo and Megatron-Bridge, with sequence parallelism; TransformerEngine
+  transformer_engine/pytorch/module/base.py ``initialize_ub``, the
+  ``ring_exchange`` and ``pipeline`` methods): ``backward``'s rule, and in the
+  forward the column-parallel linear's all-gather runs as a ring exchange under
+  its GEMM, chunk by chunk (the local chunk first), and the row-parallel linear's
+  reduce-scatter is pipelined with its GEMM's chunks, so only the last chunk's
+  reduce-scatter (1/tp of it) is left after the GEMM; in the backward the output
+  gradient's all-gather runs the same way under the row-parallel input-gradient
+  GEMM. An overlapped collective still takes the time it takes: where it is longer
+  than the GEMM it hides under, the rest is exposed. Without sequence parallelism
+  it is ``backward``'s rule (userbuffers needs it).
 
 The overlapped collectives share the links, and HBM where the chip model meters
 it, with the compute they overlap, as every asynchronous collective does.
@@ -46,7 +58,7 @@ from clustersim.workload.templates import ACT_BYTES, Tpl, async_coll, coll, wait
 
 __all__ = ["TP_OVERLAP_RULES", "TPComm"]
 
-TP_OVERLAP_RULES = ("blocking", "backward", "dataflow")
+TP_OVERLAP_RULES = ("blocking", "backward", "dataflow", "userbuffers")
 
 B = Phase.BACKWARD
 
@@ -61,6 +73,9 @@ class TPComm:
         self.rule = dm.tp_overlap if self.on else "blocking"
         if self.rule not in TP_OVERLAP_RULES:
             raise ValueError(f"unknown TP overlap rule {self.rule!r}")
+        self.chunks = dm.tp
+        self.ub = self.rule == "userbuffers" and self.sp
+        """Forward and output-gradient collectives overlapped with their GEMMs."""
 
     @property
     def _reduce(self) -> str:
@@ -77,6 +92,44 @@ class TPComm:
     def exit_bwd(self) -> list[Tpl]:
         """Mirror of ``exit_fwd`` at the start of the block's backward (blocking)."""
         return [coll("tp", "all_gather", B, self.nbytes)] if self.on and self.sp else []
+
+    # -- the dense sublayers: each collective with the GEMM it may overlap
+
+    def column_fwd(self, phase: str, gemm: list[Tpl]) -> list[Tpl]:
+        """The sequence shards' all-gather and the column-parallel GEMM that reads it:
+        under ``userbuffers`` a ring exchange under the GEMM, else before it."""
+        if not self.ub:
+            return [*self.enter_fwd(phase), *gemm]
+        return [
+            async_coll("tp", "all_gather", phase, self.nbytes, ".ring"),
+            *gemm,
+            wait("tp", "all_gather", phase, ".ring"),
+        ]
+
+    def row_fwd(self, phase: str, gemm: list[Tpl]) -> list[Tpl]:
+        """The row-parallel GEMM and the sum of its partial outputs: under
+        ``userbuffers`` the reduce-scatter pipelined with the GEMM's chunks, the last
+        chunk's after it, else the whole collective after the GEMM."""
+        if not self.ub:
+            return [*gemm, *self.exit_fwd(phase)]
+        head = self.nbytes * (self.chunks - 1) / self.chunks
+        return [
+            async_coll("tp", "reduce_scatter", phase, head, ".pipe"),
+            *gemm,
+            wait("tp", "reduce_scatter", phase, ".pipe"),
+            coll("tp", "reduce_scatter", phase, self.nbytes / self.chunks),
+        ]
+
+    def grad_gather(self) -> list[Tpl]:
+        """At the start of the block's backward: the output gradient's all-gather,
+        blocking, or (``userbuffers``) started to run under the input-gradient GEMM."""
+        if not self.ub:
+            return self.exit_bwd()
+        return [async_coll("tp", "all_gather", B, self.nbytes, ".grad")]
+
+    def grad_gathered(self) -> list[Tpl]:
+        """After the row-parallel input-gradient GEMM: wait for ``grad_gather``'s ring."""
+        return [wait("tp", "all_gather", B, ".grad")] if self.ub else []
 
     def enter_bwd(self) -> list[Tpl]:
         """Mirror of ``enter_fwd``, blocking: sum the input gradients of the
@@ -99,7 +152,7 @@ class TPComm:
     def regather_late(self) -> list[Tpl]:
         """Before the column-parallel input-gradient GEMM: ``backward`` starts the
         re-gather of its input here, to run under that GEMM."""
-        if self.rule == "backward" and self.sp:
+        if self.rule in ("backward", "userbuffers") and self.sp:
             return [async_coll("tp", "all_gather", B, self.nbytes, ".input")]
         return []
 

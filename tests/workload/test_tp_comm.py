@@ -16,14 +16,23 @@ from clustersim.workload.program import Phase
 
 from .helpers import setup, tiny
 
+MARK = {Kind.ASYNC_COLLECTIVE: ">", Kind.WAIT_ASYNC: "<"}
+
+
+def _part(rule: str, part: str = "mlp", sp: bool = True) -> Any:
+    par, train, layout = setup(8, tp=4, sequence_parallel=sp, tp_comm_overlap=rule)
+    dm = make_dims(tiny(), par, train, layout)
+    return mlp_part(dm, "bf16") if part == "mlp" else attention_part(dm, "bf16", "selective")
+
 
 def _bwd(rule: str, part: str = "mlp", sp: bool = True) -> list[str]:
     """The sublayer's backward as names, async starts as ``>name`` and waits as ``<name``."""
-    par, train, layout = setup(8, tp=4, sequence_parallel=sp, tp_comm_overlap=rule)
-    dm = make_dims(tiny(), par, train, layout)
-    p = mlp_part(dm, "bf16") if part == "mlp" else attention_part(dm, "bf16", "selective")
-    mark = {Kind.ASYNC_COLLECTIVE: ">", Kind.WAIT_ASYNC: "<"}
-    return [mark.get(t[0], "") + t[1] for t in p.bwd]
+    return [MARK.get(t[0], "") + t[1] for t in _part(rule, part, sp).bwd]
+
+
+def _fwd(rule: str, part: str = "mlp", sp: bool = True) -> list[str]:
+    """The sublayer's forward, marked as ``_bwd``."""
+    return [MARK.get(t[0], "") + t[1] for t in _part(rule, part, sp).forward(Phase.FORWARD)]
 
 
 def test_blocking_keeps_every_tp_collective_in_line() -> None:
@@ -58,7 +67,32 @@ def test_without_sequence_parallelism_the_all_reduce_overlaps_and_nothing_is_reg
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("rule", ["blocking", "backward", "dataflow"])
+def test_userbuffers_runs_every_tp_collective_under_a_gemm() -> None:
+    # Transformer Engine's userbuffers: ring-exchange all-gathers, pipelined reduce-scatters
+    assert _fwd("userbuffers") == [
+        "mlp.norm", ">tp.all_gather.ring", "mlp.up", "<tp.wait.ring", "mlp.act",
+        ">tp.reduce_scatter.pipe", "mlp.down", "<tp.wait.pipe", "tp.reduce_scatter",
+        "mlp.residual",
+    ]  # fmt: skip
+    assert _bwd("userbuffers") == [
+        "mlp.residual", ">tp.all_gather.grad", "mlp.down.dgrad", "<tp.wait.grad",
+        "mlp.down.wgrad", "mlp.act", ">tp.all_gather.input", "mlp.up.dgrad", "<tp.wait.input",
+        ">tp.reduce_scatter", "mlp.up.wgrad", "<tp.wait", "mlp.norm",
+    ]  # fmt: skip
+    # the last chunk's reduce-scatter is left after the GEMM: 1/tp of the bytes
+    fwd = _part("userbuffers").forward(Phase.FORWARD)
+    whole = next(t for t in _part("blocking").forward(Phase.FORWARD) if t[1] == "tp.reduce_scatter")
+    pipe = next(t for t in fwd if t[1] == "tp.reduce_scatter.pipe")
+    tail = next(t for t in fwd if t[1] == "tp.reduce_scatter")
+    nbytes = [x for x in whole if isinstance(x, float)]
+    assert [x for x in pipe if isinstance(x, float)] == [nbytes[0] * 3 / 4]
+    assert [x for x in tail if isinstance(x, float)] == [nbytes[0] / 4]
+    # without sequence parallelism it is backward's rule
+    assert _fwd("userbuffers", sp=False) == _fwd("backward", sp=False)
+    assert _bwd("userbuffers", sp=False) == _bwd("backward", sp=False)
+
+
+@pytest.mark.parametrize("rule", ["blocking", "backward", "dataflow", "userbuffers"])
 def test_gradients_are_ready_after_their_weight_gradient(rule: str) -> None:
     par, train, layout = setup(8, tp=4, tp_comm_overlap=rule)
     dm = make_dims(tiny(), par, train, layout)
@@ -68,7 +102,7 @@ def test_gradients_are_ready_after_their_weight_gradient(rule: str) -> None:
             assert all(name == f"{piece}.wgrad" or piece.endswith("norm") for piece in pieces)
 
 
-@pytest.mark.parametrize("rule", ["blocking", "backward", "dataflow"])
+@pytest.mark.parametrize("rule", ["blocking", "backward", "dataflow", "userbuffers"])
 def test_programs_carry_the_same_work_under_every_rule(rule: str) -> None:
     par, train, layout = setup(8, tp=4, tp_comm_overlap=rule)
     progs = build_programs(tiny(), par, train, layout)
@@ -81,7 +115,7 @@ def test_programs_carry_the_same_work_under_every_rule(rule: str) -> None:
         started = [i for i in p.instrs if i.kind == Kind.ASYNC_COLLECTIVE and i.group == "tp"]
         waits = [i for i in p.instrs if i.kind == Kind.WAIT_ASYNC and i.group == "tp"]
         assert len(started) == len(waits)
-        assert all(i.phase == Phase.BACKWARD for i in started)
+        assert all(i.phase == Phase.BACKWARD for i in started) or rule == "userbuffers"
 
 
 SCENARIO = """
@@ -119,3 +153,11 @@ def test_overlap_hides_what_the_weight_gradients_cover_and_no_more() -> None:
     # linear-layer work, a third of the step's GEMMs (forward, dgrad, wgrad).
     assert 0 < saved < blocking["breakdown_s"]["compute"] / 3
     assert dataflow["breakdown_s"]["exposed_comm"] < blocking["breakdown_s"]["exposed_comm"]
+
+
+def test_userbuffers_hides_forward_collectives_under_their_gemms() -> None:
+    backward = _step("parallelism.tp_comm_overlap=backward")
+    ub = _step("parallelism.tp_comm_overlap=userbuffers")
+    assert ub["breakdown_s"]["compute"] == pytest.approx(backward["breakdown_s"]["compute"])
+    assert ub["step_time_s"] < backward["step_time_s"]
+    assert ub["breakdown_s"]["exposed_comm"] < backward["breakdown_s"]["exposed_comm"]
