@@ -389,6 +389,14 @@ FIGURES: tuple[Figure, ...] = (
         pages=("docs/explanation/collectives.md",),
     ),
     Figure(
+        "sharp-example",
+        "",
+        lambda ctx: docgen.sharp_example(),
+        noise=0.01,
+        what="the in-network reduction example with SHARP on and off",
+        pages=("docs/explanation/collectives.md",),
+    ),
+    Figure(
         "calibration-mean",
         r"calibration mean \|error\| ([0-9.]+%) \(",
         _role_stat("calibration", "mean_abs_error"),
