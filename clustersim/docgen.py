@@ -23,7 +23,6 @@ __all__ = [
     "scenario_keys",
     "serve_output",
     "serve_validation",
-    "sharp_example",
     "stacks_text",
     "summary_keys",
 ]
@@ -241,32 +240,3 @@ def serve_validation() -> str:
     from clustersim.serve.references import validation_table
 
     return validation_table()
-
-
-def sharp_example(scenario: str = "dgx-h100-llama3-70b-sharp") -> str:
-    """The in-network reduction example run with the fabric's SHARP on and off, and a
-    1 GiB all-reduce over four of its nodes each way (a Markdown table)."""
-    from clustersim.network.microbench import run_collective
-    from clustersim.scenario import load_scenario
-    from clustersim.sim import simulate
-
-    path = Path(__file__).resolve().parent.parent / "scenarios" / f"{scenario}.yaml"
-    out = [
-        "| SHARP | step time | exposed comm | MFU | all-reduce, 1 GiB over 4 nodes |",
-        "|---|---|---|---|---|",
-    ]
-    base = 0.0
-    for on in (True, False):
-        res = load_scenario(path, [f"cluster.efa.sharp={str(on).lower()}"])
-        s = simulate(res, record=False).summary
-        step = float(s["step_time_s"])
-        base = base or step
-        (row,) = run_collective(res.instance.name, 4, "all_reduce", [2.0**30], efa={"sharp": on})
-        delta = "" if on else f" ({step / base - 1:+.1%})"
-        out.append(
-            f"| {'on' if on else 'off'} | {step:.3f} s{delta} | "
-            f"{s['breakdown_s']['exposed_comm']:.3f} s | {s['mfu']:.1%} | "
-            f"{row['time_s'] * 1e3:.2f} ms, {row['busbw_GBps']:.0f} GB/s busbw "
-            f"({row['algorithm']}) |"
-        )
-    return "\n".join(out)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import docgen
+from clustersim import docexamples, docgen
 
 __all__ = [
     "FIGURES",
@@ -389,14 +389,6 @@ FIGURES: tuple[Figure, ...] = (
         pages=("docs/explanation/collectives.md",),
     ),
     Figure(
-        "sharp-example",
-        "",
-        lambda ctx: docgen.sharp_example(),
-        noise=0.01,
-        what="the in-network reduction example with SHARP on and off",
-        pages=("docs/explanation/collectives.md",),
-    ),
-    Figure(
         "calibration-mean",
         r"calibration mean \|error\| ([0-9.]+%) \(",
         _role_stat("calibration", "mean_abs_error"),
@@ -459,6 +451,7 @@ FIGURES: tuple[Figure, ...] = (
         pages=("docs/tutorials/first-run.md",),
     ),
     *_REFERENCE,
+    *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
 )
 
 
