@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import docgen
+from clustersim import docexamples, docgen
 
 __all__ = [
     "FIGURES",
@@ -451,6 +451,7 @@ FIGURES: tuple[Figure, ...] = (
         pages=("docs/tutorials/first-run.md",),
     ),
     *_REFERENCE,
+    *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
 )
 
 
