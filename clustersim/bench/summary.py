@@ -60,7 +60,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "moe": tuple(MOE_CHIPS),
     "all-to-all": (*ALL_TO_ALL_INSTANCES, *DENSE_ALL_TO_ALL),
     "dense-traffic": (*DENSE_ALL_TO_ALL, "fattree-1m", "moe-128k"),
-    "serving": tuple(SERVE_CASES),
+    "serving": (*SERVE_CASES, "serve-search"),
     "all": tuple(CASES),
 }
 """Names ``--only`` accepts besides the case names."""
@@ -266,6 +266,11 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
             "serve-ultraserver",
             "1 simulated hour at 50 requests/s, UltraServer",
             60,
+        )
+    )
+    out.append(
+        _wall_target(
+            cases, "serve_search_wall", "serve-search", "capacity search, Llama-3-70B", 120
         )
     )
     out.append(_sublinear(cases))
