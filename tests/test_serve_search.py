@@ -152,3 +152,13 @@ def test_error_bands_span_each_familys_rows() -> None:
     assert (low, high) == pytest.approx((0.020, 0.030))
     # Every GPU row's TTFT came out 10% short: the measurement would be above.
     assert bands["gpu"].interval("ttft", 0.090) == pytest.approx((0.1, 0.1))
+
+
+def test_the_help_names_the_default_instances() -> None:
+    from clustersim.cli_args import build_parser
+    from clustersim.serve.capacity import DEFAULT_INSTANCES
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    text = " ".join(sub.choices["serve-search"].format_help().split())  # type: ignore[attr-defined]
+    assert "default: " + ", ".join(DEFAULT_INSTANCES) in text

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from clustersim.report.figures import FigureSpec, new_figure, render, short
 
@@ -92,6 +92,7 @@ def _draw(data: SearchData) -> Figure | None:
                        zorder=4, label="pick")  # fmt: skip
         ax.axvline(slo[target] * scale, color="#C44E52", ls="--", lw=1, label="SLO target")
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"{name} ({unit}, log scale)")
