@@ -18,12 +18,15 @@ filled with replicas. The search
 3. simulates candidates cheapest first (the price per hour; at a fixed rate, $ per
    million output tokens follows it), each layout from its estimated count upwards,
    with ``requests`` requests each. A candidate meets the SLO when every request
-   finished and the p90 of TTFT and of TPOT are within their targets. The first to
-   meet it is simulated again with the scenario's own request count and, if it still
-   meets it, is the pick: every candidate simulated before it cost less and missed.
-   Simulating goes on, each layout to its cheapest count that meets the SLO, until
-   the price passes :data:`COST_RATIO` times the pick's, so the table holds the
-   trade-off between price and latency around the pick.
+   finished and the p90 of TTFT and of TPOT are within their targets; one that
+   misses moves to one instance more, or to as many as its simulated throughput says
+   the rate needs when it served clearly less than arrived. Simulating goes on, each
+   layout to its cheapest count that meets the SLO, until the price passes
+   :data:`COST_RATIO` times that of the first candidate to meet it, so the table holds
+   the trade-off between price and latency around the pick.
+4. picks the cheapest candidate that met the SLO (at one price, the one furthest
+   inside it), simulated again with the scenario's own request count; if it misses
+   then, the next. Every candidate simulated that cost less than the pick missed.
 
 $ per million output tokens is priced at the offered rate (``rate x mean output
 tokens``): a candidate that meets its SLO serves what arrives. ``clustersim serve``'s
