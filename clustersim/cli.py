@@ -187,6 +187,13 @@ def _serve(args: argparse.Namespace) -> int:
     return serve_command(res, out, quiet=args.quiet, as_json=args.json, report=_serve_report)
 
 
+def _serve_search(args: argparse.Namespace) -> int:
+    from clustersim.report.serve_search import pareto_png
+    from clustersim.serve.search_command import serve_search_command
+
+    return serve_search_command(args, lambda result: pareto_png(result.frame, result.meta))
+
+
 def _serve_report(result: ServeResult, out: Path, files: list[str], note: str) -> None:
     from clustersim.report.serving import ServeData, write_serving_report
 
@@ -557,6 +564,7 @@ def _reliability(args: argparse.Namespace) -> int:
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run,
     "serve": _serve,
+    "serve-search": _serve_search,
     "check": _check,
     "catalog": _catalog,
     "schema": _schema,

@@ -69,6 +69,43 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _force(serve)
 
+    ssearch = sub.add_parser(
+        "serve-search",
+        help="find the cheapest instance type, TP and instance count meeting a serving SLO",
+    )
+    ssearch.add_argument("scenario", type=Path, help="scenario YAML file with a serving section")
+    ssearch.add_argument(
+        "--rate", required=True, metavar="R", help="Poisson arrival rate, requests per second"
+    )
+    ssearch.add_argument(
+        "--instance", dest="instances", action="append", metavar="NAME",
+        help="an instance type to search (repeatable; default: trn2.48xlarge, "
+        "trn1.32xlarge, inf2.48xlarge, inf2.24xlarge, inf2.8xlarge, inf2.xlarge, "
+        "p5.48xlarge, p5en.48xlarge)",
+    )  # fmt: skip
+    ssearch.add_argument(
+        "--requests", type=_positive, default=400, metavar="N",
+        help="requests simulated per candidate (default 400; the pick is simulated again "
+        "with the scenario's serving.requests when that is more)",
+    )  # fmt: skip
+    ssearch.add_argument(
+        "--max-instances", type=_positive, default=16, metavar="N",
+        help="most instances of one type a candidate may use (default 16)",
+    )  # fmt: skip
+    ssearch.add_argument("--top", type=_positive, default=10, metavar="K", help="rows printed (10)")
+    ssearch.add_argument(
+        "--out", type=Path, help="output directory (default reports/<name>-serve-search/)"
+    )
+    ssearch.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+        help="override a scenario key, e.g. --set serving.slo.tpot_s=0.05 (repeatable)",
+    )  # fmt: skip
+    ssearch.add_argument("--seed", type=int, help="random seed (overrides the scenario's)")
+    ssearch.add_argument("--quiet", action="store_true", help="print nothing on success")
+    ssearch.add_argument(
+        "--json", action="store_true", help="print the settings, counts and pick as JSON"
+    )
+
     check = sub.add_parser("check", help="validate a scenario; print layout, placement, memory")
     check.add_argument("scenario", type=Path)
     check.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
@@ -175,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--only", nargs="+", metavar="NAME",
         help="cases to run: simpy, ultraserver, collective, a2a-256, a2a-4k, "
         "a2a-1024-switch, a2a-1024-ring, fold-1k ... fold-1m, fattree-16k, fattree-1m, "
-        "moe-16k, moe-128k, or the groups event-rate, scaling, fat-tree, moe, all-to-all, "
-        "dense-traffic, all",
+        "moe-16k, moe-128k, serve-trn2, serve-ultraserver, serve-search, or the groups "
+        "event-rate, scaling, fat-tree, moe, all-to-all, dense-traffic, serving, all",
     )  # fmt: skip
     bench.add_argument(
         "--max-rss", default="8GiB", metavar="SIZE",

@@ -11,16 +11,22 @@ fails when one is stale.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clustersim.serve.intervals import ErrorBand
 
 __all__ = [
     "catalog_table",
     "cli_reference",
     "run_output",
     "scenario_keys",
+    "serve_comparison",
+    "serve_error_bands",
     "serve_output",
     "serve_validation",
     "stacks_text",
@@ -240,3 +246,82 @@ def serve_validation() -> str:
     from clustersim.serve.references import validation_table
 
     return validation_table()
+
+
+COMPARISON_SCENARIO = "serve-trn2-llama3-70b"
+COMPARISON_RATE = 16.0
+COMPARISON_SETS = ("serving.slo.tpot_s=0.1",)
+COMPARISON_INSTANCES = ("trn2.48xlarge", "p5.48xlarge")
+"""The serving comparison the README and the serving tutorial quote: Llama-3-70B in
+BF16, 1,024 tokens in and 256 out, Poisson at 16 requests/s, TTFT p90 <= 2 s and
+TPOT p90 <= 100 ms; the cheapest layout of each instance type by ``serve-search``."""
+
+
+@functools.lru_cache(maxsize=1)
+def _serve_bands() -> dict[str, ErrorBand]:
+    """The serving error bands, computed once per process (two blocks quote them)."""
+    from clustersim.serve.intervals import error_bands
+
+    return error_bands()
+
+
+def _band_text(value: float, interval: tuple[float, float], scale: float, unit: str) -> str:
+    low, high = interval
+    digits = ".0f" if value * scale >= 100 else ".1f"
+    return f"{value * scale:{digits}} {unit} ({low * scale:{digits}} to {high * scale:{digits}})"
+
+
+def serve_comparison() -> str:
+    """The cheapest trn2.48xlarge and p5.48xlarge layouts meeting one SLO at one rate
+    (two ``serve-search`` runs), with each latency's interval from its chip family's
+    validation errors (:mod:`clustersim.serve.intervals`), as a Markdown table and a
+    sentence."""
+    from clustersim.scenario import load_scenario
+    from clustersim.serve.capacity import serve_search
+    from clustersim.serve.intervals import family_of
+
+    path = Path(__file__).resolve().parent.parent / "scenarios" / f"{COMPARISON_SCENARIO}.yaml"
+    res = load_scenario(path, list(COMPARISON_SETS))
+    bands = _serve_bands()
+    out = [
+        "| instance | cheapest layout meeting the SLO | $ per M output tokens "
+        "| TTFT p90 (interval) | TPOT p90 (interval) |",
+        "|---|---|---|---|---|",
+    ]
+    cost: dict[str, float] = {}
+    for name in COMPARISON_INSTANCES:
+        pick = serve_search(res, COMPARISON_RATE, instances=(name,)).pick
+        if pick is None:
+            out.append(f"| {name} | none within 16 instances | | | |")
+            continue
+        band = bands[family_of(name)]
+        cost[name] = pick["usd_per_million_output_tokens"]
+        n, reps = pick["instances"], pick["replicas"]
+        layout = (
+            f"{n} instance{'s' * (n > 1)}: {reps} replica{'s' * (reps > 1)} of TP "
+            f"{pick['tp']}, batch {pick['max_num_seqs']} ({pick['engine']})"
+        )
+        ttft = _band_text(pick["ttft_p90_s"], band.interval("ttft", pick["ttft_p90_s"]), 1e3, "ms")
+        tpot = _band_text(pick["tpot_p90_s"], band.interval("tpot", pick["tpot_p90_s"]), 1e3, "ms")
+        out.append(f"| {name} | {layout} | ${cost[name]:.2f} | {ttft} | {tpot} |")
+    if len(cost) == 2:
+        (a, ca), (b, cb) = sorted(cost.items(), key=lambda kv: kv[1])
+        out += ["", f"The cheapest {a} layout costs {1 - ca / cb:.0%} less per output token "
+                f"than the cheapest {b} layout at this rate and SLO."]  # fmt: skip
+    return "\n".join(out)
+
+
+def serve_error_bands() -> str:
+    """Each chip family's range of serving errors (the validation rows'), as a table."""
+    out = [
+        "| family | rows | TTFT error | TPOT error | TPOT interval of a 50 ms prediction |",
+        "|---|---|---|---|---|",
+    ]
+    for band in _serve_bands().values():
+        low, high = band.interval("tpot", 0.05)
+        out.append(
+            f"| {band.family} | {', '.join(band.rows)} | {band.ttft[0]:+.0%} to "
+            f"{band.ttft[1]:+.0%} | {band.tpot[0]:+.0%} to {band.tpot[1]:+.0%} | "
+            f"{low * 1e3:.1f} to {high * 1e3:.1f} ms |"
+        )
+    return "\n".join(out)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import docgen
+from clustersim import docexamples, docgen
 
 __all__ = [
     "FIGURES",
@@ -314,6 +314,21 @@ _REFERENCE: tuple[Figure, ...] = (
     Figure("catalog-models", "", _generated("models"), pages=(_REF + "catalog.md",)),
     Figure("catalog-stacks", "", _generated("stacks"), pages=(_REF + "catalog.md",)),
 )  # fmt: skip
+_SERVE = "docs/tutorials/serving.md"
+_SERVING: tuple[Figure, ...] = (
+    Figure("serve-output", "", lambda ctx: docgen.serve_output(), pages=(_SERVE,),
+           what="what `clustersim serve` prints for the serving tutorial's Trn2 scenario"),
+    Figure("serve-failure-output", "", lambda ctx: docgen.serve_output(
+        "serve-trn2-llama3-70b-failure"), pages=(_SERVE,),
+           what="what `clustersim serve` prints for the serving tutorial's failure scenario"),
+    Figure("serve-validation", "", lambda ctx: docgen.serve_validation(), pages=(_SERVE,),
+           what="the serving references predicted against their publications"),
+    Figure("serve-comparison", "", lambda ctx: docgen.serve_comparison(),
+           pages=("README.md", _SERVE), what="the cheapest trn2.48xlarge and p5.48xlarge "
+           "layouts at one SLO (serve-search), with intervals from the rows' errors"),
+    Figure("serve-error-bands", "", lambda ctx: docgen.serve_error_bands(), pages=(_SERVE,),
+           what="each chip family's range of serving errors, which those intervals use"),
+)  # fmt: skip
 
 
 FIGURES: tuple[Figure, ...] = (
@@ -421,27 +436,6 @@ FIGURES: tuple[Figure, ...] = (
         pages=("README.md", "docs/tutorials/first-run.md"),
     ),
     Figure(
-        "serve-output",
-        "",
-        lambda ctx: docgen.serve_output(),
-        what="what `clustersim serve` prints for the serving tutorial's Trn2 scenario",
-        pages=("docs/tutorials/serving.md",),
-    ),
-    Figure(
-        "serve-failure-output",
-        "",
-        lambda ctx: docgen.serve_output("serve-trn2-llama3-70b-failure"),
-        what="what `clustersim serve` prints for the serving tutorial's failure scenario",
-        pages=("docs/tutorials/serving.md",),
-    ),
-    Figure(
-        "serve-validation",
-        "",
-        lambda ctx: docgen.serve_validation(),
-        what="the serving references predicted against their publications",
-        pages=("docs/tutorials/serving.md",),
-    ),
-    Figure(
         "quickstart-wall",
         r"simulated in +([0-9.]+ s)",
         lambda ctx: f"{ctx.quickstart()['_wall_s']:.2f} s",
@@ -450,7 +444,9 @@ FIGURES: tuple[Figure, ...] = (
         "with the load, so only a drift past 5x (a stale figure) counts",
         pages=("docs/tutorials/first-run.md",),
     ),
+    *_SERVING,
     *_REFERENCE,
+    *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
 )
 
 

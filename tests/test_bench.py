@@ -273,7 +273,7 @@ def test_serving_cases_are_the_issue_workloads() -> None:
     assert us.scenario.serving is not None
     hour = us.scenario.serving.requests / (us.scenario.serving.arrival.rate_per_s or 0)
     assert hour == 3600 and us.chips == 64
-    assert select_cases(["serving"]) == list(SERVE_CASES)
+    assert select_cases(["serving"]) == [*SERVE_CASES, "serve-search"]
     cases = {"serve-trn2": _case("serve-trn2", wall=3.0), "serve-ultraserver": _case(
         "serve-ultraserver", wall=75.0)}  # fmt: skip
     by_key = {t["key"]: t for t in evaluate_targets(cases)}

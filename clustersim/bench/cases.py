@@ -353,6 +353,36 @@ def _serve(name: str) -> Callable[[Phase], dict[str, Any]]:
     return run
 
 
+SERVE_SEARCH_SCENARIO = "serve-trn2-llama3-70b.yaml"
+SERVE_SEARCH_RATE = 16.0
+SERVE_SEARCH_TPOT_S = 0.1
+"""The capacity search bench case: Llama-3-70B at 16 requests/s over every default
+instance type, TTFT p90 <= 2 s and TPOT p90 <= 100 ms (the README's comparison)."""
+
+
+def _serve_search(phase: Phase) -> dict[str, Any]:
+    from clustersim.scenario import load_scenario
+    from clustersim.serve.capacity import serve_search
+
+    phase("loading the scenario")
+    res = load_scenario(
+        scenario_path(SERVE_SEARCH_SCENARIO), [f"serving.slo.tpot_s={SERVE_SEARCH_TPOT_S}"]
+    )
+    phase("searching")
+    result = serve_search(res, SERVE_SEARCH_RATE)
+    meta, pick = result.meta, result.pick or {}
+    return {
+        "scenario": meta["scenario"],
+        "rate_per_s": meta["rate_per_s"],
+        "layouts": meta["layouts"],
+        "layouts_skipped": meta["layouts_skipped"],
+        "simulated": meta["simulated"],
+        "pick": f"{pick['instances']} x {pick['instance']}, tp {pick['tp']}" if pick else None,
+        "pick_usd_per_million_output_tokens": pick.get("usd_per_million_output_tokens"),
+        "search_wall_s": meta["wall_s"],
+    }
+
+
 def _dense_all_to_all(shape: str) -> Callable[[Phase], dict[str, Any]]:
     """64 MiB all-to-all (``mesh``) over 1,024 chips of a ``shape`` fabric file, as
     ``clustersim collective --fabric-file`` runs it, in a child that imports nothing
@@ -451,6 +481,11 @@ CASES: dict[str, Case] = {
         "chakra-8b",
         "Llama-3-8B step on one trn2.48xlarge: exported as Chakra traces, imported and run",
         lambda phase: chakra_8b(phase, scenario_path(CHAKRA_8B_SCENARIO)),
+    ),
+    "serve-search": Case(
+        "serve-search",
+        "serve-search of Llama-3-70B at 16 requests/s over trn2, trn1, inf2, p5 and p5en",
+        _serve_search,
     ),
 }
 """Every case, in the order a full bench runs them (quick ones first)."""

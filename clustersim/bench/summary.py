@@ -61,7 +61,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "moe": tuple(MOE_CHIPS),
     "all-to-all": (*ALL_TO_ALL_INSTANCES, *DENSE_ALL_TO_ALL),
     "dense-traffic": (*DENSE_ALL_TO_ALL, "fattree-1m", "moe-128k"),
-    "serving": tuple(SERVE_CASES),
+    "serving": (*SERVE_CASES, "serve-search"),
     "chakra": ("chakra-load", "chakra-8b"),
     "all": tuple(CASES),
 }
@@ -271,6 +271,11 @@ def targets(cases: Cases) -> list[dict[str, Any]]:
         )
     )
     out.append(_chakra_load(cases))
+    out.append(
+        _wall_target(
+            cases, "serve_search_wall", "serve-search", "capacity search, Llama-3-70B", 120
+        )
+    )
     out.append(_sublinear(cases))
     return out
 

@@ -191,6 +191,20 @@ def _serve_table(title: str, case: Mapping[str, Any]) -> Table:
     return t
 
 
+def _serve_search_table(case: Mapping[str, Any]) -> Table:
+    t = _pairs("h. serving: capacity search, Llama-3-70B over five instance families")
+    _case_rows(t, case)
+    f = case["figures"]
+    if f:
+        t.add_row("search", f"{f['scenario']} at {f['rate_per_s']:g} requests/s: "
+                  f"{f['layouts']} layouts, {f['layouts_skipped']} refused, "
+                  f"{f['simulated']} candidates simulated")  # fmt: skip
+        usd = f["pick_usd_per_million_output_tokens"]
+        t.add_row("pick", f"{f['pick']}, ${usd:,.2f}/M output tokens" if f["pick"] else "none")
+        t.add_row("search wall", _secs(f["search_wall_s"]))
+    return t
+
+
 def _scaling_table(cases: Mapping[str, Mapping[str, Any]], rows: list[dict[str, Any]]) -> Table:
     t = Table(title="f. folded wall time against chips (x4 per row)", title_justify="left")
     for header in ("chips", "status", "wall", "x prev", "peak RSS", "step time"):
@@ -252,5 +266,7 @@ def bench_tables(result: Mapping[str, Any]) -> list[Table]:
     for name in ("chakra-load", "chakra-8b"):
         if name in cases:
             out.append(_chakra_table(name, cases[name]))
+    if "serve-search" in cases:
+        out.append(_serve_search_table(cases["serve-search"]))
     out.append(targets_table(result["targets"]))
     return out

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from clustersim import units
 
@@ -312,6 +320,11 @@ class EfaSpec(Strict):
     non-blocking, as UltraCluster networks are built). The defaults, a
     non-blocking two-tier fabric of 64-port switches, are modelling choices, not
     published AWS figures.
+
+    ``network`` says what the section models: AWS's EFA (the default), InfiniBand or
+    RoCE. ``sharp``: the switches reduce in the network (NVIDIA SHARP, on InfiniBand
+    only) and NCCL's CollNet is on, so an all-reduce across nodes may run ``sharp`` or
+    ``nvls_sharp`` (:mod:`clustersim.network.collectives.algorithms.innetwork`).
     """
 
     bandwidth_Bps: LinkRate
@@ -322,6 +335,19 @@ class EfaSpec(Strict):
     radix: int = Field(default=64, ge=2, le=4096)
     oversubscription: float = Field(default=1.0, gt=0, le=1024, allow_inf_nan=False)
     oversubscription_at: Literal["leaf", "top"] = "leaf"
+    network: Literal["efa", "infiniband", "roce"] = "efa"
+    sharp: bool = False
+
+    @field_validator("sharp")
+    @classmethod
+    def _sharp_needs_infiniband(cls, value: bool, info: ValidationInfo) -> bool:
+        network = info.data.get("network", "efa")
+        if value and network != "infiniband":
+            raise ValueError(
+                f"in-network reduction (SHARP) needs InfiniBand switches; this scale-out "
+                f"network is {network} (network: infiniband declares one)"
+            )
+        return value
 
 
 class Prices(Strict):

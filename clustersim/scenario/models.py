@@ -67,7 +67,8 @@ class ClusterCfg(Strict):
     `fabric` entry: `topology`, `dims`, `link_bw_Bps`, `link_latency_s`, `lanes`."""
     efa: Overrides = Field(default_factory=dict)
     """Scale-out network fields merged over the instance's `efa` entry: `bandwidth_Bps`,
-    `latency_s`, `nics`, `fabric`, `tiers`, `radix`, `oversubscription`."""
+    `latency_s`, `nics`, `fabric`, `tiers`, `radix`, `oversubscription`, `network`, `sharp`
+    (`false` turns off in-network reduction on an InfiniBand fabric that has it)."""
     ultraserver: Overrides = Field(default_factory=dict)
     """UltraServer fields merged over the instance's entry: `instances`, `topology`,
     `link_bw_Bps`, `link_latency_s`."""

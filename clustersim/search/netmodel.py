@@ -369,6 +369,8 @@ def _nccl_parts(
         wire = nbytes * flows / levels[0].bw_Bps  # the protocol's factor holds its efficiency
     elif algo == "double_tree":
         wire = _double_tree_wire_s(nbytes, levels, flows)
+    elif algo in ("sharp", "nvls_sharp"):
+        wire = _in_network_wire_s(algo, nbytes, levels, flows, runtime)
     elif algo == "ring_channels":
         wire = _channel_ring_wire_s(op, nbytes, levels, flows)
     elif op in _RING_OPS and len(levels) > 1:
@@ -379,6 +381,27 @@ def _nccl_parts(
 
 
 _RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def _in_network_wire_s(
+    algo: str, nbytes: float, levels: list[Level], flows: int, runtime: NcclRuntime
+) -> float:
+    """An all-reduce reduced in the scale-out switches, as the simulator runs it
+    (:mod:`~clustersim.network.collectives.algorithms.innetwork`): each node's NICs carry
+    the buffer once each way, and inside a node NVLS's switch ``n`` per rank or the
+    direct phases ``2 (L - 1) / L n``."""
+    inner = [lv for lv in levels if lv.tier != "efa"]
+    across = [lv for lv in levels if lv.tier == "efa"]
+    width = math.prod(lv.size for lv in inner)
+    nic_s = nbytes / width * flows / across[0].bw_Bps if across else 0.0
+    if width == 1:
+        return nic_s
+    bw = min(lv.bw_Bps for lv in inner)
+    if algo == "nvls_sharp":
+        inside_s = nbytes * flows / (bw * runtime.nvls_efficiency)
+    else:
+        inside_s = 2 * (width - 1) / width * nbytes * flows / bw
+    return max(inside_s, nic_s)
 
 
 def _flat_ring_wire_s(op: str, nbytes: float, levels: list[Level], flows: int) -> float:

@@ -79,6 +79,38 @@ def check_collectives(collectives: Mapping[str, str]) -> None:
             check(f"cluster.collectives.{op}", name, valid, problem)
 
 
+IN_NETWORK = ("sharp", "nvls_sharp")
+"""Algorithms reduced in the scale-out switches (InfiniBand SHARP)."""
+
+
+def check_in_network(res: Resolved) -> None:
+    """Refuse an in-network all-reduce (``sharp``, ``nvls_sharp``) where the scale-out
+    switches do not reduce (``efa.sharp``) or NCCL does not run (Trainium), and
+    ``nvls_sharp`` without an NVSwitch that reduces, before anything is simulated."""
+    inst = res.instance
+    for op, name in res.scenario.cluster.collectives.items():
+        if name not in IN_NETWORK:
+            continue
+        path = f"cluster.collectives.{op}"
+        if res.chip.runtime != "nccl":
+            raise ScenarioError(
+                path, name, f"needs NCCL over InfiniBand SHARP; {res.chip.name} runs Neuron"
+            )
+        if not inst.efa.sharp:
+            from clustersim import catalog
+
+            have = [n for n in catalog.names("instances") if catalog.instance(n).efa.sharp]
+            raise ScenarioError(
+                path,
+                name,
+                f"needs switches that reduce in the network (efa.sharp); {inst.name}'s "
+                f"scale-out network ({inst.efa.network}) has none; instances with it: "
+                f"{', '.join(have)}",
+            )
+        if name == "nvls_sharp" and not res.chip.collectives.nvls:
+            raise ScenarioError(path, name, f"needs NVLink SHARP; {res.chip.name} has none")
+
+
 def check_precision(res: Resolved) -> None:
     """Refuse a training precision the chip's tensor engine does not have.
 
@@ -110,6 +142,7 @@ def plan(
     if limits is not None:
         check_work(res, layout.dp, limits, folded=folded)
     check_collectives(sc.cluster.collectives)
+    check_in_network(res)
     if sc.cluster.fabric_file is None:
         check_fabrics(res.instance, sc.cluster.count)
     else:

@@ -28,7 +28,7 @@ from clustersim.network.fabric import Topology, build_topology, chip_node
 
 MIB = 2.0**20
 ALL = ["auto", "halving_doubling", "hierarchical", "mesh", "ring", "ring_uni", "torus"]
-AR_ONLY = ["double_tree", "nvls", "nvls_tree"]
+AR_ONLY = ["double_tree", "nvls", "nvls_sharp", "nvls_tree", "sharp"]
 RS_AG_ONLY = ["ring_channels"]
 
 

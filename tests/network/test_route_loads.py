@@ -103,7 +103,10 @@ def timed(topo: GraphTopology, op: str, alg: str, *, bulk: bool) -> float:
 
 
 NEURON_ALGORITHMS = [
-    (op, alg) for op in OPS for alg in algorithm_names(op) if alg not in ("nvls", "nvls_tree")
+    (op, alg)
+    for op in OPS
+    for alg in algorithm_names(op)
+    if alg not in ("nvls", "nvls_tree", "sharp", "nvls_sharp")
 ]
 
 

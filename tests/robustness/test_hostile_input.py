@@ -298,6 +298,8 @@ FIXED_ELSEWHERE = [
     pytest.param("chip: {dma_bw_Bps: 0}", id="zero-dma-bandwidth"),
     pytest.param("chip: {hbm_bw_Bps: 0}", id="zero-hbm-bandwidth"),
     pytest.param("collectives: {all_reduce: bogus}", id="unknown-algorithm"),
+    pytest.param("collectives: {all_reduce: sharp}", id="sharp-on-trainium"),
+    pytest.param("efa: {sharp: true}", id="sharp-switches-on-efa"),
 ]
 
 

@@ -34,6 +34,7 @@ SLOW = [
     "p5-qwen3-30b-a3b.yaml",
     "trn2-ultracluster-deepseek-v3.yaml",
     "trn2-ultraserver-mixtral-8x7b.yaml",
+    "dgx-h100-llama3-70b-sharp.yaml",
 ]
 
 

@@ -49,7 +49,11 @@ def runtime_of(
         intra = instance.fabric.link_bw_Bps * chip.calibration.link_efficiency
         inter = instance.efa.bandwidth_Bps / instance.chips * chip.efa_link_efficiency
         runtime = NcclRuntime.of(
-            chip, intra_Bps=intra, inter_Bps=inter, net_latency_s=instance.efa.latency_s
+            chip,
+            intra_Bps=intra,
+            inter_Bps=inter,
+            net_latency_s=instance.efa.latency_s,
+            sharp=instance.efa.sharp,
         )
         return replace(runtime, only_protocol=protocol)
     proto = neuron_protocol(chip)

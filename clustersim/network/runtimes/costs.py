@@ -181,6 +181,12 @@ class NeuronRuntime:
             raise ScenarioError(
                 f"cluster.collectives.{op}", algorithm, "needs NCCL and an NVSwitch that reduces"
             )
+        if algorithm in ("sharp", "nvls_sharp"):
+            raise ScenarioError(
+                f"cluster.collectives.{op}",
+                algorithm,
+                "needs NCCL and an InfiniBand fabric that reduces in the network (efa.sharp)",
+            )
         name = choose(op, p, nbytes, info) if algorithm == "auto" else algorithm
         return name, self.protocol
 

@@ -39,8 +39,14 @@ ran is not published). Offered to ``auto``, NVLS-tree wins from about 4 MB and r
 8 MiB and 128 MiB 25-30% faster than measured.
 Reduce-scatter and all-gather rings across nodes run one channel per rank of a
 node (``ring_channels``), so the tuning prices them at the node's NICs together.
+On an InfiniBand fabric whose switches reduce (``efa.sharp``: SHARP, with NCCL's
+CollNet on) an all-reduce across nodes may also run ``sharp`` (CollNet) or, with
+NVLS, ``nvls_sharp`` (NVLS across nodes), priced as their flows run (the node's NICs
+carry the buffer once each way; :mod:`~clustersim.network.collectives.algorithms.innetwork`)
+with NCCL's NVLS latency: one NVLink hop and one network hop.
 Not modelled: NCCL's per-channel bandwidth caps and channel counts (they cannot
-move the turn to NVLS-tree, above), CollNet and PAT.
+move the turn to NVLS-tree, above), CollNet's own tuning rows (not in the sources:
+``catalog/runtimes.yaml`` says what stands in for them) and PAT.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 
 _ALGORITHMS: dict[str, tuple[str, ...]] = {
     # op -> the NCCL algorithms that implement it, by clustersim's names
-    "all_reduce": ("ring", "double_tree", "nvls"),
+    "all_reduce": ("ring", "double_tree", "nvls", "sharp", "nvls_sharp"),
     "reduce_scatter": ("ring",),
     "all_gather": ("ring",),
     "broadcast": ("ring",),
@@ -80,6 +86,8 @@ _TABLE = {
     "double_tree": "tree",
     "nvls": "nvls",
     "nvls_tree": "nvls_tree",
+    "sharp": "collnet",
+    "nvls_sharp": "nvls",
     "ring_channels": "ring",
     "pairwise": "ring",
     "mesh": "ring",
@@ -87,6 +95,8 @@ _TABLE = {
 """Which row of NCCL's tables prices each algorithm (all-to-all is point-to-point)."""
 _CHANNEL_OPS = ("reduce_scatter", "all_gather")
 """Ops whose rings across nodes run a channel per rank of a node (``ring_channels``)."""
+_IN_NETWORK = ("sharp", "nvls_sharp")
+"""Algorithms that reduce in the scale-out switches (InfiniBand SHARP: NCCL's CollNet)."""
 
 
 class NcclTables(Strict):
@@ -121,25 +131,41 @@ class NcclRuntime:
     name: str = "nccl"
     only_protocol: str | None = None
     """Run this protocol whatever the tuning model prefers (nccl-tests' ``NCCL_PROTO``)."""
+    sharp: bool = False
+    """The scale-out switches reduce in the network (InfiniBand SHARP) and CollNet is on:
+    an all-reduce across nodes may run ``sharp``, or ``nvls_sharp`` with ``nvls``."""
 
     @classmethod
     def of(
-        cls, chip: ChipSpec, *, intra_Bps: float, inter_Bps: float, net_latency_s: float
+        cls,
+        chip: ChipSpec,
+        *,
+        intra_Bps: float,
+        inter_Bps: float,
+        net_latency_s: float,
+        sharp: bool = False,
     ) -> NcclRuntime:
         c = chip.collectives
-        return cls(intra_Bps, inter_Bps, net_latency_s, c.nvls, c.nvls_efficiency)
+        return cls(intra_Bps, inter_Bps, net_latency_s, c.nvls, c.nvls_efficiency, sharp=sharp)
 
     def candidates(
         self, op: str, info: GroupInfo, *, defaults: bool = True
     ) -> list[tuple[str, str]]:
         """The (algorithm, protocol) pairs NCCL would consider for ``op`` on this group;
         with ``defaults``, only the protocols it enables by default (not LL128 across nodes)."""
-        nodes = len(info.domain_sizes())
+        sizes = info.domain_sizes()
+        nodes = len(sizes)
         tables = nccl_tables()
         out = []
         for algo in _ALGORITHMS.get(op, ("ring",)):
             if algo == "nvls" and not (self.nvls and nodes == 1):
                 continue
+            if algo in _IN_NETWORK:
+                equal = nodes > 1 and len(set(sizes)) == 1
+                if not (self.sharp and equal) or (
+                    algo == "nvls_sharp" and not (self.nvls and sizes[0] > 1)
+                ):
+                    continue
             table = _TABLE.get(algo, "ring")
             for proto in PROTOCOLS:
                 if proto not in tables.base_us.get(table, {}):
@@ -166,6 +192,11 @@ class NcclRuntime:
             latency = t.base_us[table][proto] * us + hop
         elif algo == "nvls_tree":
             latency = t.base_us[table][proto] * us + hop + 2 * math.log2(nodes) * net
+        elif algo in _IN_NETWORK:
+            # one traversal of the switches' tree, and the NVLink phases around it
+            inside = 0 if ppn == 1 else (1 if algo == "nvls_sharp" else 2)
+            latency = t.base_us[table][proto] * us + inside * hop + net
+            return latency + nbytes / self._in_network_Bps(algo, ppn, t, proto)
         else:
             phases = 2 if op == "all_reduce" else 1
             steps, s_net = phases * (p - 1), phases * (nodes - 1)
@@ -192,17 +223,44 @@ class NcclRuntime:
         alg = bus * t.bus_to_alg[table] if table in t.bus_to_alg else bus / busbw_factor(op, p)
         return latency + nbytes / alg
 
+    def _in_network_Bps(self, algo: str, ppn: int, t: NcclTables, proto: str) -> float:
+        """Algorithm bandwidth of an in-network all-reduce: the node's NICs carry ``n``
+        together, and inside the node NVLS's switch ``n`` per rank (with NCCL's NVLS bus
+        to algorithm factor) or the direct phases ``2 (L - 1) / L n`` (see
+        :mod:`~clustersim.network.collectives.algorithms.innetwork`)."""
+        nics = self.inter_Bps * ppn
+        factor = t.bandwidth_factor[_TABLE[algo]][proto]
+        if algo == "nvls_sharp":
+            bus = min(self.intra_Bps * self.nvls_efficiency, nics) * factor
+            return bus * t.bus_to_alg["nvls"]
+        inside = math.inf if ppn == 1 else self.intra_Bps * ppn / (2 * (ppn - 1))
+        return min(inside, nics) * factor
+
     def choose(
         self, op: str, p: int, nbytes: float, info: GroupInfo, algorithm: str
     ) -> tuple[str, Protocol]:
         """The fastest (algorithm, protocol) by the tuning model; with an algorithm
         given, the fastest protocol for it (as ``NCCL_ALGO`` leaves the protocol free)."""
-        if algorithm in ("nvls", "nvls_tree") and not self.nvls:
+        if algorithm in ("nvls", "nvls_tree", "nvls_sharp") and not self.nvls:
             raise ScenarioError(
                 f"cluster.collectives.{op}",
                 algorithm,
                 "needs NVLink SHARP (an NVSwitch that reduces)",
             )
+        if algorithm in _IN_NETWORK and not self.sharp:
+            raise ScenarioError(
+                f"cluster.collectives.{op}",
+                algorithm,
+                "needs in-network reduction across nodes: an InfiniBand fabric with SHARP "
+                "(efa.sharp)",
+            )
+        if algorithm == "nvls_sharp":
+            # NVLS on one node; with one rank per node only the switches' part is left.
+            sizes = info.domain_sizes()
+            if len(sizes) == 1:
+                algorithm = "nvls"
+            elif max(sizes) == 1:
+                algorithm = "sharp"
         if algorithm == "nvls_tree":
             # NVLS-tree is NVLS on one node; on nodes of unequal sizes the ring runs.
             sizes = info.domain_sizes()
@@ -245,7 +303,8 @@ class NcclRuntime:
         # wire factor holds it); NVLS-tree's shards cross the NICs beside it, so there it
         # caps the rate of the rank's flows through the switch instead (``switch_Bps``).
         factor = t.bandwidth_factor[table][proto] * (self.nvls_efficiency if algo == "nvls" else 1)
-        switch = self.intra_Bps * self.nvls_efficiency if algo == "nvls_tree" else math.inf
+        through_switch = algo in ("nvls_tree", "nvls_sharp")
+        switch = self.intra_Bps * self.nvls_efficiency if through_switch else math.inf
         return Protocol(
             f"{proto}",
             launch_s=t.base_us[table][proto] * us,

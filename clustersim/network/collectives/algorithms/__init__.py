@@ -11,6 +11,7 @@
 | ``torus`` | AR, RS, AG | :mod:`.torus` |
 | ``double_tree``, ``nvls``, ``nvls_tree`` (NCCL's Tree, NVLS, NVLS-tree) | AR | :mod:`.switched` |
 | ``ring_channels`` (NCCL's rings across nodes) | RS, AG | :mod:`.switched` |
+| ``sharp``, ``nvls_sharp`` (NCCL's CollNet: IB SHARP; with NVLS) | AR | :mod:`.innetwork` |
 
 ``auto`` is registered with the registry (:mod:`clustersim.network.collectives.registry`).
 """
@@ -21,10 +22,20 @@ from clustersim.network.collectives.algorithms import (
     direct,
     halving_doubling,
     hierarchical,
+    innetwork,
     ring,
     switched,
     torus,
     tree,
 )
 
-__all__ = ["direct", "halving_doubling", "hierarchical", "ring", "switched", "torus", "tree"]
+__all__ = [
+    "direct",
+    "halving_doubling",
+    "hierarchical",
+    "innetwork",
+    "ring",
+    "switched",
+    "torus",
+    "tree",
+]
