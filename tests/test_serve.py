@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import simpy
+from serve_helpers import Fixed
 
 from clustersim import catalog
 from clustersim.cli import main
@@ -41,23 +42,6 @@ def scenario(extra: str = "", **serving: object) -> str:
         "name: serve-test\ncluster: {instance: trn2.48xlarge}\nmodel: llama3-8b\n"
         f"parallelism: {{tp: 8}}\n{extra}serving:\n{body}"
     )
-
-
-class Fixed:
-    """An iteration that always lasts ``seconds``."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def iteration_s(
-        self,
-        chunks: Sequence[tuple[int, int]] = (),
-        decodes: int = 0,
-        decode_context: int = 0,
-        *,
-        padded_decodes: int | None = None,
-    ) -> float:
-        return self.seconds
 
 
 # -- KV cache arithmetic -------------------------------------------------------------

@@ -1,32 +1,14 @@
-"""Closed-loop clients: when they start, and the engine's own kernels on a GPU."""
+"""Closed-loop clients: when they start, and what starting them spread does to TTFT."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pytest
+from serve_helpers import Fixed
 
 from clustersim.scenario import load_scenario
 from clustersim.serve.run import closed_loop_ramp_s, iteration_model, serve, serving_of
 from clustersim.serve.sim import ServeSim
-
-
-class Fixed:
-    """An iteration of ``prefill`` seconds with a prompt chunk in it, else ``decode``."""
-
-    def __init__(self, prefill: float, decode: float) -> None:
-        self.prefill, self.decode = prefill, decode
-
-    def iteration_s(
-        self,
-        chunks: Sequence[tuple[int, int]] = (),
-        decodes: int = 0,
-        decode_context: int = 0,
-        *,
-        padded_decodes: int | None = None,
-    ) -> float:
-        return self.prefill if chunks else self.decode
 
 
 def p5(serving: str, model: str = "llama3-8b", tp: int = 1) -> str:

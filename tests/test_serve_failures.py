@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
+from serve_helpers import Fixed
 
 from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario
@@ -12,23 +11,6 @@ from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.iteration import ACT_BYTES
 from clustersim.serve.run import serve
 from clustersim.serve.sim import Fault, ServeSim
-
-
-class Fixed:
-    """An iteration that always lasts ``seconds``."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-    def iteration_s(
-        self,
-        chunks: Sequence[tuple[int, int]] = (),
-        decodes: int = 0,
-        decode_context: int = 0,
-        *,
-        padded_decodes: int | None = None,
-    ) -> float:
-        return self.seconds
 
 
 def scenario(failures: str, *, tp: int = 16, extra: str = "", **serving: object) -> str:
