@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from clustersim.chakra import Attr, EtFile, GlobalMetadata, Node, NodeType, encode_file
 
 DATA = Path(__file__).parent / "data"
 ASTRA = DATA / "astra-sim"
 CPU = Attr("is_cpu_op", "bool", False)
+
+mlc = pytest.mark.skipif(
+    importlib.util.find_spec("chakra") is None
+    or importlib.util.find_spec("google.protobuf") is None,
+    reason="mlc-chakra is not installed "
+    "(pip install --no-deps mlc-chakra==1.0.0 'protobuf>=6.31.1')",
+)
+"""Tests against mlc-chakra's own decoder, skipped without it."""
+
+
+def mlc_decode(path: Path) -> tuple[Any, list[Any]]:
+    """mlc-chakra's reading of a trace file: its metadata and nodes (protobuf messages)."""
+    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata as PMeta
+    from chakra.schema.protobuf.et_def_pb2 import Node as PNode
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+
+    fh = openFileRd(str(path))
+    meta = PMeta()
+    assert decodeMessage(fh, meta)
+    nodes = []
+    node = PNode()
+    while decodeMessage(fh, node):
+        nodes.append(node)
+        node = PNode()
+    fh.close()
+    return meta, nodes
 
 
 def comp(i: int, us: int, deps: tuple[int, ...] = (), **attrs: int) -> Node:

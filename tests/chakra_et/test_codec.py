@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import importlib.util
 import random
 from pathlib import Path
 
@@ -23,17 +22,9 @@ from clustersim.chakra import (
 )
 from clustersim.chakra.codec import decode_node, encode_node
 from clustersim.errors import ScenarioError
-from tests.chakra_et.helpers import ASTRA
+from tests.chakra_et.helpers import ASTRA, mlc, mlc_decode
 
 SAMPLES = sorted(ASTRA.rglob("*.et"))
-HAS_MLC = importlib.util.find_spec("chakra") is not None and (
-    importlib.util.find_spec("google.protobuf") is not None
-)
-mlc = pytest.mark.skipif(
-    not HAS_MLC,
-    reason="mlc-chakra is not installed "
-    "(pip install --no-deps mlc-chakra==1.0.0 'protobuf>=6.31.1')",
-)
 
 
 def test_samples_decode_and_encode_to_the_same_bytes() -> None:
@@ -92,10 +83,6 @@ def test_every_attribute_kind_round_trips() -> None:
 
 @mlc
 def test_mlc_chakra_reads_what_we_read_and_write(tmp_path: Path) -> None:
-    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata as PMeta
-    from chakra.schema.protobuf.et_def_pb2 import Node as PNode
-    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
-
     nodes = [
         Node(
             i,
@@ -116,15 +103,7 @@ def test_mlc_chakra_reads_what_we_read_and_write(tmp_path: Path) -> None:
     ours = tmp_path / "ours.et"
     ours.write_bytes(encode_file(EtFile(GlobalMetadata("0.0.4"), nodes)))
     for path in [*SAMPLES[:3], SAMPLES[-1], ours]:
-        fh = openFileRd(str(path))
-        meta = PMeta()
-        assert decodeMessage(fh, meta)
-        theirs = []
-        node = PNode()
-        while decodeMessage(fh, node):
-            theirs.append(node)
-            node = PNode()
-        fh.close()
+        meta, theirs = mlc_decode(path)
         mine = read_file(path)
         assert meta.version == mine.metadata.version
         assert len(theirs) == len(mine.nodes)

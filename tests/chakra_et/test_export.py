@@ -4,7 +4,6 @@ step time of the shipped examples (fewer layers, for the tests' time)."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from clustersim.scenario import load_scenario, resolve
 from clustersim.sim import simulate
 from clustersim.sim.chakra_export import export_chakra
 from clustersim.sim.run import compile_programs, plan
+from tests.chakra_et.helpers import mlc, mlc_decode
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUND_TRIPS = [
@@ -117,17 +117,9 @@ def test_export_refuses_a_trace_and_bad_ranks(
     assert "--rank: the scenario has ranks 0..7 (got 8)" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("chakra") is None
-    or importlib.util.find_spec("google.protobuf") is None,
-    reason="mlc-chakra is not installed "
-    "(pip install --no-deps mlc-chakra==1.0.0 'protobuf>=6.31.1')",
-)
+@mlc
 def test_mlc_chakra_decodes_an_exported_llama3_8b_trn2_step(tmp_path: Path) -> None:
     """The reference decoder reads every node and attribute of an exported step as we do."""
-    from chakra.schema.protobuf.et_def_pb2 import GlobalMetadata as PMeta
-    from chakra.schema.protobuf.et_def_pb2 import Node as PNode
-    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
 
     args = ["export", "chakra", str(ROOT / "scenarios" / "trn2-llama3-8b.yaml"), "--out",
             str(tmp_path), "--prefix", "x", "--set", "model.layers=1", "--rank", "0",
@@ -135,15 +127,7 @@ def test_mlc_chakra_decodes_an_exported_llama3_8b_trn2_step(tmp_path: Path) -> N
     assert main(args) == 0
     for rank in (0, 63):
         path = tmp_path / f"x.{rank}.et"
-        fh = openFileRd(str(path))
-        meta = PMeta()
-        assert decodeMessage(fh, meta)
-        theirs = []
-        node = PNode()
-        while decodeMessage(fh, node):
-            theirs.append(node)
-            node = PNode()
-        fh.close()
+        meta, theirs = mlc_decode(path)
         mine = read_file(path).nodes
         assert meta.version == "0.0.4" and len(theirs) == len(mine) > 100
         for t, m in zip(theirs, mine, strict=True):
