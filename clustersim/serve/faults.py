@@ -211,7 +211,7 @@ def serving_faults(
             raise ScenarioError(
                 where, act.target.name, f"cuts replica {replica}'s TP group apart (no route left)"
             ) from None
-        before = healthy(decode)
+        before = healthy.fresh()(decode)  # the run's own clock untouched
         record["decode_allreduce_s"] = {"bytes": decode, "before": before, "after": after}
         record["effect"] = f"replica {replica}'s TP all-reduce x{after / before:.3g} at batch 1"
         faults.append(Fault(act.index, act.at_s, (replica,), cost=cost_with(allreduce)))
