@@ -42,7 +42,7 @@ from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layout import Layout
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
-from clustersim.workload.overlap import a2a_overlap
+from clustersim.workload.overlap import a2a_overlap, recompute_beside
 from clustersim.workload.recompute import DEFAULT_MODULES, modules_of
 from clustersim.workload.schedules import peak_in_flight, stage_order
 from clustersim.workload.sharding import adam_bytes, sharded_state
@@ -293,9 +293,12 @@ def memory_per_rank(
         buffers *= 2
     held = _held(par.schedule, stage, layout, n_mb, per_chunk, overlap=overlap)
     # The layer in backward holds everything recompute regenerated for it, and an MoE
-    # layer's all-to-all its send and receive buffers.
+    # layer's all-to-all its send and receive buffers; where the next layer's recompute
+    # runs beside that backward (``overlap.recompute_beside``), that layer's too.
     has_moe = any(is_moe_layer(model, i) for i in stage_layers(model, layout, stage))
     transient = max(full - per_layer, (moe_full - per_moe + buffers) if has_moe else 0)
+    if recompute_beside(par, dm):  # the next layer's recompute runs beside it
+        transient += full - per_layer
     return MemoryBreakdown(
         weights=state.weights * scale,
         grads=state.grads * scale,

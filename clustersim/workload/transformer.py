@@ -12,7 +12,9 @@ stage (its TP, CP and DP peers) runs it. A program is:
    Tags pair each send with its receive: ``2*microbatch`` for activations,
    ``2*microbatch + 1`` for gradients (times ``v``, plus the local chunk);
 2. before each layer's backward, its recompute (``parallelism.recompute``):
-   ``selective`` reruns the attention core, ``full`` the whole layer forward;
+   ``selective`` reruns the attention core, ``full`` the whole layer forward (under
+   the ``dataflow`` TP rule beside the backward of the layer after it, but for the
+   first layer a backward reaches: ``overlap.interleave_recompute``);
 3. data-parallel gradient reduction in buckets of about ``grad_bucket_bytes`` (the
    gradients of the rank's parameters, bf16 or under ``training.param_dtype: fp32``
    FP32, whole parameters as Megatron-Core cuts them:
@@ -61,7 +63,13 @@ from clustersim.workload.gradbuckets import (
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout
 from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, mtp_block
-from clustersim.workload.overlap import a2a_overlap, interleave, pair_units
+from clustersim.workload.overlap import (
+    a2a_overlap,
+    interleave,
+    interleave_recompute,
+    pair_units,
+    recompute_beside,
+)
 from clustersim.workload.paramgather import HEAD, ParamGathers
 from clustersim.workload.program import Instr, Kind, Phase, Program
 from clustersim.workload.recompute import modules_of
@@ -215,6 +223,7 @@ def _build(
             mtp,
             1 + model.mtp_layers,
             gathers,
+            recompute_beside(par, dm),
         )
         units: list[tuple[int, ...]] = [(i,) for i in range(len(order))]
         if overlap:
@@ -281,6 +290,7 @@ class _StageCtx:
     mtp: Block | None
     head_passes: int  # the LM head's, one more per MTP module
     gathers: ParamGathers | None = None  # ZeRO-1's gathers chained under the forward
+    recompute_beside: bool = False  # a layer's recompute runs beside the next backward
 
 
 def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
@@ -327,12 +337,22 @@ def _item(ctx: _StageCtx, i: int, out: list[Instr]) -> None:
         tag = _tag(mb, c, layout, grad=True)
         out.append(_p2p(Kind.RECV, "pp.recv.grad", mb, nxt, nbytes=ctx.p2p_bytes, tag=tag))
         _gather(out, "pp.gather.grad", Phase.BACKWARD, mb, ctx.gather_bytes)
-    for lay in reversed(layers):
+    order = list(reversed(layers))
+    for n, lay in enumerate(order):
         block = ctx.blocks[lay]
-        _stamp(out, block.recompute, lay, mb)
-        _backward(out, block, lay, mb, emit)
+        if not ctx.recompute_beside or n == 0:
+            _stamp(out, block.recompute, lay, mb)
+        bwd: list[Instr] = []
+        _backward(bwd, block, lay, mb, emit)
         if ctx.mtp is not None and lay >= ctx.main_layers:
-            _stamp(out, ctx.mtp.bwd, lay, mb)
+            _stamp(bwd, ctx.mtp.bwd, lay, mb)
+        if ctx.recompute_beside and n + 1 < len(order):
+            # the next layer's recomputed forward needs only its saved input: it runs
+            # beside this backward, each one's TP collectives under the other's compute
+            rec: list[Instr] = []
+            _stamp(rec, ctx.blocks[order[n + 1]].recompute, order[n + 1], mb)
+            bwd = interleave_recompute(bwd, rec)
+        out.extend(bwd)
     if first:
         _backward(out, ctx.embed, -1, mb, emit)
     elif prev:

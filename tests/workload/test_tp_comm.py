@@ -161,3 +161,51 @@ def test_userbuffers_hides_forward_collectives_under_their_gemms() -> None:
     assert ub["breakdown_s"]["compute"] == pytest.approx(backward["breakdown_s"]["compute"])
     assert ub["step_time_s"] < backward["step_time_s"]
     assert ub["breakdown_s"]["exposed_comm"] < backward["breakdown_s"]["exposed_comm"]
+
+
+def _layers_in_order(rule: str, recompute: str, zero: int = 1) -> list[tuple[int, str]]:
+    """(layer, phase) of each compute op of microbatch 0's backward on stage 0."""
+    par, train, layout = setup(8, tp=4, tp_comm_overlap=rule, recompute=recompute, zero=zero)
+    (prog,) = build_programs(tiny(layers=3), par, train, layout)
+    ops = [i for i in prog.instrs if i.microbatch == 0 and i.layer >= 0]
+    return [(i.layer, i.phase) for i in ops if i.kind == Kind.COMPUTE and i.phase != Phase.FORWARD]
+
+
+def test_full_recompute_runs_beside_the_next_backward_under_dataflow() -> None:
+    """The Neuron compiler orders work by dependencies only: layer l - 1's recomputed
+    forward (its saved input) runs beside layer l's backward (workload.overlap)."""
+    R, B = Phase.RECOMPUTE, Phase.BACKWARD
+    seq = _layers_in_order("dataflow", "full")
+    first_bwd = {lay: seq.index((lay, B)) for lay in range(3)}
+    last_rec = {lay: max(k for k, x in enumerate(seq) if x == (lay, R)) for lay in range(3)}
+    first_rec = {lay: seq.index((lay, R)) for lay in range(3)}
+    assert first_rec[2] == 0 and last_rec[2] < first_bwd[2]  # the first one alone
+    for lay in (1, 0):  # the others start inside the backward of the layer after them
+        assert first_bwd[lay + 1] < first_rec[lay] < last_rec[lay] < first_bwd[lay]
+    # in line under the other rules, and under ZeRO-3 (its parameter gathers)
+    for rule, zero in (("backward", 1), ("blocking", 1), ("dataflow", 3)):
+        seq = _layers_in_order(rule, "full", zero)
+        for lay in range(3):
+            recs = [k for k, x in enumerate(seq) if x == (lay, R)]
+            bwds = [k for k, x in enumerate(seq) if x == (lay, B)]
+            assert recs == list(range(recs[0], recs[0] + len(recs))) and recs[-1] + 1 == bwds[0]
+
+
+def test_recompute_beside_the_backward_hides_its_collectives() -> None:
+    beside = _step("parallelism.recompute=full")
+    in_line = _step("parallelism.recompute=full", "parallelism.tp_comm_overlap=backward")
+    assert beside["breakdown_s"]["compute"] == pytest.approx(in_line["breakdown_s"]["compute"])
+    assert beside["breakdown_s"]["exposed_comm"] < in_line["breakdown_s"]["exposed_comm"]
+    assert beside["step_time_s"] < in_line["step_time_s"]
+
+
+def test_recompute_beside_holds_a_second_recomputed_layer() -> None:
+    from clustersim.workload.memory import layer_activation_bytes, memory_per_rank
+
+    got = {}
+    for rule in ("dataflow", "backward"):
+        par, train, layout = setup(8, tp=4, tp_comm_overlap=rule, recompute="full")
+        got[rule] = memory_per_rank(tiny(), par, train, layout, 0).activations
+    dm = make_dims(tiny(), par, train, layout)
+    extra = layer_activation_bytes(dm, "none") - layer_activation_bytes(dm, "full")
+    assert got["dataflow"] - got["backward"] == pytest.approx(extra)
