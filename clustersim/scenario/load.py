@@ -232,8 +232,9 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     """Validate a raw scenario mapping and resolve its catalog references.
 
     The chip's calibration constants are the catalog's, under its software stack's fit
-    (:mod:`clustersim.catalog.stacks`; left out with ``stack_fit=False``), under a
-    catalog overlay's, under the scenario's own ``cluster.chip`` keys."""
+    (:mod:`clustersim.catalog.stacks`; left out with ``stack_fit=False``, and for a
+    serving scenario), under a catalog overlay's, under the scenario's own
+    ``cluster.chip`` keys."""
     check_values(data)  # first: it also bounds what printing a value in a message costs
     for key, value in data.items():
         if not isinstance(key, str) or key not in _TOP_KEYS:
@@ -270,7 +271,11 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
             raise ScenarioError(path, exc.value, exc.problem) from None
         raise
     software = stacks.stack_fit(inst.chip, scenario.software.stack)
-    if not stack_fit:
+    # A serving engine is not the training stack: its kernels are the engine's own
+    # (measured GEMM and attention tables on GPUs; Transformers-NeuronX's and NxD
+    # Inference's compiled programs on Neuron), and no serving runtime is fitted, so a
+    # training fit's constants (which absorb a training step's framework costs) stay out.
+    if not stack_fit or scenario.serving is not None:
         software = replace(software, fit=None, lent=None, constants={})
     software = _transferred(software, inst.chip)
     if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule

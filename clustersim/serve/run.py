@@ -430,6 +430,7 @@ def _summary(
         "replica_busy_s": [r.busy_s for r in sim.replicas],
         "software": {
             "stack": res.software.stack,
-            "note": "chip constants of the training stack's fit; serving runtimes not fitted",
+            "note": "the chips' catalog constants: serving runtimes are not fitted, and a "
+            "training stack's fit is not theirs",
         },
     }
