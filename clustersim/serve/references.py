@@ -6,7 +6,12 @@ The Neuron rows (Transformers-NeuronX's static batches on inf2 and trn1, NxD
 Inference with vLLM on Trn2) and the H100 rows of the project's inference
 references: the instance, TP, prompt and output lengths, batch or concurrency (a
 closed loop of that many clients, one replica), weight dtype and engine rules.
-Nothing here is tuned to them. ``--wire`` times the tensor-parallel all-reduces
+Four rows are ``calibration`` rows: the batch-1 TPOT of S1, S3, S4 and S5 (a decode
+iteration at batch 1 is the weights' read and two small all-reduces a layer inside one
+compiled program) is what the Neuron runtime's collective launch is fitted on, with
+the measured collectives and the Trainium step rows
+(:mod:`clustersim.calibration.launch`). Nothing else is fitted to them, and the
+others are never read by a fit. ``--wire`` times the tensor-parallel all-reduces
 without the communication runtime's fixed costs (their wire time alone): a
 diagnostic of where the error lies, not a setting.
 """
@@ -14,6 +19,7 @@ diagnostic of where the error lies, not a setting.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from clustersim.scenario import load_scenario
@@ -34,8 +40,12 @@ class Row:
     output_tokens: int
     ttft_ms: float
     tpot_ms: float
+    role: str = "hold-out"
+    """``calibration``: its batch-1 TPOT enters the fit of the Neuron runtime's launch
+    (:mod:`clustersim.calibration.launch`); ``hold-out``: never read by a fit."""
 
 
+CAL = "calibration"
 NEURON_BATCH_1 = "engine: neuron, max_num_seqs: 1"
 TNX = "batching: static"
 """Transformers-NeuronX as the Neuron SDK's tables ran it: continuous batching off."""
@@ -43,19 +53,19 @@ INT8 = "weight_dtype: int8, precision: fp16"
 ROWS: tuple[Row, ...] = (
     Row("S1", "inf2.48xlarge", "llama3-8b", 24,
         f"{NEURON_BATCH_1}, {TNX}, {INT8}, max_num_batched_tokens: 128",
-        1, 128, 3968, 25.0, 6.42),
+        1, 128, 3968, 25.0, 6.42, CAL),
     Row("S2", "inf2.48xlarge", "llama3-8b", 24,
         f"engine: neuron, max_num_seqs: 8, {TNX}, {INT8}, max_num_batched_tokens: 128",
         8, 128, 3968, 66.0, 10.45),
     Row("S3", "inf2.48xlarge", "llama3-70b", 24,
         f"{NEURON_BATCH_1}, {TNX}, max_num_batched_tokens: 128",
-        1, 128, 1024, 80.0, 32.47),
+        1, 128, 1024, 80.0, 32.47, CAL),
     Row("S4", "trn1.32xlarge", "llama3-8b", 32,
         f"{NEURON_BATCH_1}, {TNX}, {INT8}, max_num_batched_tokens: 128",
-        1, 128, 3968, 14.75, 5.86),
+        1, 128, 3968, 14.75, 5.86, CAL),
     Row("S5", "trn1.32xlarge", "llama3-70b", 32,
         f"{NEURON_BATCH_1}, {TNX}, max_num_batched_tokens: 128",
-        1, 128, 1024, 53.2, 24.48),
+        1, 128, 1024, 53.2, 24.48, CAL),
     Row("S6", "trn1.32xlarge", "llama3-70b", 32,
         f"engine: neuron, max_num_seqs: 4, {TNX}, max_num_batched_tokens: 128",
         4, 128, 1024, 129.9, 28.38),
@@ -79,9 +89,14 @@ def scenario_text(row: Row) -> str:
     )
 
 
-def predict(row: Row, *, wire_only: bool = False) -> tuple[float, float]:
-    """Predicted p50 TTFT and TPOT of ``row``, in milliseconds."""
-    s = serve(load_scenario(scenario_text(row)), collective_overheads=not wire_only).summary
+def predict(
+    row: Row, *, wire_only: bool = False, sets: Sequence[str] = (), stack_fit: bool = True
+) -> tuple[float, float]:
+    """Predicted p50 TTFT and TPOT of ``row``, in milliseconds (``sets``: ``KEY=VALUE``
+    overrides, as ``--set``; ``stack_fit=False``: the catalog's constants, not the
+    stack's fit, as a fit reads them)."""
+    res = load_scenario(scenario_text(row), list(sets), stack_fit=stack_fit)
+    s = serve(res, collective_overheads=not wire_only).summary
     return s["ttft_s"]["p50"] * 1e3, s["tpot_s"]["p50"] * 1e3
 
 

@@ -19,15 +19,16 @@ fraction of EFA bandwidth a collective sustains, and the DMA engines that move o
 message of a round that is not pipelined. None belongs to one row: each row's sizes
 constrain several of them, and each of them is seen by several rows.
 
-The launch is held (:data:`HELD`), read from the catalog and not moved: the rows do
-not identify it. Only the smallest sizes see it (the 8-byte floor of the trn1
+The launch is held (:data:`HELD`), read from the catalog and not moved: these rows
+do not identify it. Only the smallest sizes see it (the 8-byte floor of the trn1
 table, the 2 MiB halving-doubling of the Trn2 one), and each trades it against the
 handshakes and posting costs of its rounds, so any launch from 0 to 420 us fits them
 about equally well; at 420 us the ring step's handshake and the other rounds'
-coincide, and below 0 it cannot go. The catalog holds the middle of that range,
-210 us: a choice, not a fit (the collectives page of the docs shows the profile).
-``python -m clustersim.calibration.launch`` profiles the launch against these rows
-and the Trainium calibration step rows together.
+coincide, and below 0 it cannot go. Collectives inside a compiled program pay the
+handshakes without the launch, and they separate the two:
+``python -m clustersim.calibration.launch`` fits the launch on these rows, the
+Trainium calibration step rows and the batch-1 decode rows of the serving
+references together, refitting this module's constants at each launch.
 """
 
 from __future__ import annotations
