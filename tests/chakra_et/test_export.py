@@ -52,7 +52,11 @@ WHOLE = [("p5-llama3-8b", ()), ("trn2-llama3-8b", ()), ("p5-qwen3-30b-a3b", ())]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "sets"), [(n, s) for n, s, _ in SHIPPED] + WHOLE)
+@pytest.mark.parametrize(
+    ("name", "sets"),
+    [pytest.param(n, s, id=f"{n}-cut") for n, s, _ in SHIPPED]
+    + [pytest.param(n, s, id=f"{n}-whole") for n, s in WHOLE],
+)
 def test_every_shipped_example_round_trips(name: str, sets: tuple[str, ...]) -> None:
     """The documentation's round-trip table (each example cut to run in seconds), and
     three examples whole (``p5-qwen3-30b-a3b`` takes minutes)."""
