@@ -40,8 +40,10 @@ def export_command(
     )
 
 
-def trace_table(s: dict[str, Any], out: Path) -> Table:
-    """The summary of a trace workload: no model, so no tokens, MFU or memory."""
+def trace_table(s: dict[str, Any], out: Path | None = None) -> Table:
+    """The summary of a trace workload: no model, so no tokens, MFU or memory. Without
+    ``out`` (the result directory) the wall time and directory rows are left out: what
+    the docs quote, the same for every run of the trace."""
     from rich.table import Table
 
     w, step, cost = s["workload"], s["step_time_s"], s["cost"]
@@ -58,7 +60,8 @@ def trace_table(s: dict[str, Any], out: Path) -> Table:
             f"  {part.replace('_', ' ')}", f"{secs * 1e3:.6g} ms", f"{secs / step:.1%} of step"
         )
     t.add_row("cost", f"${cost['usd_per_step']:.6g} /step", f"${cost['usd_per_hour']:,.2f}/h")
-    events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
-    t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
-    t.add_row("written to", str(out), "")
+    if out is not None:
+        events = f"{s['events']:,} events, {s['events_per_s']:,.0f}/s"
+        t.add_row("simulated in", f"{s['wall_s']:.2f} s", events)
+        t.add_row("written to", str(out), "")
     return t

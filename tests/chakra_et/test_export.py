@@ -1,5 +1,6 @@
 """``clustersim export chakra``: the traces it writes, and export then import keeping the
-step time of the shipped examples (fewer layers, for the tests' time)."""
+step time of the shipped examples (fewer layers, for the tests' time; every shipped
+training example, and three whole, in the slow suite)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import pytest
 
 from clustersim.chakra import NodeType, read_file
 from clustersim.cli import main
+from clustersim.docexamples import ROUND_TRIPS as SHIPPED
+from clustersim.docexamples import chakra_round_trip
 from clustersim.scenario import load_scenario, resolve
 from clustersim.sim import simulate
 from clustersim.sim.chakra_export import export_chakra
@@ -43,6 +46,23 @@ def test_export_then_import_keeps_the_step_time(name: str, sets: list[str], tmp_
     assert imported["breakdown_s"]["exposed_comm"] == pytest.approx(
         built["breakdown_s"]["exposed_comm"], rel=1e-2
     )
+
+
+WHOLE = [("p5-llama3-8b", ()), ("trn2-llama3-8b", ()), ("p5-qwen3-30b-a3b", ())]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "sets"),
+    [pytest.param(n, s, id=f"{n}-cut") for n, s, _ in SHIPPED]
+    + [pytest.param(n, s, id=f"{n}-whole") for n, s in WHOLE],
+)
+def test_every_shipped_example_round_trips(name: str, sets: tuple[str, ...]) -> None:
+    """The documentation's round-trip table (each example cut to run in seconds), and
+    three examples whole (``p5-qwen3-30b-a3b`` takes minutes)."""
+    built, imported, nodes = chakra_round_trip(name, sets)
+    assert nodes > 0
+    assert imported == pytest.approx(built, rel=1e-3)
 
 
 def test_attribute_types_as_astra_sim_reads_them(tmp_path: Path) -> None:
