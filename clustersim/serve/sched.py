@@ -47,13 +47,20 @@ import bisect
 import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import simpy
 
 from clustersim.errors import SimulationError
+from clustersim.serve.requests import (
+    BLOCK_TOKENS,
+    LOG_FIELDS,
+    MIN_BUCKET,
+    IterationCost,
+    Request,
+    bucket,
+)
 
 __all__ = [
     "BLOCK_TOKENS",
@@ -64,73 +71,6 @@ __all__ = [
     "Request",
     "bucket",
 ]
-
-BLOCK_TOKENS = 16
-"""vLLM's default KV block size (``--block-size 16``)."""
-
-
-LOG_FIELDS = (
-    "start_s", "duration_s", "prefill_tokens", "sequences", "steps", "kv_blocks", "aborted",
-)  # fmt: skip
-"""One row of :attr:`Replica.log`: when an iteration (or a run of ``steps`` decode
-iterations in one timeout) started and how long it ran, the prompt tokens it
-prefilled, the sequences in its batch, the KV blocks in use, and whether a failure
-cut it short (1) or not (0)."""
-
-MIN_BUCKET = 128
-"""The smallest compiled sequence bucket of NxD Inference's automatic bucketing."""
-
-
-def bucket(tokens: int, largest: int) -> int:
-    """The compiled bucket ``tokens`` run in: NxD Inference's automatic buckets are the
-    powers of two from :data:`MIN_BUCKET` up to the largest length the model was
-    compiled for, which is a bucket too (``aws-neuron-sdk:libraries/nxd-inference``,
-    bucketing guide)."""
-    if tokens >= largest:
-        return max(tokens, largest)
-    return min(max(MIN_BUCKET, 1 << (max(tokens, 1) - 1).bit_length()), largest)
-
-
-class IterationCost(Protocol):
-    def iteration_s(
-        self,
-        chunks: Sequence[tuple[int, int]] = (),
-        decodes: int = 0,
-        decode_context: int = 0,
-        *,
-        padded_decodes: int | None = None,
-    ) -> float: ...
-
-
-@dataclass(slots=True, eq=False)
-class Request:
-    """One request and what happened to it (times in seconds from the start). Requests
-    compare by identity (the scheduler's list lookups)."""
-
-    id: int
-    arrival: float
-    input_tokens: int
-    output_tokens: int
-    replica: int = -1
-    scheduled: float = math.nan
-    first_token: float = math.nan
-    finish: float = math.nan
-    generated: int = 0
-    kv_tokens: int = 0  # tokens whose K and V are in the cache
-    blocks: int = 0
-    preemptions: int = 0
-    done: simpy.Event | None = None
-    prompt_target: int = 0
-    """Tokens to prefill: the prompt, and after a preemption the tokens generated too."""
-    prefill_replica: int = -1
-    """Disaggregated: the replica that prefilled it (-1: its own replica did)."""
-    kv_transfer_s: float = math.nan
-    """Disaggregated: how long its KV took to reach the decode replica."""
-    retries: int = 0
-    """Times a failed replica's router sent it elsewhere (its KV lost)."""
-
-    def __post_init__(self) -> None:
-        self.prompt_target = self.input_tokens
 
 
 class Replica:
