@@ -96,9 +96,10 @@ from clustersim.workload.dims import (
     optimizer_params,
     stage_layers,
 )
+from clustersim.workload.ends import embed_block, head_block
 from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
-from clustersim.workload.ops import ACT_BYTES, Tpl, embed_block, head_block
+from clustersim.workload.ops import ACT_BYTES, Tpl
 from clustersim.workload.overlap import a2a_overlap
 from clustersim.workload.program import Kind
 from clustersim.workload.recompute import modules_of

@@ -1,4 +1,5 @@
-"""Lowering of one transformer layer, the embedding and the LM head into op templates.
+"""Lowering of one transformer layer into op templates (the embedding and the LM head:
+``workload.ends``).
 
 Every distinct ``Work`` is built once here and shared by all layers and
 microbatches (the simulator caches op durations per ``Work`` object). A
@@ -86,12 +87,9 @@ __all__ = [
     "attention_part",
     "compose",
     "core_templates",
-    "embed_block",
     "flash_core",
-    "head_block",
     "layer_block",
     "mlp_part",
-    "mtp_block",
     "only",
     "without",
 ]
@@ -476,87 +474,3 @@ def _unfused_core(dm: Dims, prec: str) -> tuple[Work, Work, Work, Work, Work, Wo
     # dK = dS^T Q and dV = P^T dO: each reads a pass of scores and writes K or V
     dkv = Work((s, q, d), 2 * heads, prec, hbm_bytes=float(2 * (sb + q_bytes + kv_bytes)))
     return qk, softmax, pv, dp, softmax_b, dq, dkv
-
-
-def embed_block(dm: Dims) -> Block:
-    """The first stage's vocab-parallel embedding lookup (and learned positions).
-
-    Each TP rank looks up the tokens in its vocabulary shard and writes zeros for
-    the others; the shards are summed by a reduce-scatter (sequence parallel) or
-    an all-reduce. Its backward is a scatter-add into the table's gradient.
-    """
-    T, h = dm.tokens, dm.hidden
-    elems = T * h
-    hbm = ACT_BYTES * (elems // dm.tp + elems)  # rows hit in this shard, full output
-    vector = float(elems)  # zero the rows owned by other shards
-    if dm.learned_positions:
-        hbm += 2 * ACT_BYTES * elems
-        vector += elems
-    work = Work(vector_ops=vector, hbm_bytes=float(hbm))
-    tp = TPComm(dm)
-    F, B = Phase.FORWARD, Phase.BACKWARD
-    fwd = [_compute("embed", F, work), *tp.exit_fwd(F)]
-    bwd = [*tp.exit_bwd(), _compute("embed", B, _twice(work))]
-    pieces = ("embed", "pos_embed") if dm.learned_positions else ("embed",)
-    return Block(tuple(fwd), tuple(bwd), (), {len(bwd) - 1: pieces})
-
-
-def mtp_block(dm: Dims, precision: str) -> Block:
-    """A multi-token-prediction module's own ops, before its transformer layer.
-
-    RMSNorm of the main model's hidden state and of the next token's embedding (the
-    shared table, a lookup), their concatenation projected from 2 h to h (split over
-    TP like the MLP's up projection; its exchange is left to the layer's own). The
-    layer and the second pass of the LM head are lowered as the model's.
-    """
-    T, h = dm.tokens, dm.hidden
-    norm = _norm(dm, dm.sp_tokens)
-    proj = _Linear.of(T, 2 * h, h // dm.tp, precision)
-    F, B = Phase.FORWARD, Phase.BACKWARD
-    fwd: tuple[Tpl, ...] = (
-        _compute("mtp.norm", F, norm),
-        _compute("mtp.embed_norm", F, norm),
-        _compute("mtp.proj", F, proj.fwd),
-    )
-    bwd: tuple[Tpl, ...] = (
-        _compute("mtp.proj.dgrad", B, proj.dgrad),
-        _compute("mtp.proj.wgrad", B, proj.wgrad),
-        _compute("mtp.norm", B, _twice(norm)),
-        _compute("mtp.embed_norm", B, _twice(norm)),
-    )
-    return Block(fwd, bwd, (), {})
-
-
-def head_block(dm: Dims) -> Block:
-    """The last stage's final norm, LM head and vocab-parallel cross-entropy.
-
-    With tp > 1 the cross-entropy needs three all-reduces of one FP32 value per
-    token across TP (Megatron's vocab-parallel cross-entropy: the row max, the
-    target logit and the sum of exponentials).
-    """
-    T, h, V = dm.tokens, dm.hidden, dm.vocab_local
-    tp = TPComm(dm)
-    norm = _norm(dm, dm.sp_tokens)
-    head = _Linear.of(T, h, V, "bf16")
-    logits = T * V
-    # Read the bf16 logits, keep the FP32 softmax for the backward.
-    loss = Work(scalar_ops=float(logits), vector_ops=float(3 * logits), hbm_bytes=6.0 * logits)
-    loss_b = Work(vector_ops=float(2 * logits), hbm_bytes=6.0 * logits)
-    F, B = Phase.FORWARD, Phase.BACKWARD
-    fwd: list[Tpl] = [
-        _compute("final_norm", F, norm),
-        *tp.enter_fwd(F),
-        _compute("lm_head", F, head.fwd),
-        _compute("loss", F, loss),
-    ]
-    if dm.tp > 1:
-        fwd += [_coll("tp", "all_reduce", F, 4 * T, ".loss") for _ in range(3)]
-    bwd: list[Tpl] = [
-        _compute("loss", B, loss_b),
-        _compute("lm_head.dgrad", B, head.dgrad),
-        _compute("lm_head.wgrad", B, head.wgrad),
-    ]
-    ready = {len(bwd) - 1: ("lm_head",)}
-    bwd += [*tp.enter_bwd(), _compute("final_norm", B, _twice(norm))]
-    ready[len(bwd) - 1] = ("final_norm",)
-    return Block(tuple(fwd), tuple(bwd), (), ready)

@@ -51,6 +51,7 @@ from clustersim.workload.dims import (
     optimizer_params,
     stage_layers,
 )
+from clustersim.workload.ends import embed_block, head_block, mtp_block
 from clustersim.workload.gradbuckets import (
     Emit,
     Syncs,
@@ -62,7 +63,7 @@ from clustersim.workload.gradbuckets import (
 )
 from clustersim.workload.layers import LayerBlocks, moe_sublayer
 from clustersim.workload.layout import Layout
-from clustersim.workload.ops import ACT_BYTES, Block, Tpl, embed_block, head_block, mtp_block
+from clustersim.workload.ops import ACT_BYTES, Block, Tpl
 from clustersim.workload.overlap import (
     a2a_overlap,
     interleave,
