@@ -6,10 +6,10 @@ The Neuron rows (Transformers-NeuronX's static batches on inf2 and trn1, NxD
 Inference with vLLM on Trn2) and the H100 rows of the project's inference
 references: the instance, TP, prompt and output lengths, batch or concurrency (a
 closed loop of that many clients, one replica), weight dtype and engine rules.
-Four rows are ``calibration`` rows: the batch-1 TPOT of S1, S3, S4 and S5 (a decode
-iteration at batch 1 is the weights' read and two small all-reduces a layer inside one
-compiled program) is what the Neuron runtime's collective launch is fitted on, with
-the measured collectives and the Trainium step rows
+The Transformers-NeuronX rows at batch 1 are ``calibration`` rows: their TPOT (a
+decode iteration at batch 1 is the weights' read and two small all-reduces a layer
+inside one compiled program) is what the Neuron runtime's collective launch is fitted
+on, with the measured collectives and the Trainium step rows
 (:mod:`clustersim.calibration.launch`). Nothing else is fitted to them, and the
 others are never read by a fit. ``--wire`` times the tensor-parallel all-reduces
 without the communication runtime's fixed costs (their wire time alone): a
