@@ -281,11 +281,11 @@ class Routes(LinkTable):
         """The route ``src -> dst`` with every link up (None if the builder gives none)."""
         if src == dst:
             return (self.local_link(src),)
-        if self.chip_domain[src] != self.chip_domain[dst]:
-            if self.scaleout is None:
-                return None
+        if self.scaleout is not None and self.chip_domain[src] != self.chip_domain[dst]:
             matrix, _ = self.scaleout.paths(np.asarray([src]), np.asarray([dst]), None)
             return tuple(int(x) for x in matrix[0] if x >= 0)
+        # Without a scale-out fabric the path function routes every pair (an imported
+        # graph's, across its instances too), as the routes of many pairs at once do.
         if self.path_fn is None:
             return None
         nodes = np.asarray(self.path_fn(src, dst), dtype=np.int64)
