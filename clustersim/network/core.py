@@ -30,7 +30,7 @@ from clustersim.network.collectives import (
 )
 from clustersim.network.fabric import Topology
 from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages
-from clustersim.network.folded import FoldedRoutes
+from clustersim.network.folded import FoldedRoutes, Repeats, distinct_rows
 from clustersim.network.runtimes import NO_COSTS, Protocol, Runtime
 
 __all__ = ["NO_PROTOCOL", "Network"]
@@ -101,13 +101,18 @@ class Network(FoldedRoutes):
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
         self._caps: dict[tuple[int, float], tuple[FlowGroup, FlowGroup]] = {}
         self._digests: dict[int, tuple[_IntArray, bytes]] = {}
+        self._distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None]] = {}
+        """The distinct rows of chips of each replicas array (the steps of a collective
+        share their replicas)."""
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
         self._images = StageImages(topology)
         """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
-        self._pos: _IntArray = np.zeros(0, dtype=np.int64)
-        self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
+        self._pos: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
         """-1 per link, but during :meth:`_on_links`."""
+        self._mark: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        """False per link, but during :meth:`_on_links`."""
+        self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
         self.collectives_started = 0
         self.sends_started = 0
 
@@ -247,6 +252,7 @@ class Network(FoldedRoutes):
             self._folded.clear()
             self._caps.clear()
             self._images.clear()
+            self._distinct.clear()
             self._plans_version = self.topology.version
 
     def _plan(
@@ -363,7 +369,9 @@ class Network(FoldedRoutes):
             return self._keep_folded(key, replicas, image)
         rep_src, rep_dst = rows[0, pairs[:, 0]], rows[0, pairs[:, 1]]
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
-        flat, weights, latency_s, union = self._reaching(src, dst, rep_src, rep_dst)
+        flat, weights, latency_s, union = self._reaching(
+            src, dst, rep_src, rep_dst, lambda: self._repeats(replicas, rows, pairs)
+        )
         if union:
             # Every entry's link, counted through a position per link: only the distinct
             # links are sorted, not every entry (the same sums, in the same order).
@@ -386,6 +394,26 @@ class Network(FoldedRoutes):
         if not union:
             images.remember(replicas, rows, known[1], group)
         return self._keep_folded(key, replicas, group)
+
+    def _repeats(self, replicas: ArrayLike, rows: _IntArray, pairs: _IntArray) -> Repeats | None:
+        """The flows of ``pairs`` in the distinct rows of chips of ``replicas`` (``rows``),
+        each with how many rows repeat it; None when no two rows are alike (cached per
+        replicas array)."""
+        found = self._distinct.get(id(replicas))
+        if found is None or found[0] is not replicas:
+            if len(self._distinct) >= self.max_cached_plans:
+                self._distinct.clear()
+            found = (replicas, distinct_rows(rows, self.topology.n_chips))
+            self._distinct[id(replicas)] = found  # holds the array: its id is not reused
+        if found[1] is None:
+            return None
+        first, times = found[1]
+        unique = rows[first]
+        return (
+            unique.take(pairs[:, 0], axis=1).ravel(),
+            unique.take(pairs[:, 1], axis=1).ravel(),
+            np.repeat(times, pairs.shape[0]),
+        )
 
     def _keep_folded(
         self, key: tuple[int, bytes], replicas: ArrayLike, group: FlowGroup

@@ -9,10 +9,12 @@ group from them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.fabric import ScaleOut, Topology, distinct_pairs
+from clustersim.network.fabric import ScaleOut, Topology, TreeFabric, distinct_pairs, row_sums
 
 __all__ = ["FoldedRoutes"]
 
@@ -21,6 +23,47 @@ _DISTINCT_FROM = 4096
 """Flows inside domains above which repeated pairs are merged before routing."""
 _FAR_MASKS = 4
 """Masks of far chips' host links kept (one bit per link each)."""
+_ROWS_BY_DICT = 4096
+"""Replica rows up to which distinct rows are found by their bytes, not by a sort."""
+
+_MARK_FROM = 16
+"""Entries above a sixteenth of the links: their distinct links are found by marks."""
+
+Repeats = tuple[_IntArray, _IntArray, _IntArray]
+"""The flows of a folded step's distinct rows of chips: sources, destinations, and how
+many replicas' flows each stands for."""
+
+
+def distinct_rows(rows: _IntArray, n_chips: int) -> tuple[_IntArray, _IntArray] | None:
+    """The first row of each distinct row of chips in ``rows`` and how many rows repeat
+    it, or None when no two rows are alike.
+
+    Ranks that share a chip (four per Trn2 chip at LNC=2) make replica rows whose
+    chips are the same: their flows take the same routes, so each distinct row is
+    routed once and its flows counted as many times as it repeats.
+    """
+    n_rows, width = rows.shape
+    if n_rows < 2:
+        return None
+    if width <= 2:
+        code = rows[:, 0] * n_chips + rows[:, -1]
+        _, first, times = np.unique(code, return_index=True, return_counts=True)
+    elif n_rows <= _ROWS_BY_DICT:
+        seen: dict[bytes, int] = {}
+        for i, row in enumerate(rows):
+            seen.setdefault(row.tobytes(), i)
+        if len(seen) == n_rows:
+            return None
+        first = np.fromiter(seen.values(), dtype=np.int64, count=len(seen))
+        index = np.full(n_rows, -1, dtype=np.int64)
+        index[first] = np.arange(first.size, dtype=np.int64)
+        owner = np.asarray([seen[row.tobytes()] for row in rows], dtype=np.int64)
+        times = np.bincount(index[owner], minlength=first.size)
+    else:
+        _, first, times = np.unique(rows, axis=0, return_index=True, return_counts=True)
+    if first.size == n_rows:
+        return None
+    return first.astype(np.int64), times.astype(np.int64)
 
 
 class FoldedRoutes:
@@ -28,7 +71,8 @@ class FoldedRoutes:
     network sets the attributes declared here)."""
 
     topology: Topology
-    _pos: _IntArray
+    _pos: NDArray[np.int32]
+    _mark: NDArray[np.bool_]
     _far_masks: dict[tuple[int, bytes], NDArray[np.bool_]]
 
     def _on_links(
@@ -38,20 +82,30 @@ class FoldedRoutes:
         of ``flat`` on each: a position per link, not a search of every entry."""
         n = self.topology.n_links
         if self._pos.size < n:
-            self._pos = np.full(n, -1, dtype=np.int64)
+            # -1 but during this call; 32 bits, as a position is below a group's entries.
+            self._pos = np.full(n, -1, dtype=np.int32)
+            self._mark = np.zeros(n, dtype=bool)
         pos = self._pos
-        # The distinct links: the last entry of each wins its slot; only they are sorted.
-        at = np.arange(kept.size, dtype=np.int64)
-        pos[kept] = at
-        links = kept[pos[kept] == at]
-        links.sort()
-        pos[links] = np.arange(links.size, dtype=np.int64)
+        if kept.size * _MARK_FROM >= n:
+            # Many entries: the links are read off a mark per link, already in order.
+            mark = self._mark
+            mark[kept] = True
+            links = np.flatnonzero(mark)
+            mark[links] = False
+        else:
+            # The last entry of each link wins its slot; only the distinct links are sorted.
+            at = np.arange(kept.size, dtype=np.int32)
+            pos[kept] = at
+            links = kept[pos[kept] == at]
+            links.sort()
+        pos[links] = np.arange(links.size, dtype=np.int32)
         at = pos[flat]
         pos[links] = -1  # the table is all -1 again between calls
-        hit = at >= 0
-        counts = np.bincount(
-            at[hit], weights=None if weights is None else weights[hit], minlength=links.size
-        ).astype(np.float64)
+        if kept is not flat:  # entries of flat off the kept links count nowhere
+            hit = at >= 0
+            at = at[hit]
+            weights = None if weights is None else weights[hit]
+        counts = np.bincount(at, weights=weights, minlength=links.size).astype(np.float64)
         return links.astype(np.int64), counts
 
     def _far_hosts(self, near: NDArray[np.bool_], scaleout: ScaleOut) -> NDArray[np.bool_]:
@@ -71,13 +125,89 @@ class FoldedRoutes:
         self._far_masks[key] = host
         return host
 
+    def _tree_routes(
+        self,
+        src: _IntArray,
+        dst: _IntArray,
+        times: _IntArray | None,
+        near: NDArray[np.bool_],
+    ) -> tuple[_IntArray, NDArray[np.float64] | None, float]:
+        """:meth:`~clustersim.network.fabric.Routes.weighted_routes` of the pairs ``src ->
+        dst`` on a tree fabric with every link up, less the links between chips outside
+        the ``near`` domains and their leaves, and the longest latency.
+
+        The entries come in the order ``weighted_routes`` gives them, so every link's
+        weighted count sums alike. A chip is a leaf of the tree: its own links are the
+        first and the last of a path between domains, so those of chips outside the
+        near domains are dropped by the pair's ends, not found among every entry.
+        """
+        topo = self.topology
+        tree = topo.scaleout
+        assert isinstance(tree, TreeFabric)
+        spread = tree.spread
+        domain = topo.chip_domain
+        cross = domain[src] != domain[dst]
+        n_cross = int(np.count_nonzero(cross))
+        flats: list[_IntArray] = []
+        weights: list[NDArray[np.float64] | None] = []
+        longest = 0.0
+        if n_cross < src.size:  # inside the near domains: every link is theirs
+            inside = ~cross
+            flat, w, latency = topo.weighted_routes(
+                src[inside], dst[inside], None if times is None else times[inside]
+            )
+            flats.append(flat)
+            weights.append(w)
+            longest = float(latency.max()) if latency.size else 0.0
+        if n_cross:
+            whole = n_cross == src.size
+            s, d = (src, dst) if whole else (src[cross], dst[cross])
+            t = times if times is None or whole else times[cross]
+            offset = None
+            if spread > 1:
+                offset = np.tile(np.arange(spread, dtype=np.int64), s.size)
+                s, d = np.repeat(s, spread), np.repeat(d, spread)
+                t = None if t is None else np.repeat(t, spread)
+            matrix, _ = tree.paths(s, d, None, offset)
+            real = matrix >= 0
+            lat = topo.latency_s
+            if real.all():
+                latency = row_sums(lat[matrix])
+            else:
+                latency = row_sums(np.where(real, lat[matrix], 0.0))
+            longest = max(longest, float(latency.max()))
+            # The first link of a path is its source's up link, the last its target's down link.
+            far_src, far_dst = ~near[domain[s]], ~near[domain[d]]
+            last = real.sum(axis=1) - 1
+            real[far_src, 0] = False
+            real[np.flatnonzero(far_dst), last[far_dst]] = False
+            flats.append(matrix[real])
+            if t is None:
+                w = None if spread == 1 else np.full(flats[-1].size, 1.0 / spread)
+            else:
+                w = np.broadcast_to(t[:, None], matrix.shape)[real].astype(np.float64)
+                if spread > 1:
+                    w *= 1.0 / spread
+            weights.append(w)
+        flat = flats[0] if len(flats) == 1 else np.concatenate(flats)
+        if all(w is None for w in weights):
+            return flat, None, longest
+        filled = [np.ones(f.size) if w is None else w for f, w in zip(flats, weights, strict=True)]
+        return flat, filled[0] if len(filled) == 1 else np.concatenate(filled), longest
+
     def _reaching(
-        self, src: _IntArray, dst: _IntArray, rep_src: _IntArray, rep_dst: _IntArray
+        self,
+        src: _IntArray,
+        dst: _IntArray,
+        rep_src: _IntArray,
+        rep_dst: _IntArray,
+        repeats: Callable[[], Repeats | None] | None = None,
     ) -> tuple[_IntArray, NDArray[np.float64] | None, float, bool]:
         """The links (a multiset, with their weights) of the flows ``src -> dst`` that can
         reach links the flows ``rep_src -> rep_dst`` share with others, every flow's
         longest latency, and whether the entity must keep all of those links (see
-        :meth:`_folded_group`).
+        :meth:`_folded_group`). ``repeats``, where given, gives the same flows from the
+        distinct rows of chips only, each with its count (:func:`distinct_rows`), or None.
 
         While every link is up a route inside a scale-up domain stays in it, so only
         flows of the representative's domains are routed there. On a :attr:`private
@@ -92,13 +222,24 @@ class FoldedRoutes:
         domain = topo.chip_domain
         near = np.zeros(topo.n_domains, dtype=bool)
         near[domain[rep_src]] = near[domain[rep_dst]] = True
-        src_dom, dst_dom = domain[src], domain[dst]
-        cross = src_dom != dst_dom
         if topo.scaleout is None or not topo.scaleout.private:
-            keep = cross | near[src_dom]
-            pair_src, pair_dst, times = src[keep], dst[keep], None
             spread = topo.scaleout.spread if topo.scaleout is not None else 1
-            if pair_src.size > _DISTINCT_FROM and not spread & (spread - 1):
+            whole = not spread & (spread - 1)  # copies' shares sum exactly
+            distinct = repeats() if repeats is not None and whole else None
+            times: _IntArray | None = None
+            if distinct is not None:
+                # The distinct rows' flows, each counted for its copies: the same whole
+                # numbers of flows on every link as routing each copy.
+                src, dst, times = distinct
+            src_dom = domain[src]
+            keep = (src_dom != domain[dst]) | near[src_dom]
+            pair_src, pair_dst = src[keep], dst[keep]
+            if times is not None:
+                times = times[keep]
+            if isinstance(topo.scaleout, TreeFabric):
+                flat, weights, longest = self._tree_routes(pair_src, pair_dst, times, near)
+                return flat, weights, longest, True
+            if times is None and pair_src.size > _DISTINCT_FROM and whole:
                 # Repeated pairs routed once (ECMP hashes the pair, so its copies take one
                 # path), counted by their flows; whole flows over a power-of-two spread
                 # sum exactly as the copies' shares would.
@@ -113,6 +254,8 @@ class FoldedRoutes:
             # (the domains are placed alike): only theirs are kept, with the shared tiers.
             mine = ~self._far_hosts(near, topo.scaleout)[flat]
             return flat[mine], None if weights is None else weights[mine], longest, True
+        src_dom, dst_dom = domain[src], domain[dst]
+        cross = src_dom != dst_dom
         inside = ~cross & near[src_dom]
         weights = None
         n_inside = int(np.count_nonzero(inside))

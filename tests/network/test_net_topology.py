@@ -11,7 +11,7 @@ import pytest
 from clustersim import catalog
 from clustersim.errors import PartitionError, ScenarioError
 from clustersim.network.fabric import build_topology, snake_coords, topology_names, torus_path
-from clustersim.network.fabric.routes import _row_sums
+from clustersim.network.fabric.routes import row_sums
 from clustersim.network.fabric.topology import EFA_NODE, Topology, chip_node
 
 
@@ -178,9 +178,9 @@ def test_nodes_keep_their_ids_and_new_ones_follow_in_order() -> None:
 
 
 @pytest.mark.parametrize("columns", range(1, 10))
-def test_route_latencies_are_row_sums_bit_for_bit(columns: int) -> None:
+def test_route_latencies_arerow_sums_bit_for_bit(columns: int) -> None:
     values = np.random.default_rng(columns).random((1000, columns)) * 1e-5
-    assert np.array_equal(_row_sums(values), values.sum(axis=1))
+    assert np.array_equal(row_sums(values), values.sum(axis=1))
 
 
 def test_bulk_routes_agree_with_single_routes(specs: Any) -> None:

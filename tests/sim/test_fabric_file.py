@@ -84,3 +84,27 @@ def test_a_relative_fabric_file_sits_beside_the_scenario(tmp_path: Path) -> None
     res = load_scenario(scenario)
     assert res.scenario.cluster.fabric_file == str(tmp_path / "fabrics" / "p5.gml")
     assert scenario_topology(res).n_chips == 8
+
+
+def test_a_graph_with_a_failed_link_is_simulated_rank_by_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fabric file that is the built fabric but for one failed chip-to-chip link (no lane
+    up): its symmetry is not proven, so the run does not fold, and the summary says why."""
+    monkeypatch.setattr(sim_run, "FOLD_ABOVE_RANKS", 4)
+    scenario = SHIPPED / "trn2-llama3-8b.yaml"
+    g = fabric_graph(scenario_topology(load_scenario(scenario)))
+    u, v = next(
+        (u, v)
+        for u, v in g.edges()
+        if g.nodes[u].get("kind") == "chip" and g.nodes[v].get("kind") == "chip"
+    )
+    g.edges[u, v]["lanes_up"] = 0
+    failed = tmp_path / "failed.graphml"
+    nx.write_graphml(g, failed)
+    summary = simulate(
+        load_scenario(scenario, [f"cluster.fabric_file={failed}"]), record=False
+    ).summary
+    assert summary["fidelity"] == "detailed"
+    assert "not proven" in summary["fabric_file"]["fold_refused"]
+    assert summary["fabric_file"]["symmetry_proven"] is False

@@ -54,7 +54,7 @@ from clustersim.network.fabric.registry import (
     register_topology,
     topology_names,
 )
-from clustersim.network.fabric.routes import PathFn, Routes
+from clustersim.network.fabric.routes import PathFn, Routes, row_sums
 from clustersim.network.fabric.scaleout import ScaleOut
 from clustersim.network.fabric.topology import EFA_NODE, Topology, chip_node, ecmp_hash, local_path
 
@@ -98,6 +98,7 @@ __all__ = [
     "node_name",
     "register_fabric",
     "register_topology",
+    "row_sums",
     "snake_coords",
     "topology_names",
     "torus_domain_coords",

@@ -37,7 +37,7 @@ _HOP_EPS_S = 1e-12
 zero-latency links stay edges of the sparse graph."""
 
 
-def _row_sums(values: NDArray[np.float64]) -> NDArray[np.float64]:
+def row_sums(values: NDArray[np.float64]) -> NDArray[np.float64]:
     """``values.sum(axis=1)`` of a matrix of a few columns (a path's links), bit for bit.
 
     Below 8 columns numpy adds a row's values left to right, as the loop over
@@ -196,10 +196,10 @@ class Routes(LinkTable):
             real = matrix >= 0
             if real.all():  # paths of one length (a single tier, or pairs that turn alike)
                 flat_parts.append(matrix.reshape(-1))
-                lat_parts.append(_row_sums(self.latency_s[matrix]))
+                lat_parts.append(row_sums(self.latency_s[matrix]))
             else:
                 flat_parts.append(matrix[real])
-                lat_parts.append(_row_sums(np.where(real, self.latency_s[matrix], 0.0)))
+                lat_parts.append(row_sums(np.where(real, self.latency_s[matrix], 0.0)))
             if t is not None:
                 t_parts.append(np.broadcast_to(t[:, None], matrix.shape)[real])
         flat = np.concatenate(flat_parts)
@@ -281,11 +281,11 @@ class Routes(LinkTable):
         """The route ``src -> dst`` with every link up (None if the builder gives none)."""
         if src == dst:
             return (self.local_link(src),)
-        if self.chip_domain[src] != self.chip_domain[dst]:
-            if self.scaleout is None:
-                return None
+        if self.scaleout is not None and self.chip_domain[src] != self.chip_domain[dst]:
             matrix, _ = self.scaleout.paths(np.asarray([src]), np.asarray([dst]), None)
             return tuple(int(x) for x in matrix[0] if x >= 0)
+        # Without a scale-out fabric the path function routes every pair (an imported
+        # graph's, across its instances too), as the routes of many pairs at once do.
         if self.path_fn is None:
             return None
         nodes = np.asarray(self.path_fn(src, dst), dtype=np.int64)

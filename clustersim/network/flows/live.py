@@ -76,8 +76,9 @@ class LiveGroups:
         self._shares: dict[FlowGroup, dict[FlowGroup, Shared]] = {}
         self._pairs = 0
         self._shared_links = 0
-        self._mark: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
-        self._pos: NDArray[np.int64] = np.zeros(size, dtype=np.int64)
+        # 32 bits a link: a stamp counts the groups learnt, a position is within a group.
+        self._mark: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
+        self._pos: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
         """Each link's position in the links of the group marked last."""
         self._block_mark: NDArray[np.int64] = np.zeros((size >> BLOCK_SHIFT) + 1, np.int64)
         self._blocks: dict[FlowGroup, NDArray[np.int64]] = {}
@@ -87,8 +88,8 @@ class LiveGroups:
     def resize(self, size: int) -> None:
         """Link indices now run up to ``size - 1``."""
         if size > self._mark.size:
-            self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int64)])
-            self._pos = np.zeros(size, dtype=np.int64)
+            self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int32)])
+            self._pos = np.zeros(size, dtype=np.int32)
             grown = (size >> BLOCK_SHIFT) + 1 - self._block_mark.size
             if grown > 0:
                 self._block_mark = np.concatenate([self._block_mark, np.zeros(grown, np.int64)])
@@ -192,7 +193,7 @@ class LiveGroups:
             return
         mark, pos = self._mark, self._pos
         mark[group.links] = stamp
-        pos[group.links] = np.arange(group.links.size, dtype=np.int64)
+        pos[group.links] = np.arange(group.links.size, dtype=np.int32)
         sizes = [other.links.size for other in maybe]
         flat = mark[np.concatenate([other.links for other in maybe])] == stamp
         ends = np.cumsum(sizes)
@@ -207,7 +208,7 @@ class LiveGroups:
                 hit = np.flatnonzero(flat[end - size : end])
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit
-                both._at[id(group)] = pos[both.links]  # where the group has them
+                both._at[id(group)] = pos[both.links].astype(np.int64)  # where the group has them
             self._share(group, shares, other, both)
 
     def _share(

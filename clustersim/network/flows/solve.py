@@ -43,12 +43,13 @@ class Scratch:
     change)."""
 
     def __init__(self) -> None:
-        self.slot: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self.slot: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
         self.classes = ClassCache()
 
-    def slots(self, size: int) -> NDArray[np.int64]:
+    def slots(self, size: int) -> NDArray[np.int32]:
+        """A slot per capacity (32 bits: a slot holds a position among a solve's links)."""
         if self.slot.size < size:
-            self.slot = np.zeros(size, dtype=np.int64)
+            self.slot = np.zeros(size, dtype=np.int32)
         return self.slot
 
 
@@ -62,12 +63,12 @@ def union(
         loaded, inverse = np.unique(flat, return_inverse=True)
         return loaded, inverse.ravel()
     slot = scratch.slots(size)
-    at = np.arange(flat.size, dtype=np.int64)
+    at = np.arange(flat.size, dtype=np.int32)
     slot[flat] = at  # the last entry of each value wins
     loaded = flat[slot[flat] == at]
     loaded.sort()
-    slot[loaded] = np.arange(loaded.size, dtype=np.int64)
-    rows: NDArray[np.int64] = slot[flat]
+    slot[loaded] = np.arange(loaded.size, dtype=np.int32)
+    rows: NDArray[np.int64] = slot[flat].astype(np.int64)
     return loaded, rows
 
 
@@ -217,13 +218,15 @@ def _solve_classes(
     slot = None
     if n_shared > _FEW:  # each shared link's row through a slot, not a search per group
         slot = scratch.slots(cap.size)
-        slot[shared] = np.arange(n_shared, dtype=np.int64)
+        slot[shared] = np.arange(n_shared, dtype=np.int32)
     for i, g in enumerate(groups):
         at = at_of[i]
         if at.size == n_shared:
             rows = np.arange(n_shared)
+        elif slot is not None:
+            rows = slot[mine[i]].astype(np.int64)
         else:
-            rows = slot[mine[i]] if slot is not None else np.searchsorted(shared, mine[i])
+            rows = np.searchsorted(shared, mine[i])
         counts = g.counts[at]
         t = None if times is None else float(times[i])
         row = private_row(g, known.of(g, cap), cap, at, t) if g.links.size > at.size else None
