@@ -14,7 +14,14 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.fabric import ScaleOut, Topology, TreeFabric, distinct_pairs, row_sums
+from clustersim.network.fabric import (
+    ScaleOut,
+    Topology,
+    TreeFabric,
+    crossing_pairs,
+    distinct_pairs,
+    row_sums,
+)
 
 __all__ = ["FoldedRoutes"]
 
@@ -160,14 +167,7 @@ class FoldedRoutes:
             weights.append(w)
             longest = float(latency.max()) if latency.size else 0.0
         if n_cross:
-            whole = n_cross == src.size
-            s, d = (src, dst) if whole else (src[cross], dst[cross])
-            t = times if times is None or whole else times[cross]
-            offset = None
-            if spread > 1:
-                offset = np.tile(np.arange(spread, dtype=np.int64), s.size)
-                s, d = np.repeat(s, spread), np.repeat(d, spread)
-                t = None if t is None else np.repeat(t, spread)
+            s, d, t, offset = crossing_pairs(src, dst, times, cross, spread)
             matrix, _ = tree.paths(s, d, None, offset)
             real = matrix >= 0
             lat = topo.latency_s

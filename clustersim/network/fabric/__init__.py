@@ -54,7 +54,7 @@ from clustersim.network.fabric.registry import (
     register_topology,
     topology_names,
 )
-from clustersim.network.fabric.routes import PathFn, Routes, row_sums
+from clustersim.network.fabric.routes import PathFn, Routes, crossing_pairs, row_sums
 from clustersim.network.fabric.scaleout import ScaleOut
 from clustersim.network.fabric.topology import EFA_NODE, Topology, chip_node, ecmp_hash, local_path
 
@@ -90,6 +90,7 @@ __all__ = [
     "build_torus3d",
     "check_fabrics",
     "chip_node",
+    "crossing_pairs",
     "distinct_pairs",
     "ecmp_hash",
     "fabric_names",

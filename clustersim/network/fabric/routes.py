@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # scipy loads on first use: a collective needs none of it
 
     from clustersim.network.fabric.domainpaths import LocalPaths
 
-__all__ = ["PathFn", "Routes"]
+__all__ = ["PathFn", "Routes", "crossing_pairs"]
 
 PathFn: TypeAlias = Callable[[int, int], Sequence[int]]
 """``(src_chip, dst_chip) -> node ids`` from ``src_chip`` to ``dst_chip`` (chip node id =
@@ -35,6 +35,27 @@ no scale-out fabric)."""
 _HOP_EPS_S = 1e-12
 """Added to each link's latency for fallback routing: ties go to fewer hops, and
 zero-latency links stay edges of the sparse graph."""
+
+
+def crossing_pairs(
+    src: Int64s,
+    dst: Int64s,
+    times: Int64s | None,
+    cross: NDArray[np.bool_],
+    spread: int,
+) -> tuple[Int64s, Int64s, Int64s | None, Int64s | None]:
+    """The pairs ``cross`` marks (all of them without copying when every pair crosses),
+    each repeated ``spread`` times with its path offset when a scale-out fabric spreads a
+    pair's traffic over ``spread`` paths: (sources, targets, times, offsets or None)."""
+    whole = bool(cross.all())
+    s, d = (src, dst) if whole else (src[cross], dst[cross])
+    t = times if times is None or whole else times[cross]
+    offset = None
+    if spread > 1:
+        offset = np.tile(np.arange(spread, dtype=np.int64), s.size)
+        s, d = np.repeat(s, spread), np.repeat(d, spread)
+        t = None if t is None else np.repeat(t, spread)
+    return s, d, t, offset
 
 
 def row_sums(values: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -173,14 +194,7 @@ class Routes(LinkTable):
         n_inside = flat_parts[0].size
         if scaleout is not None and n_cross:
             # Every pair crosses domains in a data-parallel step: no need to gather them.
-            whole = n_cross == sources.size
-            s, d = (sources, targets) if whole else (sources[cross], targets[cross])
-            t = times if times is None or whole else times[cross]
-            offset = None
-            if spread > 1:
-                offset = np.tile(np.arange(spread, dtype=np.int64), s.size)
-                s, d = np.repeat(s, spread), np.repeat(d, spread)
-                t = None if t is None else np.repeat(t, spread)
+            s, d, t, offset = crossing_pairs(sources, targets, times, cross, spread)
             matrix, ok = scaleout.paths(s, d, self._usable(), offset)
             if not ok.all():
                 route = self.route
