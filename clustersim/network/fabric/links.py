@@ -6,7 +6,9 @@ source and a target node id, a nominal capacity (the total over its ``lanes``
 parallel lanes), a current capacity (``nominal x lanes_up / lanes``, zero when
 down), a latency and a kind. Links are added in bulk (:meth:`LinkTable.add_links`)
 and looked up by their endpoints through a sorted array of packed ``u << 32 | v``
-keys, so that tables of millions of links stay compact and fast to build.
+keys, so that tables of millions of links stay compact and fast to build: node ids,
+lanes and the sorted keys' link indices are 32-bit, and the current capacities are
+the nominal ones (one array) until a link loses lanes or capacity.
 
 Every change of links or lanes increments :attr:`LinkTable.version` and calls
 :meth:`LinkTable._changed`, which subclasses extend to drop their caches, and
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Generic, Literal, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, TypeAlias, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -34,6 +36,7 @@ LinkKind = Literal["local", "neuronlink", "switch", "efa"]
 KINDS: tuple[LinkKind, ...] = ("local", "neuronlink", "switch", "efa")
 
 Int64s: TypeAlias = NDArray[np.int64]
+Int32s: TypeAlias = NDArray[np.int32]
 
 _T = TypeVar("_T", bound=np.generic)
 
@@ -53,9 +56,9 @@ class _Column(Generic[_T]):
         self._parts: list[NDArray[_T]] = []
         self.n = 0
 
-    def extend(self, values: NDArray[_T], *, fresh: bool = False) -> None:
-        """Append ``values``: a copy of them, or (``fresh``: an array nobody else holds)
-        the array itself."""
+    def extend(self, values: NDArray[Any], *, fresh: bool = False) -> None:
+        """Append ``values`` (in the column's type): a copy of them, or (``fresh``: an
+        array of that type nobody else holds) the array itself."""
         part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
         self._parts.append(part.reshape(-1))
         self.n += part.size
@@ -97,17 +100,18 @@ class LinkTable:
         """Incremented whenever links or their state change; caches keyed on routes compare it."""
         self._nodes: list[Node] = []
         self._node_id: dict[Node, int] = {}
-        self._u = _Column(np.int64)
-        self._v = _Column(np.int64)
+        # Node ids and lanes in 32 bits: a table of 10^7 links holds 16 bytes less per link.
+        self._u = _Column(np.int32)
+        self._v = _Column(np.int32)
         self._nominal = _Column(np.float64)
-        self._capacity = _Column(np.float64)
+        self._capacity: NDArray[np.float64] | None = None
+        """The current capacities, once one differs from its nominal (None until then)."""
         self._latency = _Column(np.float64)
-        self._lanes = _Column(np.int64)
-        self._lanes_up = _Column(np.int64)
+        self._lanes = _Column(np.int32)
+        self._lanes_up = _Column(np.int32)
         self._kind = _Column(np.int8)
-        self._keys = _Column(np.int64)
-        self._sorted: tuple[Int64s, Int64s] = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        self._runs: list[tuple[Int64s, Int64s]] = []
+        self._sorted: tuple[Int64s, Int32s] = (np.zeros(0, np.int64), np.zeros(0, np.int32))
+        self._runs: list[tuple[Int64s, Int32s]] = []
         """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
         self._run_end = 0
         """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
@@ -189,6 +193,8 @@ class LinkTable:
                 f"{self._nodes[int(vv[i])]} needs capacity > 0, latency >= 0 and lanes >= 1 "
                 f"(got {cap[i]}, {lat[i]}, {lanes})"
             )
+        if n_nodes > np.iinfo(np.int32).max:
+            raise SimulationError(f"topology {self.name!r}: more than 2^31 nodes")
         keys = (uu << 32) | vv
         dup = self._find(keys, merge=False) >= 0
         if m > 1:
@@ -207,13 +213,13 @@ class LinkTable:
         self._u.extend(uu)
         self._v.extend(vv)
         self._nominal.extend(np.ascontiguousarray(cap))
-        self._capacity.extend(np.ascontiguousarray(cap))
+        if self._capacity is not None:
+            self._capacity = np.concatenate([self._capacity, cap])
         self._latency.extend(np.ascontiguousarray(lat))
-        self._lanes.extend(np.full(m, lanes, dtype=np.int64), fresh=True)
-        self._lanes_up.extend(np.full(m, lanes, dtype=np.int64), fresh=True)
+        self._lanes.extend(np.full(m, lanes, dtype=np.int32), fresh=True)
+        self._lanes_up.extend(np.full(m, lanes, dtype=np.int32), fresh=True)
         self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)
-        self._keys.extend(keys, fresh=True)
-        if self._keys.n - self._run_end > _UNSORTED_MAX:
+        if self._u.n - self._run_end > _UNSORTED_MAX:
             self._add_run()
         self._names = None
         self._changed()
@@ -280,25 +286,39 @@ class LinkTable:
 
     @property
     def capacity_Bps(self) -> NDArray[np.float64]:
-        """Current per-direction capacity of each link (zero when down). Do not modify."""
-        return self._capacity.view
+        """Current per-direction capacity of each link (zero when down). Do not modify.
+
+        While every link has its nominal capacity this is :attr:`nominal_Bps` (read-only);
+        the first change of lanes or capacity makes it an array of its own.
+        """
+        if self._capacity is None:
+            return self.nominal_Bps
+        return self._capacity
 
     @property
     def nominal_Bps(self) -> NDArray[np.float64]:
-        """Capacity of each link with all its lanes up. Do not modify."""
-        return self._nominal.view
+        """Capacity of each link with all its lanes up (a read-only array)."""
+        nominal = self._nominal.view
+        nominal.flags.writeable = False
+        return nominal
+
+    def _current(self) -> NDArray[np.float64]:
+        """The current capacities, as an array of their own (to change some)."""
+        if self._capacity is None:
+            self._capacity = self._nominal.view.copy()
+        return self._capacity
 
     @property
     def latency_s(self) -> NDArray[np.float64]:
         return self._latency.view
 
     @property
-    def link_u(self) -> Int64s:
+    def link_u(self) -> Int32s:
         """Source node id of each link."""
         return self._u.view
 
     @property
-    def link_v(self) -> Int64s:
+    def link_v(self) -> Int32s:
         """Target node id of each link."""
         return self._v.view
 
@@ -354,10 +374,17 @@ class LinkTable:
         """Sort the keys not yet in a run into one (a builder adds links in a few bulk calls:
         each is sorted once, and the runs are merged at the first bulk lookup)."""
         start = self._run_end
-        keys = self._keys.since(start)
-        order = np.argsort(keys, kind="stable").astype(np.int64)
-        self._runs.append((keys[order], order + start))
-        self._run_end = self._keys.n
+        keys = self._keys_since(start)
+        order = np.argsort(keys, kind="stable").astype(np.int32)
+        self._runs.append((keys[order], order + np.int32(start)))
+        self._run_end = self._u.n
+
+    def _keys_since(self, start: int) -> Int64s:
+        """The packed keys of the links from index ``start`` on."""
+        keys = self._u.since(start).astype(np.int64)
+        keys <<= 32
+        keys |= self._v.since(start)
+        return keys
 
     def _merge_runs(self) -> None:
         """Merge the runs into the sorted keys (keys are distinct: one sorted order; the
@@ -367,7 +394,7 @@ class LinkTable:
         key_parts = [self._sorted[0]] + [run[0] for run in self._runs]
         order_parts = [self._sorted[1]] + [run[1] for run in self._runs]
         self._runs = []
-        self._sorted = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._sorted = (np.zeros(0, np.int64), np.zeros(0, np.int32))
         keys = np.concatenate(key_parts)
         del key_parts
         run = np.argsort(keys, kind="stable")
@@ -380,7 +407,7 @@ class LinkTable:
         """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
         keys added since the last one first (and, with ``merge``, merges the runs)."""
         if keys.size > 64:
-            if self._keys.n > self._run_end:
+            if self._u.n > self._run_end:
                 self._add_run()  # cheaper than comparing the lookup with the unsorted tail
             if merge and self._runs:
                 self._merge_runs()
@@ -390,7 +417,7 @@ class LinkTable:
                 pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
                 hit = (sorted_keys[pos] == keys) & (out < 0)
                 out[hit] = order[pos[hit]]
-        tail = self._keys.since(self._run_end)
+        tail = self._keys_since(self._run_end)
         if tail.size:
             miss = np.flatnonzero(out < 0)
             if miss.size:
@@ -432,7 +459,7 @@ class LinkTable:
         self._n_down += (lanes_up == 0) - (before == 0)
         self._lanes_up.view[link] = lanes_up
         factor = self._factors.get(link, 1.0)
-        self._capacity.view[link] = float(self._nominal.view[link]) * lanes_up / lanes * factor
+        self._current()[link] = float(self._nominal.view[link]) * lanes_up / lanes * factor
         self._state_changed(link)
         self._changed()
 
@@ -458,7 +485,7 @@ class LinkTable:
             else:
                 self._factors[link] = float(factor)
             up, lanes = int(self._lanes_up.view[link]), int(self._lanes.view[link])
-            self._capacity.view[link] = float(self._nominal.view[link]) * up / lanes * factor
+            self._current()[link] = float(self._nominal.view[link]) * up / lanes * factor
             self._state_changed(link)
         self._changed()
 

@@ -213,7 +213,7 @@ class StageImages:
         hbm = links[own.size :]
         if hbm.size and (self.hbm is None or self.hbm[0] != n_links):
             return None
-        u, v = topo.link_u[own], topo.link_v[own]
+        u, v = topo.link_u[own].astype(np.int64), topo.link_v[own].astype(np.int64)
         chip_u, chip_v = u < n_chips, v < n_chips
         out = np.full(own.size, -1, dtype=np.int64)
         local = np.flatnonzero(chip_u & (u == v))

@@ -102,9 +102,14 @@ class LinkStats:
         self.start_s = start_s
         self.end_s = start_s
         self.max_bins = max_bins
-        self.bytes: Floats = np.zeros(n_links)
-        self.busy_s: Floats = np.zeros(n_links)
-        self.peak: Floats = np.zeros(n_links)
+        self._bytes: Floats | None = None
+        self._busy_s: Floats | None = None
+        self._peak: Floats | None = None
+        """The per-link figures, made at their first use: a run that never reads them
+        (a benchmark) holds no array over every link (10^7 links at a million chips)."""
+        self._peaks: list[tuple[Ints, Floats]] = []
+        """Utilisations of shared links not yet in ``peak`` (a maximum: any order)."""
+        self._peaks_size = 0
         self._held: dict[int, tuple[LoadPattern, float]] = {}
         """The pattern each holder holds now, and since when (not yet added)."""
         self._total: _Acc = {}
@@ -126,15 +131,61 @@ class LinkStats:
         self._pinned_links = 0
         self._caps: list[Floats] = []
         """The capacities of each epoch (a copy each)."""
-        self._inv: Floats = np.zeros(n_links)
-        """1 / capacity of the epoch in progress (0 where a link has none)."""
+        self._inv_now: Floats | None = None
+        """1 / capacity of the epoch in progress (0 where a link has none), made when
+        first read."""
         self.set_capacity(np.ones(n_links) if capacity_Bps is None else capacity_Bps)
 
     # -- loads ------------------------------------------------------------------------------
 
+    # -- per-link figures -------------------------------------------------------------------
+
+    @property
+    def bytes(self) -> Floats:
+        """Bytes carried by each link (as of the last :meth:`settle`)."""
+        if self._bytes is None:
+            self._bytes = np.zeros(self.n_links)
+        return self._bytes
+
+    @property
+    def busy_s(self) -> Floats:
+        """The time integral of each link's utilisation (as of the last :meth:`settle`)."""
+        if self._busy_s is None:
+            self._busy_s = np.zeros(self.n_links)
+        return self._busy_s
+
+    @property
+    def peak(self) -> Floats:
+        """The highest utilisation of each link seen (as of the last :meth:`settle`)."""
+        if self._peak is None:
+            self._peak = np.zeros(self.n_links)
+        if self._peaks:
+            peak = self._peak
+            for links, util in self._peaks:
+                peak[links] = np.maximum(peak[links], util)
+            self._peaks, self._peaks_size = [], 0
+        return self._peak
+
+    @property
+    def _inv(self) -> Floats:
+        if self._inv_now is None:
+            cap = self._caps[-1]
+            inv = np.zeros(self.n_links)
+            np.divide(1.0, cap, out=inv, where=cap > 0)
+            self._inv_now = inv
+        return self._inv_now
+
+    # -- loads ------------------------------------------------------------------------------
+
     def set_capacity(self, capacity_Bps: Floats) -> None:
-        """Capacities from now on (call after :meth:`advance_to` the instant they change)."""
-        cap = np.array(capacity_Bps, dtype=np.float64, copy=True).reshape(-1)[: self.n_links]
+        """Capacities from now on (call after :meth:`advance_to` the instant they change).
+
+        A read-only array of every link's capacity is held as it is (nobody changes it);
+        any other is copied.
+        """
+        cap = np.asarray(capacity_Bps, dtype=np.float64).reshape(-1)
+        if cap.flags.writeable or cap.size != self.n_links:
+            cap = np.array(cap[: self.n_links], copy=True)
         if cap.size < self.n_links:
             cap = np.concatenate([cap, np.zeros(self.n_links - cap.size)])
         if self._caps:
@@ -143,9 +194,7 @@ class LinkStats:
             if self._acc:  # the bin in progress goes on in another epoch
                 self._close()
         self._caps.append(cap)
-        inv = np.zeros(self.n_links)
-        np.divide(1.0, cap, out=inv, where=cap > 0)
-        self._inv = inv
+        self._inv_now = None
 
     def hold(self, holder: int, now_s: float, pattern: LoadPattern | None) -> None:
         """From ``now_s`` on, ``holder`` loads the links as ``pattern`` (None: no more).
@@ -168,8 +217,10 @@ class LinkStats:
                 elif rate > found.value:
                     found.value = rate
             if pattern.shared.size:
-                links = pattern.shared
-                self.peak[links] = np.maximum(self.peak[links], pattern.shared_util)
+                self._peaks.append((pattern.shared, pattern.shared_util))
+                self._peaks_size += int(pattern.shared.size)
+                if self._peaks_size > self.n_links:  # as much as the array: spread them
+                    self.peak  # noqa: B018 (the property applies them)
         self._held[holder] = (pattern, now_s)
 
     def load(self) -> Floats:
@@ -186,8 +237,10 @@ class LinkStats:
         extra = n_links - self.n_links
         if extra <= 0:
             return
-        for name in ("bytes", "busy_s", "peak", "_inv"):
-            setattr(self, name, np.concatenate([getattr(self, name), np.zeros(extra)]))
+        for name in ("_bytes", "_busy_s", "_peak", "_inv_now"):
+            old = getattr(self, name)
+            if old is not None:
+                setattr(self, name, np.concatenate([old, np.zeros(extra)]))
         self._caps[-1] = np.concatenate([self._caps[-1], np.zeros(extra)])
         self.n_links = n_links
 
@@ -262,6 +315,8 @@ class LinkStats:
 
     def _flush(self) -> None:
         """Spread the columns' integrals and highest rates over their links."""
+        if not (self._total or self._rmax):
+            return
         inv = self._inv
         for item in self._total.values():
             links, counts = self._within(item.col)
