@@ -29,7 +29,7 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.fabric import Topology
-from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages
+from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages, UniformCounts
 from clustersim.network.folded import FoldedRoutes, Repeats, distinct_rows
 from clustersim.network.runtimes import NO_COSTS, Protocol, Runtime
 
@@ -113,6 +113,8 @@ class Network(FoldedRoutes):
         self._mark: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         """False per link, but during :meth:`_on_links`."""
         self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
+        self._uniform = UniformCounts()
+        """The folded groups' counts, shared where they are one value on every link."""
         self.collectives_started = 0
         self.sends_started = 0
 
@@ -382,6 +384,7 @@ class Network(FoldedRoutes):
         used = counts > 0
         # HBM: every replica's flows that start or end on the first replica's chips.
         links, loads = links[used], counts[used]
+        on_links = loads.size
         chips = NO_CHIPS
         if hbm is not None:
             # The HBM of the group's first rank's chip (both ends' of a send), with every
@@ -390,6 +393,7 @@ class Network(FoldedRoutes):
             head = np.unique(rows[0, : 2 if len(ranks) <= 2 else 1])
             links, loads = hbm.add(links, loads, src, dst, head)
             chips = hbm.chips_of(links)
+        loads = self._uniform.share(loads, loads.size - on_links)
         group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=chips)
         if not union:
             images.remember(replicas, rows, known[1], group)

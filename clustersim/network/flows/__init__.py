@@ -4,7 +4,8 @@ Routed groups and the entities in flight (:mod:`.entity`); chip pairs routed int
 groups, cached (:mod:`.routecache`), and folded steps of stages placed alike as
 images of one another (:mod:`.images`); the groups on the links now (:mod:`.live`);
 max-min rates (:mod:`.maxmin`, :mod:`.solve`, :mod:`.classes`); each chip's HBM as a
-capacity (:mod:`.hbm`, :mod:`.flows_hbm`); link statistics (:mod:`.linkstats`,
+capacity (:mod:`.hbm`, :mod:`.flows_hbm`); counts shared where they are one value
+(:mod:`.uniform`); link statistics (:mod:`.linkstats`,
 :mod:`.linkload`); and the :class:`FlowNetwork` that runs them (:mod:`.flownetwork`,
 :mod:`.solving`). Over :mod:`~clustersim.network.fabric`.
 """
@@ -44,6 +45,7 @@ from clustersim.network.flows.maxmin import (
 from clustersim.network.flows.routecache import RouteCache
 from clustersim.network.flows.solve import Scratch, Solved, solve_groups, union
 from clustersim.network.flows.solving import Solving
+from clustersim.network.flows.uniform import UniformCounts
 
 __all__ = [
     "BLOCK",
@@ -72,6 +74,7 @@ __all__ = [
     "Solved",
     "Solving",
     "StageImages",
+    "UniformCounts",
     "intersect",
     "link_counts",
     "maxmin_rates",
