@@ -17,14 +17,16 @@ which notifies listeners (:meth:`LinkTable.add_listener`).
 
 from __future__ import annotations
 
+import itertools
 import weakref
-from collections.abc import Callable, Iterable
-from typing import Any, Generic, Literal, TypeAlias, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Literal, TypeAlias
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from clustersim.errors import SimulationError
+from clustersim.network.fabric._column import Column as _Column
 
 __all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
 
@@ -38,51 +40,8 @@ KINDS: tuple[LinkKind, ...] = ("local", "neuronlink", "switch", "efa")
 Int64s: TypeAlias = NDArray[np.int64]
 Int32s: TypeAlias = NDArray[np.int32]
 
-_T = TypeVar("_T", bound=np.generic)
-
 _UNSORTED_MAX = 256
 """Links added since the last sort are searched linearly up to this many."""
-
-
-class _Column(Generic[_T]):
-    """A growable 1-D numpy array.
-
-    Bulk additions are kept as parts and joined at the first read, so a builder's few
-    large additions are copied once, not once per doubling of the array.
-    """
-
-    def __init__(self, dtype: type[_T]) -> None:
-        self._a: NDArray[_T] = np.empty(0, dtype=dtype)
-        self._parts: list[NDArray[_T]] = []
-        self.n = 0
-
-    def extend(self, values: NDArray[Any], *, fresh: bool = False) -> None:
-        """Append ``values`` (in the column's type): a copy of them, or (``fresh``: an
-        array of that type nobody else holds) the array itself."""
-        part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
-        self._parts.append(part.reshape(-1))
-        self.n += part.size
-
-    def since(self, start: int) -> NDArray[_T]:
-        """The values from index ``start`` on, without joining the parts."""
-        pieces = [self._a[start:]] if start < self._a.size else []
-        skip = max(0, start - self._a.size)
-        for part in self._parts:
-            if skip >= part.size:
-                skip -= part.size
-                continue
-            pieces.append(part[skip:])
-            skip = 0
-        if len(pieces) == 1:
-            return pieces[0]
-        return np.concatenate(pieces) if pieces else self._a[:0]
-
-    @property
-    def view(self) -> NDArray[_T]:
-        if self._parts:
-            self._a = np.concatenate([self._a, *self._parts])
-            self._parts = []
-        return self._a
 
 
 def node_name(node: Node) -> str:
@@ -94,11 +53,15 @@ def node_name(node: Node) -> str:
 class LinkTable:
     """Numbered nodes and directed links, with capacities, latencies and lane state."""
 
-    def __init__(self, name: str, nodes: Iterable[Node] = ()) -> None:
+    def __init__(self, name: str, nodes: Iterable[Node] = (), *, chips: int = 0) -> None:
         self.name = name
         self.version = 0
         """Incremented whenever links or their state change; caches keyed on routes compare it."""
+        self._chips = chips
+        """Nodes ``0..chips-1`` are ``("chip", i)``, numbered without being stored: a
+        million chips would hold 190 MB of tuples and dictionary entries."""
         self._nodes: list[Node] = []
+        """The other nodes, from id ``chips`` on."""
         self._node_id: dict[Node, int] = {}
         # Node ids and lanes in 32 bits: a table of 10^7 links holds 16 bytes less per link.
         self._u = _Column(np.int32)
@@ -132,30 +95,45 @@ class LinkTable:
         """
         batch = nodes if isinstance(nodes, list) else list(nodes)
         known = self._node_id
-        start = len(self._nodes)
-        if not known or known.keys().isdisjoint(batch):
+        start = self.n_nodes
+        chips = self._chips and any(node[:1] == ("chip",) for node in batch)
+        if not chips and (not known or known.keys().isdisjoint(batch)):
             numbered = dict(zip(batch, range(start, start + len(batch)), strict=True))
             if len(numbered) == len(batch):  # all new and distinct: the common case
                 self._nodes.extend(batch)
                 known.update(numbered)
                 return np.arange(start, start + len(batch), dtype=np.int64)
-        fresh = [node for node in dict.fromkeys(batch) if node not in known]
+        fresh = [node for node in dict.fromkeys(batch) if self._id_of(node) is None]
         self._nodes.extend(fresh)
         known.update(zip(fresh, range(start, start + len(fresh)), strict=True))
-        return np.fromiter(map(known.__getitem__, batch), dtype=np.int64, count=len(batch))
+        return np.fromiter(map(self._id_of, batch), dtype=np.int64, count=len(batch))
+
+    def _id_of(self, node: Node) -> int | None:
+        """The id of ``node``, or None if it is not one of the table's."""
+        if len(node) == 2 and node[0] == "chip":
+            i = node[1]
+            if isinstance(i, int | np.integer) and not isinstance(i, bool) and 0 <= i < self._chips:
+                return int(i)
+        return self._node_id.get(node)
 
     def node_id(self, node: Node) -> int:
-        try:
-            return self._node_id[node]
-        except KeyError:
-            raise SimulationError(f"topology {self.name!r} has no node {node}") from None
+        found = self._id_of(node)
+        if found is None:
+            raise SimulationError(f"topology {self.name!r} has no node {node}")
+        return found
 
     def node(self, node_id: int) -> Node:
-        return self._nodes[node_id]
+        if 0 <= node_id < self._chips:
+            return ("chip", int(node_id))
+        return self._nodes[node_id - self._chips]
+
+    def nodes(self) -> Iterator[Node]:
+        """Every node, in the order of their ids."""
+        return itertools.chain(zip(itertools.repeat("chip"), range(self._chips)), self._nodes)
 
     @property
     def n_nodes(self) -> int:
-        return len(self._nodes)
+        return self._chips + len(self._nodes)
 
     # -- links ----------------------------------------------------------------------------------
 
@@ -182,15 +160,15 @@ class LinkTable:
             raise SimulationError(f"topology {self.name!r}: {m} sources but {vv.size} targets")
         cap = np.broadcast_to(np.asarray(capacity_Bps, dtype=np.float64), (m,))
         lat = np.broadcast_to(np.asarray(latency_s, dtype=np.float64), (m,))
-        n_nodes = len(self._nodes)
+        n_nodes = self.n_nodes
         if m and (min(uu.min(), vv.min()) < 0 or max(uu.max(), vv.max()) >= n_nodes):
             raise SimulationError(f"topology {self.name!r}: link endpoints outside 0..{n_nodes}")
         bad = ~((cap > 0) & np.isfinite(cap) & (lat >= 0) & np.isfinite(lat))
         if bad.any() or lanes < 1:
             i = int(np.argmax(bad))
             raise SimulationError(
-                f"topology {self.name!r}: link {self._nodes[int(uu[i])]} -> "
-                f"{self._nodes[int(vv[i])]} needs capacity > 0, latency >= 0 and lanes >= 1 "
+                f"topology {self.name!r}: link {self.node(int(uu[i]))} -> "
+                f"{self.node(int(vv[i]))} needs capacity > 0, latency >= 0 and lanes >= 1 "
                 f"(got {cap[i]}, {lat[i]}, {lanes})"
             )
         if n_nodes > np.iinfo(np.int32).max:
@@ -206,8 +184,8 @@ class LinkTable:
         if dup.any():
             i = int(np.argmax(dup))
             raise SimulationError(
-                f"topology {self.name!r}: duplicate link {self._nodes[int(uu[i])]} -> "
-                f"{self._nodes[int(vv[i])]}"
+                f"topology {self.name!r}: duplicate link {self.node(int(uu[i]))} -> "
+                f"{self.node(int(vv[i]))}"
             )
         start = self._u.n
         self._u.extend(uu)
@@ -332,7 +310,7 @@ class LinkTable:
     def names(self) -> NDArray[np.str_]:
         """``chip0->chip1``, ``chip3:local``, ``leaf2->spine2_5``, ...: one per link (lazily)."""
         if self._names is None:
-            names = [node_name(node) for node in self._nodes]
+            names = [node_name(node) for node in self.nodes()]
             pairs = zip(self._u.view.tolist(), self._v.view.tolist(), strict=True)
             self._names = np.asarray(
                 [f"{names[u]}:local" if u == v else f"{names[u]}->{names[v]}" for u, v in pairs],
@@ -346,7 +324,7 @@ class LinkTable:
 
     def link(self, u: Node, v: Node) -> int:
         """Index of the link ``u -> v``."""
-        uid, vid = self._node_id.get(u), self._node_id.get(v)
+        uid, vid = self._id_of(u), self._id_of(v)
         found = -1
         if uid is not None and vid is not None:
             found = int(self._find(np.asarray([uid << 32 | vid], dtype=np.int64))[0])
@@ -362,13 +340,13 @@ class LinkTable:
         if found.size and found.min() < 0:
             i = int(np.argmin(found))
             raise SimulationError(
-                f"topology {self.name!r} has no link {self._nodes[int(uu.flat[i])]} -> "
-                f"{self._nodes[int(vv.flat[i])]}"
+                f"topology {self.name!r} has no link {self.node(int(uu.flat[i]))} -> "
+                f"{self.node(int(vv.flat[i]))}"
             )
         return found
 
     def endpoints(self, link: int) -> tuple[Node, Node]:
-        return self._nodes[int(self._u.view[link])], self._nodes[int(self._v.view[link])]
+        return self.node(int(self._u.view[link])), self.node(int(self._v.view[link]))
 
     def _add_run(self) -> None:
         """Sort the keys not yet in a run into one (a builder adds links in a few bulk calls:

@@ -42,7 +42,6 @@ Builders and scale-out fabrics are registered by name in
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -151,8 +150,8 @@ class Topology(Routes):
         self._usable_csr: sp.csr_matrix | None = None
         self._graph: nx.DiGraph | None = None
         n = chips_per_instance * instances
-        # chip_node(0), chip_node(1), ...: zip makes the tuples without a Python call each.
-        super().__init__(name, list(zip(itertools.repeat("chip"), range(n))))
+        # chip_node(0), chip_node(1), ...: numbered by the table, not stored (see LinkTable).
+        super().__init__(name, chips=n)
         self.chip_domain: Int64s = np.arange(n, dtype=np.int64) // (
             chips_per_instance * domain_instances
         )
@@ -233,7 +232,7 @@ class Topology(Routes):
             g = nx.DiGraph()
             if self.torus_dims:
                 g.graph["torus_dims"] = self.torus_dims
-            for i, node in enumerate(self._nodes):
+            for i, node in enumerate(self.nodes()):
                 if i < self.n_chips:
                     attrs: dict[str, object] = {
                         "kind": "chip",

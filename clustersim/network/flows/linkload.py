@@ -11,7 +11,15 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["Column", "LinkUtilisation", "LoadPattern"]
+__all__ = [
+    "Column",
+    "LinkUtilisation",
+    "LoadPattern",
+    "PendingMax",
+    "max_by_link",
+    "sum_by_link",
+    "take_row",
+]
 
 Floats = NDArray[np.float64]
 Ints = NDArray[np.int64]
@@ -81,3 +89,76 @@ class LoadPattern:
     def size(self) -> int:
         """Link entries the pattern holds of its own (its columns belong to their groups)."""
         return int(self.shared.size) + len(self.columns)
+
+
+Pieces = list[tuple[Ints, Floats]]
+"""Values on links: ``(links, values)`` pairs, each with distinct links."""
+
+
+def take_row(row: Floats) -> tuple[Ints, Floats]:
+    """The links where ``row`` is not zero (sorted) and its values there; ``row`` is all
+    zero again after."""
+    links = np.flatnonzero(row).astype(np.int64)
+    vals = row[links]
+    row[links] = 0.0
+    return links, vals
+
+
+def sum_by_link(pieces: Pieces, n_links: int) -> tuple[Ints, Floats]:
+    """The links of ``pieces`` (of ``n_links``), sorted, and the sum of their values on
+    each (added in the order of ``pieces``)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    size = sum(links.size for links, _ in pieces)
+    if size > n_links // 8:  # a dense row of the links, not a sort of every entry
+        row = np.zeros(n_links)
+        for links, vals in pieces:
+            row[links] += vals
+        return take_row(row)
+    keys = np.concatenate([links for links, _ in pieces])
+    vals = np.concatenate([vals for _, vals in pieces])
+    if not keys.size:
+        return keys, vals
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    sums: Floats = np.bincount(inverse.ravel(), weights=vals, minlength=uniq.size).astype(
+        np.float64
+    )
+    return uniq.astype(np.int64), sums
+
+
+def max_by_link(pieces: Pieces) -> tuple[Ints, Floats]:
+    """The links of ``pieces``, sorted, and the highest of their values on each."""
+    every = np.concatenate([links for links, _ in pieces])
+    values = np.concatenate([vals for _, vals in pieces])
+    order = np.argsort(every, kind="stable")
+    every, values = every[order], values[order]
+    starts = np.flatnonzero(np.concatenate([[True], every[1:] != every[:-1]]))
+    return every[starts], np.maximum.reduceat(values, starts)
+
+
+class PendingMax:
+    """Values on links whose highest per link is wanted, kept as ``(links, values)``
+    pairs until read (a maximum: any order gives the same), merged into one pair per
+    link when they pass a quarter of the ``n_links`` links."""
+
+    def __init__(self, n_links: int) -> None:
+        self.n_links = n_links
+        self.pieces: Pieces = []
+        self.size = 0
+
+    def add(self, links: Ints, values: Floats) -> bool:
+        """Keep ``values`` on ``links``; whether they would better be spread over an
+        array of every link (an eighth of the links, merged)."""
+        self.pieces.append((links, values))
+        self.size += int(links.size)
+        if self.size <= self.n_links // 4:
+            return False
+        self.pieces = [max_by_link(self.pieces)]
+        self.size = int(self.pieces[0][0].size)
+        return self.size > self.n_links // 8
+
+    def spread(self, into: Floats) -> None:
+        """Raise ``into`` (one value per link) to the values kept, and forget them."""
+        for links, values in self.pieces:
+            into[links] = np.maximum(into[links], values)
+        self.pieces, self.size = [], 0

@@ -49,7 +49,14 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.flows.linkload import Column, LinkUtilisation, LoadPattern
+from clustersim.network.flows.linkload import (
+    Column,
+    LinkUtilisation,
+    LoadPattern,
+    PendingMax,
+    sum_by_link,
+    take_row,
+)
 
 __all__ = ["Column", "LinkStats", "LinkUtilisation", "LoadPattern"]
 
@@ -107,9 +114,8 @@ class LinkStats:
         self._peak: Floats | None = None
         """The per-link figures, made at their first use: a run that never reads them
         (a benchmark) holds no array over every link (10^7 links at a million chips)."""
-        self._peaks: list[tuple[Ints, Floats]] = []
-        """Utilisations of shared links not yet in ``peak`` (a maximum: any order)."""
-        self._peaks_size = 0
+        self._peaks = PendingMax(n_links)
+        """Utilisations of shared links not yet in ``peak``."""
         self._held: dict[int, tuple[LoadPattern, float]] = {}
         """The pattern each holder holds now, and since when (not yet added)."""
         self._total: _Acc = {}
@@ -159,11 +165,7 @@ class LinkStats:
         """The highest utilisation of each link seen (as of the last :meth:`settle`)."""
         if self._peak is None:
             self._peak = np.zeros(self.n_links)
-        if self._peaks:
-            peak = self._peak
-            for links, util in self._peaks:
-                peak[links] = np.maximum(peak[links], util)
-            self._peaks, self._peaks_size = [], 0
+        self._peaks.spread(self._peak)
         return self._peak
 
     @property
@@ -216,11 +218,8 @@ class LinkStats:
                     rmax[id(col)] = _Sum(col, rate)
                 elif rate > found.value:
                     found.value = rate
-            if pattern.shared.size:
-                self._peaks.append((pattern.shared, pattern.shared_util))
-                self._peaks_size += int(pattern.shared.size)
-                if self._peaks_size > self.n_links:  # as much as the array: spread them
-                    self.peak  # noqa: B018 (the property applies them)
+            if pattern.shared.size and self._peaks.add(pattern.shared, pattern.shared_util):
+                self._peak = self.peak  # they would fill an array over the links
         self._held[holder] = (pattern, now_s)
 
     def load(self) -> Floats:
@@ -384,7 +383,7 @@ class LinkStats:
         self._records = [
             (j, epoch, acc) for j in sorted(merged) for epoch, acc in sorted(merged[j].items())
         ]
-        self._spread = [(j, *self._sum_by_link(spread[j])) for j in sorted(spread)]
+        self._spread = [(j, *sum_by_link(spread[j], self.n_links)) for j in sorted(spread)]
 
     def _spread_bins(self) -> None:
         """Spread the closed bins over their links (utilisation integrals per link), and
@@ -407,7 +406,7 @@ class LinkStats:
                     inv = invs[epoch] = self._epoch_inv(epoch)
                 links, counts = self._within(col)
                 row[links] += counts * integral * inv[links]
-            out.append((b, *self._take(row)))
+            out.append((b, *take_row(row)))
         self._spread = out
         self._records, self._runs = [], []
         self._pinned, self._pinned_links = {}, 0
@@ -419,36 +418,6 @@ class LinkStats:
         inv = np.zeros(cap.size)
         np.divide(1.0, cap, out=inv, where=cap > 0)
         return inv
-
-    @staticmethod
-    def _take(row: Floats) -> tuple[Ints, Floats]:
-        """The links where ``row`` is not zero (sorted) and its values there; ``row`` is
-        all zero again after."""
-        links = np.flatnonzero(row).astype(np.int64)
-        vals = row[links]
-        row[links] = 0.0
-        return links, vals
-
-    def _sum_by_link(self, pieces: list[tuple[Ints, Floats]]) -> tuple[Ints, Floats]:
-        """The links of ``pieces`` (each with distinct links), sorted, and the sum of their
-        values on each (added in the order of ``pieces``)."""
-        if len(pieces) == 1:
-            return pieces[0]
-        size = sum(links.size for links, _ in pieces)
-        if size > self.n_links // 8:  # a dense row of the links, not a sort of every entry
-            row = np.zeros(self.n_links)
-            for links, vals in pieces:
-                row[links] += vals
-            return self._take(row)
-        keys = np.concatenate([links for links, _ in pieces])
-        vals = np.concatenate([vals for _, vals in pieces])
-        if not keys.size:
-            return keys, vals
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        sums: Floats = np.bincount(inverse.ravel(), weights=vals, minlength=uniq.size).astype(
-            np.float64
-        )
-        return uniq.astype(np.int64), sums
 
     # -- reading ----------------------------------------------------------------------------
 

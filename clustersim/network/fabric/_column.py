@@ -1,0 +1,53 @@
+"""A growable 1-D numpy array: a column of a :class:`~.links.LinkTable`."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["Column"]
+
+_T = TypeVar("_T", bound=np.generic)
+
+
+class Column(Generic[_T]):
+    """A growable 1-D numpy array.
+
+    Bulk additions are kept as parts and joined at the first read, so a builder's few
+    large additions are copied once, not once per doubling of the array.
+    """
+
+    def __init__(self, dtype: type[_T]) -> None:
+        self._a: NDArray[_T] = np.empty(0, dtype=dtype)
+        self._parts: list[NDArray[_T]] = []
+        self.n = 0
+
+    def extend(self, values: NDArray[Any], *, fresh: bool = False) -> None:
+        """Append ``values`` (in the column's type): a copy of them, or (``fresh``: an
+        array of that type nobody else holds) the array itself."""
+        part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
+        self._parts.append(part.reshape(-1))
+        self.n += part.size
+
+    def since(self, start: int) -> NDArray[_T]:
+        """The values from index ``start`` on, without joining the parts."""
+        pieces = [self._a[start:]] if start < self._a.size else []
+        skip = max(0, start - self._a.size)
+        for part in self._parts:
+            if skip >= part.size:
+                skip -= part.size
+                continue
+            pieces.append(part[skip:])
+            skip = 0
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else self._a[:0]
+
+    @property
+    def view(self) -> NDArray[_T]:
+        if self._parts:
+            self._a = np.concatenate([self._a, *self._parts])
+            self._parts = []
+        return self._a
