@@ -30,7 +30,9 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
 - **Compute** follows the scenario's attention kernel (``parallelism.attention``,
   ``cp_comm_type``), precision and recompute, through the same op templates as the
   simulator; the CP ring's transfers count only where they outlast the attention
-  steps they overlap (plus the SMs they take from them).
+  steps they overlap (plus the SMs they take from them). A full recompute that runs
+  beside the backward of the layer after it (the ``dataflow`` TP rule) saves, per
+  pair of layers, the communication the interleaving hides (``search.beside``).
 - **Pipeline.** With m microbatches, pp stages and v model chunks per stage
   (interleaved 1F1B when v > 1) the step is
   ``sum_s (F_s + B_s) / v + (m - 1/v) max_s (F_s + B_s)`` plus the point-to-point
@@ -57,6 +59,7 @@ from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.search.beside import pairs_beside, stage_saved_s
 from clustersim.search.buckets import block_readies, grad_tail_s
 from clustersim.search.drain import (
     hop_shared_s,
@@ -100,7 +103,7 @@ from clustersim.workload.ends import embed_block, head_block
 from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
 from clustersim.workload.ops import ACT_BYTES, Tpl
-from clustersim.workload.overlap import a2a_overlap
+from clustersim.workload.overlap import a2a_overlap, recompute_beside
 from clustersim.workload.program import Kind
 from clustersim.workload.recompute import modules_of
 from clustersim.workload.transformer import adam_work, pipeline_message_bytes
@@ -176,6 +179,14 @@ class Estimator:
             return self.net.flat_ring_s(ring, op, nbytes)[1]
         return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime)
 
+    def contended_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
+        """The seconds a collective of the same size on the same links at once adds to
+        one (:meth:`wire_s`, less where DMA queues bound its messages)."""
+        levels, sharing = self.net.levels(stride, size)
+        if not levels or nbytes <= 0 or self.net.flat_ring(stride, size, op, nbytes) is not None:
+            return self.wire_s(stride, size, op, nbytes)
+        return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime, together=2)
+
     def tiers(self, stride: int, size: int) -> set[str]:
         """The tiers of links (``Level.tier``) a group's levels, or its flat ring, cross."""
         tiers = {lv.tier for lv in self.net.levels(stride, size)[0]}
@@ -189,7 +200,7 @@ class Estimator:
         sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
         rec_modules = modules_of(par)
         opts = (par.recompute, rec_modules, par.sequence_parallel, par.attention, par.cp_comm_type)
-        key = (*sizes, *opts)
+        key = (*sizes, *opts, par.tp_comm_overlap, par.zero >= 3)  # recompute_beside's
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
@@ -215,6 +226,14 @@ class Estimator:
             rec = self._tpls_s(layer.recompute, layout)
             moe_bwd = self._tpls_s(expert.bwd, layout)
             moe_rec = self._tpls_s(expert.recompute, layout)
+            named = {"dense": layer, "moe": expert, "bf16": bf16}
+            sm = self.chip.spec.collective_sm_fraction
+            kinds = {k: b for k, b in named.items() if k == "dense" or b is not layer}
+            pairs = (
+                pairs_beside(kinds, layout, self.work_s, self, sm_fraction=sm)
+                if recompute_beside(par, dm)
+                else {}
+            )
             found = self._blocks[key] = Blocks(
                 layer_fwd=self._tpls_s(layer.fwd, layout),
                 layer_bwd=(bwd[0] + rec[0], bwd[1] + rec[1]),
@@ -233,9 +252,10 @@ class Estimator:
                 bf16_fwd=self._tpls_s(bf16.fwd, layout),
                 bf16_bwd=(bf16_bwd[0] + bf16_rec[0], bf16_bwd[1] + bf16_rec[1]),
                 ready=block_readies(
-                    {"dense": layer, "moe": expert, "bf16": bf16, "embed": embed, "head": head},
+                    {**named, "embed": embed, "head": head},
                     lambda t: self._tpls_s(t, layout),
                 ),
+                beside=pairs,
             )
         return found
 
@@ -398,6 +418,8 @@ class Estimator:
             f_comm = n * blk.layer_fwd[1] + e * blk.moe_fwd[1] + k * blk.bf16_fwd[1]
             b_comp = n * blk.layer_bwd[0] + e * blk.moe_bwd[0] + k * blk.bf16_bwd[0]
             b_comm = n * blk.layer_bwd[1] + e * blk.moe_bwd[1] + k * blk.bf16_bwd[1]
+            if blk.beside:  # each recompute beside the backward of the layer after it
+                b_comm -= stage_saved_s((model, self.train, layout), stage, blk.beside)
             if stage == 0:
                 f_comp, f_comm = f_comp + blk.embed_fwd[0], f_comm + blk.embed_fwd[1]
                 b_comp, b_comm = b_comp + blk.embed_bwd[0], b_comm + blk.embed_bwd[1]
@@ -462,7 +484,10 @@ class Estimator:
                     zero=par.zero,
                     bucket_bytes=bucket,
                     ready=blk.ready,
-                    layer_comms=blk.layer_bwd_comms,
+                    # beside the next recompute, what the layer waits for of them
+                    layer_comms=blk.beside[("dense", "dense")].comms
+                    if blk.beside
+                    else blk.layer_bwd_comms,
                     first_only=first_chunk_buckets(par),
                 )
                 hop_x = hop_shared_s(
