@@ -30,7 +30,9 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
 - **Compute** follows the scenario's attention kernel (``parallelism.attention``,
   ``cp_comm_type``), precision and recompute, through the same op templates as the
   simulator; the CP ring's transfers count only where they outlast the attention
-  steps they overlap (plus the SMs they take from them).
+  steps they overlap (plus the SMs they take from them). A full recompute that runs
+  beside the backward of the layer after it (the ``dataflow`` TP rule) saves, per
+  pair of layers, the communication the interleaving hides (``search.beside``).
 - **Pipeline.** With m microbatches, pp stages and v model chunks per stage
   (interleaved 1F1B when v > 1) the step is
   ``sum_s (F_s + B_s) / v + (m - 1/v) max_s (F_s + B_s)`` plus the point-to-point
@@ -50,37 +52,29 @@ max-min sharing, are left to the simulation of the best candidates.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from clustersim.catalog.schema import ModelSpec
 from clustersim.hardware.chip import ChipModel
 from clustersim.hardware.work import Work
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
+from clustersim.search.beside import pairs_beside, stage_saved_s
 from clustersim.search.buckets import block_readies, grad_tail_s
 from clustersim.search.drain import (
     hop_shared_s,
-    link_ratio,
     op_ready_times,
     shared_backward_s,
-    shares_links,
 )
 from clustersim.search.experts import grad_streams_s, layer_kinds
-from clustersim.search.netmodel import TORUS, Level, NetModel, collective_s, collective_wire_s
+from clustersim.search.netmodel import Level, NetModel, collective_s, collective_wire_s
 from clustersim.search.parts import Blocks, Estimate, blocks_times
 from clustersim.search.pipeline import last_backward_ends
 from clustersim.search.sharded import (
     bucket_streams,
     dp_tail,
-    expert_shard_group,
     flat_ring_tiers,
-    fsdp_overhead,
-    stage_uses,
     unit_streams,
 )
-from clustersim.search.sharded import buckets as _buckets
-from clustersim.search.sharded import overlap_s as _overlap
-from clustersim.search.sharded import wire_share as _wire_share
+from clustersim.search.sharded_pass import sharded_pass_s
 from clustersim.search.templates_time import sm_lost_s, templates_s
 from clustersim.workload import (
     Layout,
@@ -92,15 +86,14 @@ from clustersim.workload import (
     validate,
 )
 from clustersim.workload.dims import (
-    layer_pieces,
     optimizer_params,
     stage_layers,
 )
 from clustersim.workload.ends import embed_block, head_block
 from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layers import LayerBlocks, bf16_layer_count, moe_sublayer
-from clustersim.workload.ops import ACT_BYTES, Tpl
-from clustersim.workload.overlap import a2a_overlap
+from clustersim.workload.ops import Tpl
+from clustersim.workload.overlap import a2a_overlap, recompute_beside
 from clustersim.workload.program import Kind
 from clustersim.workload.recompute import modules_of
 from clustersim.workload.transformer import adam_work, pipeline_message_bytes
@@ -176,6 +169,14 @@ class Estimator:
             return self.net.flat_ring_s(ring, op, nbytes)[1]
         return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime)
 
+    def contended_s(self, stride: int, size: int, op: str, nbytes: float) -> float:
+        """The seconds a collective of the same size on the same links at once adds to
+        one (:meth:`wire_s`, less where DMA queues bound its messages)."""
+        levels, sharing = self.net.levels(stride, size)
+        if not levels or nbytes <= 0 or self.net.flat_ring(stride, size, op, nbytes) is not None:
+            return self.wire_s(stride, size, op, nbytes)
+        return collective_wire_s(op, nbytes, levels, sharing, self.net.runtime, together=2)
+
     def tiers(self, stride: int, size: int) -> set[str]:
         """The tiers of links (``Level.tier``) a group's levels, or its flat ring, cross."""
         tiers = {lv.tier for lv in self.net.levels(stride, size)[0]}
@@ -189,7 +190,7 @@ class Estimator:
         sizes = (layout.tp, layout.cp, layout.dp, layout.ep, layout.etp, par.microbatch_size)
         rec_modules = modules_of(par)
         opts = (par.recompute, rec_modules, par.sequence_parallel, par.attention, par.cp_comm_type)
-        key = (*sizes, *opts)
+        key = (*sizes, *opts, par.tp_comm_overlap, par.zero >= 3)  # recompute_beside's
         found = self._blocks.get(key)
         if found is None:
             dm = make_dims(self.model, par, self.train, layout)
@@ -215,6 +216,14 @@ class Estimator:
             rec = self._tpls_s(layer.recompute, layout)
             moe_bwd = self._tpls_s(expert.bwd, layout)
             moe_rec = self._tpls_s(expert.recompute, layout)
+            named = {"dense": layer, "moe": expert, "bf16": bf16}
+            sm = self.chip.spec.collective_sm_fraction
+            kinds = {k: b for k, b in named.items() if k == "dense" or b is not layer}
+            pairs = (
+                pairs_beside(kinds, layout, self.work_s, self, sm_fraction=sm)
+                if recompute_beside(par, dm)
+                else {}
+            )
             found = self._blocks[key] = Blocks(
                 layer_fwd=self._tpls_s(layer.fwd, layout),
                 layer_bwd=(bwd[0] + rec[0], bwd[1] + rec[1]),
@@ -233,9 +242,10 @@ class Estimator:
                 bf16_fwd=self._tpls_s(bf16.fwd, layout),
                 bf16_bwd=(bf16_bwd[0] + bf16_rec[0], bf16_bwd[1] + bf16_rec[1]),
                 ready=block_readies(
-                    {"dense": layer, "moe": expert, "bf16": bf16, "embed": embed, "head": head},
+                    {**named, "embed": embed, "head": head},
                     lambda t: self._tpls_s(t, layout),
                 ),
+                beside=pairs,
             )
         return found
 
@@ -260,117 +270,6 @@ class Estimator:
         lv = levels[-1]
         flows = sharing * (levels[0].size if levels[0].shared_link else 1)
         return lv.latency_s + nbytes * flows / lv.bw_Bps
-
-    def _sharded_mb(
-        self,
-        par: ParallelismCfg,
-        layout: Layout,
-        stage: int,
-        blk: Blocks,
-        *,
-        mb: tuple[float, float, float, float],
-        once: list[float],
-        in_flight: list[tuple[float, float]],
-        sm_lost: list[tuple[float, float] | None],
-    ) -> tuple[float, float]:
-        """ZeRO-2 and 3's extra (forward, backward) seconds per microbatch on ``stage``
-        (``search.sharded``); ZeRO-3's once-per-step seconds go to ``once``, and the
-        seconds their collectives are in flight in a forward and a backward to
-        ``in_flight``.
-
-        ``mb`` is the stage's (forward compute, forward comm, backward compute,
-        backward comm) per microbatch. Where the layers' TP and CP collectives cross
-        the links of the shard group, they share them with its traffic for the
-        fraction of the microbatch that traffic is in flight: that fraction of
-        their time again.
-        """
-        once.append(0.0)
-        in_flight.append((0.0, 0.0))
-        sm_lost.append(None)  # ZeRO-3's stepped SM losses, when it steps them
-        if par.zero < 2 or layout.dp * layout.cp == 1:
-            return 0.0, 0.0
-        f_comp, f_comm, b_comp, b_comm = mb
-        # Sharing a link slows only the bytes on it, not the runtime's fixed costs.
-        f_wire = f_comm * _wire_share(blk.layer_fwd_comms, blk.layer_fwd[1])
-        b_wire = b_comm * _wire_share(blk.layer_bwd_comms, blk.layer_bwd[1])
-        shard = layout.span("dp_shard")
-        if par.zero == 2:
-            edp = expert_shard_group(layout)
-            busy = sum(
-                self.coll_s(*group, "reduce_scatter", b)
-                for group, experts in ((shard, False), (edp, True))
-                for b in _buckets(self.model, layout, stage, par.grad_bucket_bytes, experts=experts)
-            )
-            f_x, b_x = 0.0, max(busy - (b_comp + b_comm), 0.0)
-            in_flight[-1] = (0.0, busy)
-        else:
-            times = blocks_times(blk)
-            comms = blocks_times(blk, part=1)
-            uses = stage_uses(self.model, par, layout, stage, times=times, links=self, comms=comms)
-            sm = self.chip.spec.collective_sm_fraction
-            sh = fsdp_overhead(uses, par.fsdp.prefetch, sm)
-            sm_lost[-1] = (sh.fwd_lost_s, sh.bwd_lost_s)
-            once[-1] = sh.once_s
-            busy = sum(u.gather_s + u.scatter_s for u in uses)
-            f_x, b_x = sh.fwd_s, sh.bwd_s
-            if layout.pp > 1 and not par.fsdp.reshard_after_forward:
-                # Gathered once per step (``sharding``): the first microbatch waits for
-                # the gathers, the others only for the reduce-scatters.
-                kept = [replace(u, gather_s=0.0) for u in uses]
-                steady = fsdp_overhead(kept, par.fsdp.prefetch, sm)
-                sm_lost[-1] = (steady.fwd_lost_s, steady.bwd_lost_s)
-                once[-1] = sh.once_s + sh.fwd_s + sh.bwd_s + steady.once_s
-                n_mb = microbatches(par, self.train, layout)
-                busy = sum(u.scatter_s for u in uses) + sum(u.gather_s for u in uses) / n_mb
-                f_x, b_x = steady.fwd_s, steady.bwd_s
-                uses = [replace(u, gather_s=u.gather_s / n_mb) for u in uses]
-            in_flight[-1] = (
-                sum(u.gather_s for u in uses if not u.backward),
-                sum(u.gather_s + u.scatter_s for u in uses if u.backward),
-            )
-        if not shares_links(self, layout, shard):
-            return f_x, b_x
-        # A collective of f flows sharing a link with k of the shard group's flows
-        # runs at f/(f+k) of the rate, k/f times longer (``search.drain``).
-        slow = link_ratio(self, layout, shard, layout.shard_size)
-        ring = 2.0 if layout.shard_size >= 3 and self.net.fabric_topology not in TORUS else 1.0
-        if par.zero == 2:
-            # The buckets stream under the whole backward, from every rank of a chip
-            # at once (each its own shard group), with the groups interleaved
-            # between a group's members on each link: k is all of their flows.
-            b_total = b_comp + b_comm
-            busy_frac = min(busy / b_total, 1.0) if b_total > 0 else 0.0
-            # ... and it can lose no more time than the shard traffic holds the link.
-            return f_x, b_x + min(slow * busy_frac * b_wire, busy)
-        if par.zero == 3 and par.fsdp.unit == "layer" and par.fsdp.prefetch:
-            # The next layer's gather (and in the backward the last one's reduce-
-            # scatter) start with a layer: they share links with its first collectives.
-            n = len(stage_layers(self.model, layout, stage))
-            per_layer = float(ACT_BYTES * sum(k for _, k in layer_pieces(self.model, layout.tp)))
-            # A pipeline stage that keeps its units gathered gathers in its first
-            # microbatch alone (above): no gather meets the others' layers.
-            once_only = layout.pp > 1 and not par.fsdp.reshard_after_forward
-            gather = 0.0 if once_only else self.wire_s(*shard, "all_gather", per_layer)
-            scatter = self.wire_s(*shard, "reduce_scatter", per_layer)
-            again = gather if par.fsdp.reshard_after_forward else 0.0
-            # Only the first collectives of a layer meet its prefetched gather, a
-            # burst from one group: k is the ring's flows (measured on the shipped
-            # examples: this keeps the estimate within 3% where counting every
-            # chip's groups, as for ZeRO-2, overshoots by 16% on a Trn2 torus).
-            f_x += n * ring * _overlap(blk.layer_fwd_comms, gather)
-            b_x += n * ring * _overlap(blk.layer_bwd_comms, again + scatter)
-            return f_x, b_x
-        # Whole-chunk units: their gathers stream under the microbatch, as ZeRO-2's
-        # buckets do under the backward, but for what the compute waits for (the
-        # step's first gather, the last reduce-scatter, the steady waits): no layer
-        # runs then, so no TP or CP collective meets it.
-        total = f_comp + f_comm + b_comp + b_comm
-        if total > 0:
-            waited = f_x + b_x + once[-1] / microbatches(par, self.train, layout)
-            busy_frac = min(max(busy - waited, 0.0) / total, 1.0)
-            f_x = f_x + min(slow * busy_frac * f_wire, busy)
-            b_x = b_x + min(slow * busy_frac * b_wire, busy)
-        return f_x, b_x
 
     def __call__(self, par: ParallelismCfg, layout: Layout) -> Estimate:
         """The analytic step time of a (validated) layout; see the module doc."""
@@ -398,6 +297,8 @@ class Estimator:
             f_comm = n * blk.layer_fwd[1] + e * blk.moe_fwd[1] + k * blk.bf16_fwd[1]
             b_comp = n * blk.layer_bwd[0] + e * blk.moe_bwd[0] + k * blk.bf16_bwd[0]
             b_comm = n * blk.layer_bwd[1] + e * blk.moe_bwd[1] + k * blk.bf16_bwd[1]
+            if blk.beside:  # each recompute beside the backward of the layer after it
+                b_comm -= stage_saved_s((model, self.train, layout), stage, blk.beside)
             if stage == 0:
                 f_comp, f_comm = f_comp + blk.embed_fwd[0], f_comm + blk.embed_fwd[1]
                 b_comp, b_comm = b_comp + blk.embed_bwd[0], b_comm + blk.embed_bwd[1]
@@ -406,8 +307,16 @@ class Estimator:
                 b_comp, b_comm = b_comp + blk.head_bwd[0], b_comm + blk.head_bwd[1]
             mb = (f_comp, f_comm, b_comp, b_comm)
             passes.append(mb)
-            f_fsdp, b_fsdp = self._sharded_mb(
-                par, layout, stage, blk, mb=mb, once=once, in_flight=in_flight, sm_lost=stepped
+            f_fsdp, b_fsdp = sharded_pass_s(
+                self,
+                par,
+                layout,
+                stage,
+                blk,
+                mb=mb,
+                once=once,
+                in_flight=in_flight,
+                sm_lost=stepped,
             )
             # The sharded collectives in flight while the pass computes take SMs.
             f_sm = sm_lost_s(sm, in_flight[-1][0] - f_fsdp, f_comp, f_comm)
@@ -462,7 +371,10 @@ class Estimator:
                     zero=par.zero,
                     bucket_bytes=bucket,
                     ready=blk.ready,
-                    layer_comms=blk.layer_bwd_comms,
+                    # beside the next recompute, what the layer waits for of them
+                    layer_comms=blk.beside[("dense", "dense")].comms
+                    if blk.beside
+                    else blk.layer_bwd_comms,
                     first_only=first_chunk_buckets(par),
                 )
                 hop_x = hop_shared_s(

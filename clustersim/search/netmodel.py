@@ -274,8 +274,18 @@ def _latency_s(nbytes: float, levels: list[Level]) -> float:
     return out
 
 
-def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Protocol) -> float:
-    """The bandwidth part: every phase's bytes over each level's bottleneck."""
+def wire_s(
+    op: str,
+    nbytes: float,
+    levels: list[Level],
+    sharing: int,
+    proto: Protocol,
+    *,
+    together: int = 1,
+) -> float:
+    """The bandwidth part: every phase's bytes over each level's bottleneck, with
+    ``together`` such collectives on the same links at once (a halving-doubling
+    message bound by its DMA queues leaves the links room for another's)."""
     flows = sharing * (levels[0].size if levels[0].shared_link else 1)
     kinds = _kinds(nbytes, levels)
     phases = {"all_reduce": ("reduce", "copy"), "all_gather": ("copy",)}.get(op, ("reduce",))
@@ -297,14 +307,14 @@ def wire_s(op: str, nbytes: float, levels: list[Level], sharing: int, proto: Pro
                     if lv.bidirectional and 2 ** (j + 1) == d:
                         hops = math.ceil(d * lv.hop / 4)
                     sent = m / 2 ** (j + 1)
-                    bw_s += max(sent * hops * flows / lv.bw_Bps, sent / cap)
+                    bw_s += max(sent * hops * flows * together / lv.bw_Bps, sent / cap)
             else:
                 # Members hop links apart share each link with the groups interleaved
                 # between them; a pair too, whose route takes one of the two ways
                 # round the axis (the fabric's shortest path), not both.
                 load = lv.hop
                 link = lv.bw_Bps * (2 if lv.bidirectional and d >= 3 else 1)
-                bw_s += (d - 1) / d * m * flows * load / link
+                bw_s += (d - 1) / d * m * flows * together * load / link
             m /= d
     return bw_s
 
@@ -465,14 +475,25 @@ def _double_tree_wire_s(nbytes: float, levels: list[Level], flows: int) -> float
 
 
 def collective_wire_s(
-    op: str, nbytes: float, levels: list[Level], sharing: int, runtime: Runtime = NO_COSTS
+    op: str,
+    nbytes: float,
+    levels: list[Level],
+    sharing: int,
+    runtime: Runtime = NO_COSTS,
+    *,
+    together: int = 1,
 ) -> float:
     """The part of :func:`collective_s` the bytes spend on the links, which is what
-    another collective on those links slows (the runtime's fixed costs hold no link)."""
+    another collective on those links slows (the runtime's fixed costs hold no link);
+    with ``together`` > 1, what one more on the same links at once adds to it (on
+    Trainium less, where DMA queues bound the messages; NCCL's all of it)."""
     p = math.prod(lv.size for lv in levels) if levels else 1
     if p <= 1 or nbytes <= 0:
         return 0.0
     if isinstance(runtime, NcclRuntime):
         return _nccl_parts(op, nbytes, levels, sharing, runtime)[1]
     proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
-    return wire_s(op, nbytes, levels, sharing, proto)
+    alone = wire_s(op, nbytes, levels, sharing, proto)
+    if together == 1:
+        return alone
+    return (wire_s(op, nbytes, levels, sharing, proto, together=together) - alone) / (together - 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from clustersim.search.beside import Pair
 from clustersim.search.buckets import Ready
 from clustersim.workload.sharding import EMBED_UNIT, HEAD_UNIT
 
@@ -32,7 +33,7 @@ class Blocks:
     dense one's for dense models), the embedding and the head."""
 
     layer_fwd: tuple[float, float]
-    layer_bwd: tuple[float, float]  # backward plus recompute
+    layer_bwd: tuple[float, float]  # backward plus recompute, one after the other
     moe_fwd: tuple[float, float]
     moe_bwd: tuple[float, float]
     embed_fwd: tuple[float, float]
@@ -50,6 +51,9 @@ class Blocks:
     bf16_bwd: tuple[float, float] = (0.0, 0.0)
     # when each block's gradient pieces are ready in its backward (``search.buckets``)
     ready: Mapping[str, Ready] = field(default_factory=dict)
+    # a (backward, recompute) pair of block kinds run beside each other
+    # (``search.beside``); empty where the recompute does not run beside
+    beside: Mapping[tuple[str, str], Pair] = field(default_factory=dict)
 
 
 def blocks_times(blk: Blocks, part: int | None = None) -> dict[str, tuple[float, float]]:
