@@ -26,6 +26,7 @@ __all__ = [
     "SEARCH",
     "chakra_load_cpu",
     "fabric_all_reduce",
+    "fabric_export",
     "fabric_steps",
     "layout_search",
     "layout_search_output",
@@ -207,6 +208,32 @@ def fabric_all_reduce(ctx: object = None) -> str:
     return "```\n" + "\n".join(out) + "\n```"
 
 
+def fabric_export(ctx: object = None) -> str:
+    """What ``clustersim topology export`` prints for the shipped 70B UltraServer, fenced
+    with its command as the page quotes it."""
+    del ctx
+    import argparse
+    import contextlib
+    import io
+    import tempfile
+
+    from clustersim.sim.fabric_command import topology_command
+
+    scenario = f"scenarios/{FABRIC[0]}.yaml"
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()) as out:
+        args = argparse.Namespace(
+            topology_command="export",
+            scenario=ROOT / scenario,
+            sets=[],
+            out=Path(tmp) / "fabric.graphml",
+            format=None,
+        )
+        topology_command(args)
+        printed = out.getvalue().replace(f"{tmp}/", "")
+    command = f"$ clustersim topology export {scenario} --out fabric.graphml"
+    return "```\n" + command + "\n" + printed.rstrip("\n") + "\n```"
+
+
 def _delta(seconds: float) -> str:
     return f"{seconds * 1e6:+.0f} us" if abs(seconds) < 1e-3 else f"{seconds * 1e3:+.2f} ms"
 
@@ -253,6 +280,9 @@ FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]],
     ("sharding-layouts", "", layouts_table("shipped", "fsdp", "pick"), 0.0,
      "the shipped 70B layout, the FSDP example and the search's pick, simulated folded",
      ("docs/explanation/sharding.md",)),
+    ("custom-fabric-export", "", fabric_export, 0.0,
+     "what `clustersim topology export` prints for the shipped 70B UltraServer",
+     ("docs/how-to/custom-fabric.md",)),
     ("custom-fabric-all-reduce", "", fabric_all_reduce, 0.0,
      "a 64-chip all-reduce on the built UltraServer and on the one missing Z links",
      ("docs/how-to/custom-fabric.md",)),
