@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import docexamples, docgen
+from clustersim import docexamples, docgen, docstudies
 
 __all__ = [
     "FIGURES",
@@ -447,6 +447,7 @@ FIGURES: tuple[Figure, ...] = (
     *_SERVING,
     *_REFERENCE,
     *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docstudies.FIGURES),
 )
 
 

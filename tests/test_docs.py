@@ -164,3 +164,25 @@ def test_measured_collective_table(tmp_path: Path) -> None:
         "| 8 B | 520.0 us | 500.0 us | -3.8% | mesh |",
         "| 8 MiB | 76.80 GB/s | 69.80 GB/s | +10.0% | double_tree, Simple |",
     ]
+
+
+def test_study_layout_labels() -> None:
+    from clustersim.docstudies import _layout
+
+    lay = {"tp": 2, "pp": 1, "cp": 8, "dp": 16, "zero": 3, "recompute": "none"}
+    assert _layout(lay, 16) == "TP 2 x CP 8 x FSDP 16, no recompute"
+    assert _layout(lay, 4) == "TP 2 x CP 8 x HSDP 4 x 4, no recompute"
+    shipped = {"tp": 16, "pp": 4, "cp": 1, "dp": 4, "zero": 1, "recompute": "selective"}
+    assert _layout(shipped, 4) == "TP 16 x PP 4 x DP 4, ZeRO-1, selective recompute"
+
+
+def test_search_output_leaves_its_wall_times_out() -> None:
+    """The search's counts line without its wall times, which are quoted apart (with
+    their noise band)."""
+    from clustersim.docstudies import _WALL
+
+    line = "x: 64 chips; 5 simulated (estimates in 20.2 s, search in 34.6 s)"
+    assert _WALL.sub("", line) == "x: 64 chips; 5 simulated"
+    names = {f.name: f for f in docs.FIGURES}
+    assert names["layout-search-wall"].noise == names["quickstart-wall"].noise
+    assert not names["layout-search-output"].noise  # deterministic: compared as printed

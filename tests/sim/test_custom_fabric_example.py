@@ -1,16 +1,14 @@
 """The custom-fabric example (docs/how-to/custom-fabric.md): a Trn2 UltraServer
 without the Z links between instances 1 and 2
-(``scenarios/trn2-ultraserver-custom-fabric.yaml``)."""
+(``scenarios/trn2-ultraserver-custom-fabric.yaml``). Its all-reduce and step tables are
+generated and checked by ``python -m clustersim.docs`` (``clustersim.docstudies``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from clustersim.network.microbench import run_collective
 from clustersim.scenario import load_scenario
-from clustersim.sim import simulate
 from clustersim.sim.fabric import scenario_topology
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
@@ -32,23 +30,13 @@ def test_the_example_fabric_lacks_exactly_the_z_links_between_instances_1_and_2(
     assert {(0, 1), (2, 3), (3, 0)} <= pairs
 
 
-def test_the_readme_all_reduce_figures() -> None:
-    sizes = [2.0**20, 64 * 2.0**20, 2.0**30]
+def test_the_cut_slows_only_the_bandwidth_bound_all_reduces() -> None:
+    sizes = [2.0**20, 2.0**30]
     built = run_collective("trn2u.48xlarge", 4, "all_reduce", sizes)
     cut = run_collective("trn2u.48xlarge", 4, "all_reduce", sizes, fabric_file=str(FABRIC))
-    want_built, want_cut = [726.1, 1262.0, 10803.3], [726.3, 1343.8, 11752.5]  # the page, in us
-    for row, us in zip(built, want_built, strict=True):
-        assert row["time_s"] * 1e6 == pytest.approx(us, abs=0.05)
-    for row, us in zip(cut, want_cut, strict=True):
-        assert row["time_s"] * 1e6 == pytest.approx(us, abs=0.05)
-
-
-@pytest.mark.slow
-def test_the_readme_step_times() -> None:
-    built = simulate(load_scenario(SCENARIOS / "trn2-ultraserver-llama3-70b.yaml"), record=False)
-    cut = simulate(load_scenario(EXAMPLE), record=False)
-    assert built.summary["step_time_s"] == pytest.approx(15.341461, abs=5e-7)
-    assert cut.summary["step_time_s"] == pytest.approx(15.341469, abs=5e-7)
+    small, large = (c["time_s"] / b["time_s"] for b, c in zip(built, cut, strict=True))
+    assert 1.0 <= small < 1.001  # latency-bound: the detour's extra hops only
+    assert large > 1.05  # the Z rings' cut hop carries the buffer on links already in use
 
 
 def test_reliability_counts_the_graph_links() -> None:

@@ -1,10 +1,10 @@
-"""The FSDP example runs, and keeps the figures docs/explanation/sharding.md gives for it."""
+"""The FSDP example runs: one microbatch per replica and no pipeline, so no bubble, and
+its shards fit. The figures docs/explanation/sharding.md gives for it are generated and
+checked by ``python -m clustersim.docs`` (``sharding-layouts``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from clustersim.scenario import load_scenario
 from clustersim.sim import simulate
@@ -14,12 +14,10 @@ EXAMPLE = (
 )
 
 
-def test_fsdp_example_matches_the_readme() -> None:
+def test_fsdp_example_runs_without_a_bubble() -> None:
     res = load_scenario(EXAMPLE, ["output.trace=false", "output.html=false"])
     s = simulate(res, record=False, fidelity="folded").summary
-    # docs/explanation/sharding.md: 12.95 s, 45.7% MFU, 40.4 GiB, $1.227 per M tokens
-    # (detailed; the folded run agrees).
-    assert s["step_time_s"] == pytest.approx(12.95, rel=0.02)
-    assert s["memory_gib_per_chip"]["total"] == pytest.approx(40.4, abs=0.1)
-    assert s["cost"]["usd_per_million_tokens"] == pytest.approx(1.227, rel=0.02)
+    assert s["layout"]["zero"] == 3 and s["layout"]["pp"] == 1
     assert s["breakdown_s"]["bubble"] == 0.0
+    memory = s["memory_gib_per_chip"]
+    assert 0 < memory["total"] < memory["capacity"]
