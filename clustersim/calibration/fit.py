@@ -126,8 +126,13 @@ def _previous(rows: Sequence[FitRow], family: Family) -> dict[str, float]:
     if not rows:
         return {}
     base = rows[0].res.chip.calibration
+    unset = {"attention_backward_efficiency": 1.0}  # the forward's rate when not set
     return {
-        n: float(getattr(base, n) if getattr(base, n) is not None else base.tensor_efficiency)
+        n: float(
+            getattr(base, n)
+            if getattr(base, n) is not None
+            else unset.get(n, base.tensor_efficiency)
+        )
         for n in family.constants
     }
 

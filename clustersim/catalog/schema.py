@@ -133,6 +133,14 @@ class Calibration(Strict):
       tile and the latency floor above; ``measured``, from the chip's measured GEMM table
       (``clustersim/catalog/kernels/``: kernel times over m, n and k, with the waves,
       tiles and launch floor they include), where the chip has one.
+    - ``attention_times``: ``roofline``, a fused attention core's matmuls at
+      ``attention_efficiency``; ``measured``, its forward from the chip's measured fused
+      attention table (by sequence, batch x heads, head dimension and grouping: the
+      kernel's softmax and masking included), its backward at
+      ``attention_backward_efficiency`` of the forward's rate.
+    - ``attention_backward_efficiency``: with measured attention, the fraction of the
+      forward kernel's FLOP rate its backward sustains (no table measures the backward);
+      1 when not set.
     """
 
     tensor_efficiency: Fraction
@@ -145,6 +153,8 @@ class Calibration(Strict):
     op_overhead_s: Duration = 0.0
     link_efficiency: Fraction = 1.0
     gemm_times: Literal["roofline", "measured"] = "roofline"
+    attention_times: Literal["roofline", "measured"] = "roofline"
+    attention_backward_efficiency: Fraction | None = None
 
 
 class EngineClocks(Strict):

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ChipSpec
-from clustersim.hardware.kernels import gemm_table
+from clustersim.hardware.kernels import attention_table, gemm_table
 from clustersim.hardware.work import ENGINES, Work
 
 __all__ = ["HBM", "ChipModel", "OpTime"]
@@ -71,6 +71,12 @@ class ChipModel:
         self._gemm = gemm_table(spec.name) if cal.gemm_times == "measured" else None
         if cal.gemm_times == "measured" and self._gemm is None:
             raise ValueError(f"{spec.name} has no measured GEMM table (gemm_times: measured)")
+        self._attn = attention_table(spec.name) if cal.attention_times == "measured" else None
+        if cal.attention_times == "measured" and self._attn is None:
+            raise ValueError(
+                f"{spec.name} has no measured attention table (attention_times: measured)"
+            )
+        self._attn_bwd = cal.attention_backward_efficiency or 1.0
 
     @property
     def hbm_bytes_per_rank(self) -> float:
@@ -81,7 +87,15 @@ class ChipModel:
         return self.spec.chip_tflops.get(precision) * 1e12
 
     def matmul_s(
-        self, m: int, k: int, n: int, precision: str = "bf16", *, count: int = 1, kernel: str = ""
+        self,
+        m: int,
+        k: int,
+        n: int,
+        precision: str = "bf16",
+        *,
+        count: int = 1,
+        kernel: str = "",
+        splits: int = 1,
     ) -> float:
         """``count`` matmuls (m, k, n) of one op on one rank's tensor engines.
 
@@ -103,16 +117,21 @@ class ChipModel:
         GEMM time (:mod:`clustersim.hardware.kernels`) instead: no efficiency, tile or
         floor of the catalog applies to it.
         """
-        if self._gemm is not None and kernel != "attention" and self._gemm.measures(precision):
+        fused = kernel.startswith("attention")
+        if self._gemm is not None and not fused and self._gemm.measures(precision):
             # Measured: the kernel's own time, waves, tiles and launch floor included. An
             # op's ``count`` problems run as one batched or grouped launch whose output
-            # tiles fill the SMs together, like one GEMM of count x m rows.
+            # tiles fill the SMs together, like one GEMM of count x m rows; chunked, as
+            # ``splits`` such GEMMs of a share of the rows each.
+            if splits > 1:
+                rows = max(math.ceil(m * count / splits), 1)
+                return splits * self._gemm.time_s(rows, k, n, precision)
             return self._gemm.time_s(m * count, k, n, precision)
         k_pad = math.ceil(k / self._tile_k) * self._tile_k
         n_pad = math.ceil(n / self._tile_n) * self._tile_n
         flops = 2.0 * m * k_pad * n_pad
         eff = self._tensor_eff[precision]
-        attention = kernel == "attention" and self._attention_eff is not None
+        attention = fused and self._attention_eff is not None
         if self._latency_per_kernel:
             if attention:
                 eff = self._attention_eff or eff
@@ -122,11 +141,34 @@ class ChipModel:
             seconds *= eff / (self._attention_eff or eff)
         return seconds
 
+    def attention_rate(self, work: Work) -> float:
+        """FLOP/s of a measured fused attention kernel's matmuls for ``work``'s kernel shape.
+
+        The forward's rate is the measured kernel's (its causal FLOPs over its time, the
+        softmax and masking inside it); the backward's that times
+        ``attention_backward_efficiency``.
+        """
+        assert self._attn is not None and work.attention is not None
+        seq, problems, qk_dim, v_dim, group = work.attention
+        fwd_s = self._attn.forward_s(
+            1, seq, problems, max(problems // group, 1), qk_dim, precision=work.precision
+        )
+        flops = 2.0 * problems * seq * max(seq // 2, 1) * (qk_dim + v_dim)
+        rate = flops / fwd_s
+        return rate * self._attn_bwd if work.kernel == "attention_bwd" else rate
+
     def op_time(self, work: Work) -> OpTime:
+        if self._attn is not None and work.attention is not None:
+            # Inside a measured fused kernel: its matmuls at the kernel's rate, its softmax,
+            # masking and launch already in the measured time.
+            seconds = work.tensor_flops / self.attention_rate(work) if work.matmul else 0.0
+            return OpTime(seconds, 0, (seconds, 0.0, 0.0, 0.0, 0.0))
         tensor_s = 0.0
         if work.matmul is not None:
             m, k, n = work.matmul
-            tensor_s = self.matmul_s(m, k, n, work.precision, count=work.count, kernel=work.kernel)
+            tensor_s = self.matmul_s(
+                m, k, n, work.precision, count=work.count, kernel=work.kernel, splits=work.splits
+            )
         times = (
             tensor_s,
             work.vector_ops / self._vector_Bps,

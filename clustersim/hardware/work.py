@@ -23,7 +23,14 @@ class Work:
     - ``hbm_bytes``: bytes read plus written in HBM.
     - ``kernel``: what kind of kernel runs the matmuls, where its efficiency differs from
       a plain GEMM's: ``attention`` for a fused flash-attention core (its softmax and
-      masking interleave with the matmuls), ``""`` otherwise.
+      masking interleave with the matmuls; ``attention_bwd`` for its backward), ``""``
+      otherwise.
+    - ``attention``: for an attention kernel's ops, the kernel's shape (sequence of keys,
+      problems (sequences x heads), query/key head width, value head width, query heads
+      per key/value head), for a chip that takes its time from a measured table.
+    - ``splits``: the matmul runs as ``splits`` GEMMs one after another, each of
+      ``m / splits`` rows (a GEMM chunked to overlap a collective chunk by chunk); a
+      measured GEMM table prices each chunk, the roofline the whole.
     """
 
     matmul: tuple[int, int, int] | None = None
@@ -34,6 +41,8 @@ class Work:
     gpsimd_ops: float = 0.0
     hbm_bytes: float = 0.0
     kernel: str = ""
+    attention: tuple[int, int, int, int, int] | None = None
+    splits: int = 1
 
     @property
     def tensor_flops(self) -> float:

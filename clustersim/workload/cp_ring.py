@@ -103,14 +103,30 @@ def attention_step(
     useful_keys = max(keys // 2, 1) if causal else keys  # per query row, on average
     useful_rows = max(rows // 2, 1) if causal else rows  # per key, on average
     n_heads = b * a  # independent attention problems: sequences x local heads
-    fa = "attention"  # the fused kernel's efficiency (Calibration.attention_efficiency)
+    # The fused kernel's efficiency (Calibration.attention_efficiency), or its measured
+    # time for this shape (Calibration.attention_times), forward and backward apart.
+    fa, fb = "attention", "attention_bwd"
+    shape = (keys, n_heads, qk_dim, v_dim, max(a // max(kv_heads, 1), 1))
     qk = Work(
-        (rows, qk_dim, useful_keys), n_heads, prec, hbm_bytes=float(q_bytes + k_bytes), kernel=fa
+        (rows, qk_dim, useful_keys),
+        n_heads,
+        prec,
+        hbm_bytes=float(q_bytes + k_bytes),
+        kernel=fa,
+        attention=shape,
     )
     scores = b * rows * useful_keys * a
-    softmax = Work(scalar_ops=float(scores), vector_ops=float(2 * scores))
+    softmax = Work(
+        scalar_ops=float(scores),
+        vector_ops=float(2 * scores),
+        precision=prec,
+        kernel=fa,
+        attention=shape,
+    )
     pv_bytes = float(v_bytes + o_bytes + lse_bytes)
-    pv = Work((rows, useful_keys, v_dim), n_heads, prec, hbm_bytes=pv_bytes, kernel=fa)
+    pv = Work(
+        (rows, useful_keys, v_dim), n_heads, prec, hbm_bytes=pv_bytes, kernel=fa, attention=shape
+    )
     # Equal widths: two matmuls of one shape (as dense models have always been lowered).
     if qk_dim == v_dim:
         sdp_shape, n = (rows, qk_dim, useful_keys), 2
@@ -123,11 +139,22 @@ def attention_step(
         n * n_heads,
         prec,
         hbm_bytes=float(q_bytes + o_bytes + k_bytes + v_bytes + lse_bytes),
-        kernel=fa,
+        kernel=fb,
+        attention=shape,
     )
-    softmax_b = replace(twice(softmax), hbm_bytes=float(o_bytes))  # D = rowsum(dO * O) reads O
-    dq = Work((rows, useful_keys, qk_dim), n_heads, prec, hbm_bytes=float(q_bytes), kernel=fa)
-    dkv = Work(dkv_shape, n * n_heads, prec, hbm_bytes=float(k_bytes + v_bytes), kernel=fa)
+    # D = rowsum(dO * O) reads O
+    softmax_b = replace(twice(softmax), hbm_bytes=float(o_bytes), kernel=fb)
+    dq = Work(
+        (rows, useful_keys, qk_dim),
+        n_heads,
+        prec,
+        hbm_bytes=float(q_bytes),
+        kernel=fb,
+        attention=shape,
+    )
+    dkv = Work(
+        dkv_shape, n * n_heads, prec, hbm_bytes=float(k_bytes + v_bytes), kernel=fb, attention=shape
+    )
     return AttnStep(qk, softmax, pv, s_dp, softmax_b, dq, dkv)
 
 

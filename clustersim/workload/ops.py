@@ -331,7 +331,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     bwd += [_compute("attn.residual", B, _twice(residual)), *tp.grad_gather()]
     bwd += tp.regather_early()
     bwd += cast("attn.out.grad", B, T, h)
-    bwd += [_compute("attn.out.dgrad", B, out.dgrad), *tp.grad_gathered()]
+    bwd += [*tp.grad_ring([_compute("attn.out.dgrad", B, out.dgrad)]), *tp.grad_gathered()]
     if not tp.defers_wgrad:
         bwd += [out_wgrad]
         mark("attn.out")
@@ -387,7 +387,7 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.grad_gather()]
     bwd += tp.regather_early()
     bwd += cast("mlp.down.grad", B, T, h)
-    bwd += [_compute("mlp.down.dgrad", B, down.dgrad), *tp.grad_gathered()]
+    bwd += [*tp.grad_ring([_compute("mlp.down.dgrad", B, down.dgrad)]), *tp.grad_gathered()]
     if not tp.defers_wgrad:
         bwd += [down_wgrad]
         mark("mlp.down")

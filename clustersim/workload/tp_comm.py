@@ -45,12 +45,19 @@ What that last collective overlaps is the stack's rule
   GEMM. An overlapped collective still takes the time it takes: where it is longer
   than the GEMM it hides under, the rest is exposed. Without sequence parallelism
   it is ``backward``'s rule (userbuffers needs it).
+  Overlapping chunk by chunk splits the GEMM: a ring exchange runs it as ``tp``
+  GEMMs of one sequence shard each, the pipelined reduce-scatter as
+  ``PIPELINE_SPLITS`` GEMMs (Transformer Engine's ``num_splits``), and a chip with
+  a measured GEMM table prices each of those smaller GEMMs
+  (``Work.splits``).
 
 The overlapped collectives share the links, and HBM where the chip model meters
 it, with the compute they overlap, as every asynchronous collective does.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from clustersim.workload.dims import Dims
 from clustersim.workload.program import Phase
@@ -59,6 +66,24 @@ from clustersim.workload.templates import ACT_BYTES, Tpl, async_coll, coll, wait
 __all__ = ["TP_OVERLAP_RULES", "TPComm"]
 
 TP_OVERLAP_RULES = ("blocking", "backward", "dataflow", "userbuffers")
+
+PIPELINE_SPLITS = 4
+"""Chunks of a row-parallel GEMM whose reduce-scatter userbuffers pipelines with it:
+Transformer Engine's default ``num_splits`` for the ``pipeline`` method
+(transformer_engine/pytorch/module/base.py ``initialize_ub``), which NeMo's
+userbuffers configs keep."""
+
+
+def split(tpls: list[Tpl], splits: int) -> list[Tpl]:
+    """``tpls`` with each GEMM run as ``splits`` chunks (``Work.splits``)."""
+    out: list[Tpl] = []
+    for kind, name, phase, work, collective, group, nbytes in tpls:
+        chunked = work
+        if work is not None and work.matmul is not None and splits > 1:
+            chunked = replace(work, splits=splits)
+        out.append((kind, name, phase, chunked, collective, group, nbytes))
+    return out
+
 
 B = Phase.BACKWARD
 
@@ -102,7 +127,7 @@ class TPComm:
             return [*self.enter_fwd(phase), *gemm]
         return [
             async_coll("tp", "all_gather", phase, self.nbytes, ".ring"),
-            *gemm,
+            *split(gemm, self.chunks),
             wait("tp", "all_gather", phase, ".ring"),
         ]
 
@@ -112,12 +137,13 @@ class TPComm:
         chunk's after it, else the whole collective after the GEMM."""
         if not self.ub:
             return [*gemm, *self.exit_fwd(phase)]
-        head = self.nbytes * (self.chunks - 1) / self.chunks
+        n = PIPELINE_SPLITS
+        head = self.nbytes * (n - 1) / n
         return [
             async_coll("tp", "reduce_scatter", phase, head, ".pipe"),
-            *gemm,
+            *split(gemm, n),
             wait("tp", "reduce_scatter", phase, ".pipe"),
-            coll("tp", "reduce_scatter", phase, self.nbytes / self.chunks),
+            coll("tp", "reduce_scatter", phase, self.nbytes / n),
         ]
 
     def grad_gather(self) -> list[Tpl]:
@@ -126,6 +152,11 @@ class TPComm:
         if not self.ub:
             return self.exit_bwd()
         return [async_coll("tp", "all_gather", B, self.nbytes, ".grad")]
+
+    def grad_ring(self, gemm: list[Tpl]) -> list[Tpl]:
+        """The row-parallel input-gradient GEMM under ``grad_gather``'s ring exchange:
+        chunked as the forward's column-parallel GEMM (``userbuffers``)."""
+        return split(gemm, self.chunks) if self.ub else gemm
 
     def grad_gathered(self) -> list[Tpl]:
         """After the row-parallel input-gradient GEMM: wait for ``grad_gather``'s ring."""

@@ -209,3 +209,20 @@ def test_recompute_beside_holds_a_second_recomputed_layer() -> None:
     dm = make_dims(tiny(), par, train, layout)
     extra = layer_activation_bytes(dm, "none") - layer_activation_bytes(dm, "full")
     assert got["dataflow"] - got["backward"] == pytest.approx(extra)
+
+
+def test_userbuffers_chunks_the_gemms_it_overlaps() -> None:
+    """A ring exchange runs its GEMM as tp chunks, the pipelined reduce-scatter as
+    Transformer Engine's num_splits; the other rules leave GEMMs whole."""
+    from clustersim.workload.tp_comm import PIPELINE_SPLITS
+
+    def splits(rule: str) -> dict[str, int]:
+        part = _part(rule)
+        tpls = [*part.forward(Phase.FORWARD), *part.bwd]
+        return {t[1]: t[3].splits for t in tpls if t[3] is not None and t[3].matmul is not None}
+
+    ub = splits("userbuffers")
+    assert ub["mlp.up"] == 4 and ub["mlp.down.dgrad"] == 4  # tp = 4
+    assert ub["mlp.down"] == PIPELINE_SPLITS
+    assert ub["mlp.up.wgrad"] == ub["mlp.down.wgrad"] == ub["mlp.up.dgrad"] == 1
+    assert set(splits("backward").values()) == {1}
