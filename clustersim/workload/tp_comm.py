@@ -40,11 +40,11 @@ What that last collective overlaps is the stack's rule
   forward the column-parallel linear's all-gather runs as a ring exchange under
   its GEMM, chunk by chunk (the local chunk first), and the row-parallel linear's
   reduce-scatter is pipelined with its GEMM's chunks, so only the last chunk's
-  reduce-scatter (1/tp of it) is left after the GEMM; in the backward the output
-  gradient's all-gather runs the same way under the row-parallel input-gradient
-  GEMM. An overlapped collective still takes the time it takes: where it is longer
-  than the GEMM it hides under, the rest is exposed. Without sequence parallelism
-  it is ``backward``'s rule (userbuffers needs it).
+  reduce-scatter (a quarter of it, ``PIPELINE_SPLITS``) is left after the GEMM;
+  in the backward the output gradient's all-gather runs the same way under the
+  row-parallel input-gradient GEMM. An overlapped collective still takes the time
+  it takes: where it is longer than the GEMM it hides under, the rest is exposed.
+  Without sequence parallelism it is ``backward``'s rule (userbuffers needs it).
   Overlapping chunk by chunk splits the GEMM: a ring exchange runs it as ``tp``
   GEMMs of one sequence shard each, the pipelined reduce-scatter as
   ``PIPELINE_SPLITS`` GEMMs (Transformer Engine's ``num_splits``), and a chip with
