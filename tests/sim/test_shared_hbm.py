@@ -7,6 +7,7 @@ from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import simpy
 from simpy_helpers import finish_times
@@ -181,7 +182,8 @@ def test_gpu_collectives_take_sms_from_compute(
     flow = flows.transfer([(0, 1)], 80 * GB, 0.0)
     env.process(rank())
     finish_times(env, [flow])
-    assert runs.fluid_runs == 1
+    # HBM cannot bind (10 + 40 GB/s of 100): the run stays out of the flow model.
+    assert (runs.fluid_runs, runs.stretched_runs) == (0, 1)
     # From t = 0 the run moves at 0.75 x 10 GB/s: 10 GB take 4/3 s.
     assert env.now == pytest.approx(2.0)  # the flow's end; the run ended at 4/3 s
 
@@ -251,3 +253,49 @@ def test_breakdown_has_interference_and_sums_to_the_step(
     assert set(parts) == {"compute", "exposed_comm", "bubble", "optimizer", "interference", "other"}
     assert parts["interference"] >= 0
     assert sum(parts.values()) == pytest.approx(s["step_time_s"], rel=1e-9)
+
+
+def _sm_schedule(seed: int, strict: bool) -> list[float]:
+    """Both ranks' runs and flows both ways at random times, with SMs taken (f = 0.2):
+    the end of every run and flow. ``strict`` puts every chip with a flow in the solve."""
+    rng = np.random.default_rng(seed)
+    env = simpy.Environment()
+    flows = FlowNetwork(env, _pair())
+    flows.share_hbm(HBM)
+    runs = ComputeRuns(env, flows, [0, 1], sm_fraction=0.2)
+    assert flows.hbm is not None
+    flows.hbm.strict = strict
+    ends: list[float] = []
+
+    def rank(pos: int) -> Generator[simpy.Event, Any, None]:
+        for _ in range(6):
+            yield env.timeout(float(rng.uniform(0.0, 0.3)))
+            # From a few GB/s to past what the HBM has beside a flow (then it binds).
+            seconds = float(rng.uniform(0.05, 0.5))
+            runs.begin(pos, float(rng.uniform(0.5, 40.0)) * GB * seconds, seconds)
+            yield env.timeout(seconds)
+            rest = runs.end(pos)
+            if rest is not None:
+                yield rest
+            ends.append(float(env.now))
+
+    def traffic(src: int) -> Generator[simpy.Event, Any, None]:
+        for _ in range(5):
+            yield env.timeout(float(rng.uniform(0.0, 0.4)))
+            yield flows.transfer([(src, 1 - src)], float(rng.uniform(1.0, 12.0)) * GB, 0.0)
+            ends.append(float(env.now))
+
+    for pos in (0, 1):
+        env.process(rank(pos))
+        env.process(traffic(pos))
+    env.run()
+    return sorted(ends)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_runs_slowed_by_sms_outside_the_solve_end_as_the_solve_has_them(seed: int) -> None:
+    # A run kept out of the flow model while its chip's HBM cannot bind, moving at the
+    # rate the collectives' SMs leave it, ends when the max-min solve with every chip's
+    # HBM row in it (strict) ends it; and so does every flow.
+    fast, exact = _sm_schedule(seed, strict=False), _sm_schedule(seed, strict=True)
+    assert fast == pytest.approx(exact, rel=1e-9)

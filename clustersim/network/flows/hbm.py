@@ -70,6 +70,8 @@ class SharedHbm:
         self.first_flow: Callable[[int], None] | None = None
         """Called with a chip a flow arrives on that had none, before ``fast`` is read
         there: the compute runs keep ``fast`` only on chips with flows."""
+        self.last_flow: Callable[[int], None] | None = None
+        """Called with a chip whose last flow has left (hot or not)."""
 
     def compute_group(self, chip: int, demand_Bps: float) -> FlowGroup:
         """A compute run on ``chip``'s HBM, moving at most ``demand_Bps``."""
@@ -123,10 +125,13 @@ class SharedHbm:
         """An entity counted by :meth:`enter` is gone; a chip left without flows cools.
         Returns the chips that cooled (were hot)."""
         flows, load_ub, users, hot_of = self.flows, self.load_ub, self.users, self.hot_of
+        last = self.last_flow
         cooled: list[int] = []
         for chip, load in zip(chips, load_Bps, strict=True):
             if flow:
-                flows[chip] -= 1
+                n_flows = flows[chip] = flows[chip] - 1
+                if not n_flows and last is not None:
+                    last(chip)
             n = users[chip] = users[chip] - 1
             if n:
                 load_ub[chip] -= load
