@@ -48,6 +48,8 @@ SIMPY_TIMEOUTS = 10_000
 """The bare SimPy loop: this many processes, each yielding this many ``timeout(1)``."""
 
 ULTRASERVER_SCENARIO = "trn2-ultraserver-llama3-70b.yaml"
+GPU_SCENARIO = "p5-qwen3-30b-a3b.yaml"
+"""A GPU step whose collectives overlap compute (NCCL taking SMs from it)."""
 MOE_SCENARIO = "trn2-ultracluster-deepseek-v3.yaml"
 CHIPS_PER_INSTANCE = 16  # trn2.48xlarge, trn2u.48xlarge
 FOLD_MICROBATCHES = 4
@@ -429,6 +431,11 @@ CASES: dict[str, Case] = {
         run_simpy,
     ),
     "ultraserver": Case("ultraserver", "Trn2 UltraServer Llama-3-70B step, detailed", _ultraserver),
+    "p5-moe": Case(
+        "p5-moe",
+        "Qwen3-30B-A3B step on 2 x p5.48xlarge (16 H100), detailed",
+        lambda phase: _simulate(phase, scenario_path(GPU_SCENARIO), "detailed"),
+    ),
     "collective": Case(
         "collective", "ring all-reduce of 1 GiB over 1,024 ranks (64 x trn2.48xlarge)", _collective
     ),

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 GIB = 2.0**30
-QUICK = ("simpy", "ultraserver", "collective", "a2a-256", "fold-1k", "fold-4k")
+QUICK = ("simpy", "ultraserver", "p5-moe", "collective", "a2a-256", "fold-1k", "fold-4k")
 """``--quick``: everything but the folded runs of 16K chips and more and the
 4,096-rank all-to-all."""
 SECTIONS: dict[str, tuple[str, ...]] = {
@@ -56,6 +56,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 """The issue's sections and the cases each one reports."""
 GROUPS: dict[str, tuple[str, ...]] = {
     "event-rate": SECTIONS["a"],
+    "gpu": ("p5-moe",),
     "scaling": SECTIONS["f"],
     "fat-tree": SECTIONS["g"],
     "moe": tuple(MOE_CHIPS),
