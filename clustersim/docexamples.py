@@ -75,10 +75,8 @@ def _typo_fabric() -> str:
         f'"{"capacity_bps" if i == 0 else "capacity_Bps"}": "450GB/s", "latency_s": "1us"}}'
         for i in range(8)
     ]
-    return "\n".join(
-        ['{', '  "directed": false,', '  "nodes": [', *nodes, "  ],", '  "links": [']
-        + [",\n".join(edges), "  ]", "}"]
-    )
+    head = ["{", '  "directed": false,', '  "nodes": [', *nodes, "  ],", '  "links": [']
+    return "\n".join([*head, ",\n".join(edges), "  ]", "}"])
 
 
 FABRIC_ERROR = ("p5-llama3-8b", "my-fabric.json")

@@ -21,16 +21,17 @@ if TYPE_CHECKING:
     from clustersim.sim.run import Fidelity
 
 __all__ = [
+    "ESTIMATE_CASES",
     "FABRIC_SETS",
     "FIGURES",
     "SEARCH",
-    "ESTIMATE_CASES",
     "SEARCH_EXAMPLES",
     "chakra_load_cpu",
     "estimate_ratios",
     "fabric_all_reduce",
     "fabric_export",
     "fabric_steps",
+    "fold_zero_events",
     "layout_search",
     "layout_search_output",
     "layouts_table",
@@ -232,7 +233,12 @@ ESTIMATE_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     (
         "trn2-ultraserver-llama3-70b",
-        ("parallelism.tp=16", "parallelism.pp=1", "parallelism.zero=3", "parallelism.recompute=none"),
+        (
+            "parallelism.tp=16",
+            "parallelism.pp=1",
+            "parallelism.zero=3",
+            "parallelism.recompute=none",
+        ),
         "TP 16 x FSDP 16, no recompute",
     ),
 )
@@ -360,6 +366,26 @@ def chakra_load_cpu(ctx: object = None) -> str:
     return f"{chakra_load(lambda _: None)['load_cpu_s']:.1f}"
 
 
+def fold_zero_events(ctx: object = None) -> str:
+    """Events of the folded 16K-chip bench case (``clustersim bench``'s ``fold-16k``) as
+    benched (``zero: 1``) and with ``zero: 3`` (a Markdown table)."""
+    del ctx
+    import tempfile
+
+    from clustersim.bench.cases import FOLD_CHIPS, fold_scenario
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+
+    out = ["| fold-16k | events | fidelity |", "|---|---:|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fold-16k.yaml"
+        path.write_text(fold_scenario(FOLD_CHIPS["fold-16k"]), "utf-8")
+        for zero, what in ((1, "`zero: 1` (as benched)"), (3, "`zero: 3`")):
+            s = simulate(load_scenario(path, [f"parallelism.zero={zero}"]), record=False).summary
+            out.append(f"| {what} | {s['events']:,} | {s['fidelity']} |")
+    return "\n".join(out)
+
+
 _TUTORIAL = "docs/tutorials/layout-search.md"
 _WALL_NOISE = 4.0  # a shared machine's load moves wall times several-fold: only 5x is stale
 FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
@@ -379,6 +405,9 @@ FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]],
      "the search's pick against the shipped layout, both simulated folded", (_TUTORIAL,)),
     ("sharding-layouts", "", layouts_table("shipped", "fsdp", "pick"), 0.0,
      "the shipped 70B layout, the FSDP example and the search's pick, simulated folded",
+     ("docs/explanation/sharding.md",)),
+    ("fold-zero-events", "", fold_zero_events, 0.0,
+     "the events of the folded 16K-chip bench case with ZeRO-1 and ZeRO-3",
      ("docs/explanation/sharding.md",)),
     ("custom-fabric-export", "", fabric_export, 0.0,
      "what `clustersim topology export` prints for the shipped 70B UltraServer",
