@@ -191,7 +191,8 @@ def search_examples(ctx: object = None) -> str:
     ]
     for scenario, chips in SEARCH_EXAMPLES:
         result = search(load_scenario(SCENARIOS / f"{scenario}.yaml"), chips=chips)
-        rows = result.top(3).to_dict(orient="records")
+        records = result.top(3).to_dict(orient="records")
+        rows = [{str(k): v for k, v in r.items()} for r in records]
         best = rows[0]["sim_step_time_s"]
         for i, r in enumerate(rows, 1):
             shown = f"`{scenario}`, {chips} chips" if i == 1 else ""
