@@ -247,9 +247,17 @@ def _check_out(out: Path, name: str, *, force: bool) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from clustersim.scenario import load_scenario
     from clustersim.sim.check_command import check_command
+    from clustersim.terminal import console
 
-    return check_command(args)
+    res = load_scenario(args.scenario, args.sets)
+    if res.scenario.serving is not None:
+        from clustersim.serve.run import check_serving
+
+        console().print(check_serving(res))
+        return 0
+    return check_command(res)
 
 
 # -- report ---------------------------------------------------------------------------

@@ -1,9 +1,8 @@
-"""``clustersim check``: a scenario validated and planned, its layout, rank placement,
+"""``clustersim check`` of a training scenario: planned, its layout, rank placement,
 memory per chip and sharding printed, without simulating."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -14,22 +13,15 @@ if TYPE_CHECKING:
 __all__ = ["check_command", "sharding_line", "span"]
 
 
-def check_command(args: argparse.Namespace) -> int:
-    """``clustersim check``: the layout, rank placement, memory and sharding of a
-    scenario, printed without simulating; exit 2 (a ``ScenarioError``) when it does not
-    fit."""
+def check_command(res: Resolved) -> int:
+    """``clustersim check`` of a training scenario: its layout, rank placement, memory
+    and sharding, printed without simulating; exit 2 (a ``ScenarioError``) when it
+    does not fit."""
     from rich.table import Table
 
-    from clustersim.scenario import load_scenario
     from clustersim.sim import Limits, plan
     from clustersim.terminal import console
 
-    res = load_scenario(args.scenario, args.sets)
-    if res.scenario.serving is not None:
-        from clustersim.serve.run import check_serving
-
-        console().print(check_serving(res))
-        return 0
     # Programs are built per stage, as a folded run would: bound that work too.
     pl = plan(res, check_memory=False, limits=Limits(), folded=True)
     if res.scenario.failures.inject:
