@@ -8,6 +8,8 @@ from the shipped scenarios.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -19,10 +21,90 @@ __all__ = [
     "chakra_example",
     "chakra_round_trip",
     "chakra_round_trips",
+    "fabric_error",
+    "sharding_check",
     "sharp_example",
 ]
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+
+
+def _clustersim(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """``clustersim ARGV`` run as a reader runs it, in ``cwd``: exit code, stdout, stderr."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "clustersim", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+SHARDING_CHECK = (
+    "mbridge-llama3-8b-fsdp",
+    ("parallelism.dp_shard=2", "parallelism.recompute=full"),
+)
+"""The sharding page's ``clustersim check``: a scenario and its ``--set`` values."""
+
+
+def sharding_check(ctx: object = None) -> str:
+    """The sharding line ``clustersim check`` prints for :data:`SHARDING_CHECK`, fenced
+    with its command as the page quotes it."""
+    del ctx
+    scenario, sets = SHARDING_CHECK
+    argv = ["check", f"scenarios/{scenario}.yaml", *(w for s in sets for w in ("--set", s))]
+    code, out, err = _clustersim(argv, ROOT)
+    lines = [line for line in out.splitlines() if line.startswith("sharding:")]
+    if code != 0 or len(lines) != 1:
+        raise RuntimeError(f"clustersim {' '.join(argv)}: exit {code}: {err.strip()}")
+    return "```\n$ clustersim " + " ".join(argv) + "\n" + lines[0] + "\n```"
+
+
+def _typo_fabric() -> str:
+    """A node-link JSON graph of one p5.48xlarge's GPUs on a switch whose first edge
+    misspells ``capacity_Bps``: one node or edge a line."""
+    nodes = [f'    {{"id": "gpu{i}", "instance": 0}},' for i in range(8)]
+    nodes.append('    {"id": "nvswitch"}')
+    edges = [
+        f'    {{"source": "gpu{i}", "target": "nvswitch", '
+        f'"{"capacity_bps" if i == 0 else "capacity_Bps"}": "450GB/s", "latency_s": "1us"}}'
+        for i in range(8)
+    ]
+    head = ["{", '  "directed": false,', '  "nodes": [', *nodes, "  ],", '  "links": [']
+    return "\n".join([*head, ",\n".join(edges), "  ]", "}"])
+
+
+FABRIC_ERROR = ("p5-llama3-8b", "my-fabric.json")
+"""The custom-fabric how-to's bad graph: the scenario it is checked with, its file."""
+
+
+def fabric_error(ctx: object = None) -> str:
+    """``clustersim check`` of a shipped scenario on a graph with a misspelled edge
+    attribute (:func:`_typo_fabric`), run in a temporary folder: the file, as a titled
+    block, and the command with the error it prints."""
+    del ctx
+    scenario, name = FABRIC_ERROR
+    text = _typo_fabric()
+    argv = ["check", f"scenarios/{scenario}.yaml", "--set", f"cluster.fabric_file={name}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "scenarios").mkdir()
+        (root / "scenarios" / f"{scenario}.yaml").write_bytes(
+            (SCENARIOS / f"{scenario}.yaml").read_bytes()
+        )
+        (root / name).write_text(text + "\n", "utf-8")
+        code, _, err = _clustersim(argv, root)
+    if code != 2 or not err.startswith("clustersim: error:"):
+        raise RuntimeError(f"clustersim {' '.join(argv)}: exit {code}, not a bad-input error")
+    return (
+        f'```json title="{name}"\n{text}\n```\n\n'
+        f"```\n$ clustersim {' '.join(argv)}\n{err.strip()}\n```"
+    )
 
 
 def sharp_example(ctx: object = None, scenario: str = "dgx-h100-llama3-70b-sharp") -> str:
@@ -228,6 +310,20 @@ def chakra_example(ctx: object = None) -> str:
 
 
 BLOCKS: tuple[tuple[str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
+    (
+        "sharding-check",
+        sharding_check,
+        0.0,
+        "the sharding line `clustersim check` prints for a hybrid-sharded example",
+        ("docs/explanation/sharding.md",),
+    ),
+    (
+        "custom-fabric-error",
+        fabric_error,
+        0.0,
+        "`clustersim check` on a graph with a misspelled edge attribute",
+        ("docs/how-to/custom-fabric.md",),
+    ),
     (
         "sharp-example",
         sharp_example,

@@ -21,16 +21,21 @@ if TYPE_CHECKING:
     from clustersim.sim.run import Fidelity
 
 __all__ = [
+    "ESTIMATE_CASES",
     "FABRIC_SETS",
     "FIGURES",
     "SEARCH",
+    "SEARCH_EXAMPLES",
     "chakra_load_cpu",
+    "estimate_ratios",
     "fabric_all_reduce",
     "fabric_export",
     "fabric_steps",
+    "fold_zero_events",
     "layout_search",
     "layout_search_output",
     "layouts_table",
+    "search_examples",
     "search_wall",
 ]
 
@@ -168,6 +173,103 @@ def layouts_table(*rows: str) -> Callable[[object], str]:
     return compute
 
 
+SEARCH_EXAMPLES = (("trn2-llama3-8b", 16), ("p5-llama3-8b", 8))
+"""The tutorial's other searches: ``(scenario, --chips)``, the default objective (time)
+and five layouts simulated."""
+
+
+def search_examples(ctx: object = None) -> str:
+    """The three best simulated layouts of each of :data:`SEARCH_EXAMPLES`, each against
+    its search's best (a Markdown table)."""
+    del ctx
+    from clustersim.scenario import load_scenario
+    from clustersim.search.run import search
+
+    out = [
+        "| example | # | layout | microbatch | simulated step s | against the best |",
+        "|---|---|---|---|---|---|",
+    ]
+    for scenario, chips in SEARCH_EXAMPLES:
+        result = search(load_scenario(SCENARIOS / f"{scenario}.yaml"), chips=chips)
+        records = result.top(3).to_dict(orient="records")
+        rows = [{str(k): v for k, v in r.items()} for r in records]
+        best = rows[0]["sim_step_time_s"]
+        for i, r in enumerate(rows, 1):
+            shown = f"`{scenario}`, {chips} chips" if i == 1 else ""
+            vs = "" if i == 1 else f"{r['sim_step_time_s'] / best - 1:+.1%}"
+            out.append(
+                f"| {shown} | {i} | {_layout(r, int(r['dp_shard']))} | {r['microbatch_size']} | "
+                f"{r['sim_step_time_s']:.3f} | {vs} |"
+            )
+    return "\n".join(out)
+
+
+ESTIMATE_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    *(
+        (name, ("failures={}", "training.steps=1"), "as shipped, healthy")
+        for name in (
+            "trn2-llama3-8b",
+            "p5-llama3-8b",
+            "trn1-llama2-7b",
+            "mbridge-llama3-8b-fsdp",
+            "trn2-ultraserver-lane-loss",
+        )
+    ),
+    ("p5-llama3-8b", ("parallelism.zero=3", "training.global_batch_size=16"), "ZeRO-3"),
+    (
+        "p5-llama3-8b",
+        ("parallelism.zero=2", "parallelism.dp_shard=2", "training.global_batch_size=16"),
+        "ZeRO-2, HSDP over pairs",
+    ),
+    ("trn2-llama3-8b", ("parallelism.zero=3", "training.global_batch_size=16"), "ZeRO-3"),
+    (
+        "trn2-llama3-8b",
+        (
+            "parallelism.zero=3",
+            "parallelism.pp=2",
+            "parallelism.fsdp.reshard_after_forward=false",
+            "training.global_batch_size=16",
+        ),
+        "ZeRO-3, PP 2, units kept gathered",
+    ),
+    (
+        "trn2-ultraserver-llama3-70b",
+        (
+            "parallelism.tp=16",
+            "parallelism.pp=1",
+            "parallelism.zero=3",
+            "parallelism.recompute=none",
+        ),
+        "TP 16 x FSDP 16, no recompute",
+    ),
+)
+"""The estimate-against-simulation table's runs: ``(scenario, --set values, what was
+run)``. The shipped examples run as ``tests/search/test_estimate_agrees.py`` runs them;
+the sharded Llama-3-8B layouts as ``tests/search/test_sharded_estimate.py`` does (16
+sequences a step, every rank simulated)."""
+
+
+def estimate_ratios(ctx: object = None) -> str:
+    """Each of :data:`ESTIMATE_CASES` estimated (``search.estimate``) and simulated: both
+    step times and their ratio (a Markdown table)."""
+    del ctx
+    from clustersim.scenario import load_scenario
+    from clustersim.search.estimate import estimate_resolved
+
+    out = [
+        "| example | run as | estimate s | simulated s | estimate / simulated |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for scenario, sets, what in ESTIMATE_CASES:
+        res = load_scenario(SCENARIOS / f"{scenario}.yaml", list(sets))
+        sharded = any(s.startswith("parallelism.zero=") for s in sets)
+        fidelity: Fidelity = "detailed" if sharded and "8b" in scenario else "auto"
+        est = estimate_resolved(res).step_time_s
+        sim = float(_summary(scenario, sets, fidelity)["step_time_s"])
+        out.append(f"| `{scenario}` | {what} | {est:.3f} | {sim:.3f} | {est / sim:.3f} |")
+    return "\n".join(out)
+
+
 FABRIC = ("trn2-ultraserver-llama3-70b", "trn2-ultraserver-custom-fabric")
 FABRIC_FILE = SCENARIOS / "fabrics" / "trn2-ultraserver-missing-z.graphml"
 FABRIC_SETS = ("model.layers=8", "training.global_batch_size=32")
@@ -265,6 +367,26 @@ def chakra_load_cpu(ctx: object = None) -> str:
     return f"{chakra_load(lambda _: None)['load_cpu_s']:.1f}"
 
 
+def fold_zero_events(ctx: object = None) -> str:
+    """Events of the folded 16K-chip bench case (``clustersim bench``'s ``fold-16k``) as
+    benched (``zero: 1``) and with ``zero: 3`` (a Markdown table)."""
+    del ctx
+    import tempfile
+
+    from clustersim.bench.cases import FOLD_CHIPS, fold_scenario
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+
+    out = ["| fold-16k | events | fidelity |", "|---|---:|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fold-16k.yaml"
+        path.write_text(fold_scenario(FOLD_CHIPS["fold-16k"]), "utf-8")
+        for zero, what in ((1, "`zero: 1` (as benched)"), (3, "`zero: 3`")):
+            s = simulate(load_scenario(path, [f"parallelism.zero={zero}"]), record=False).summary
+            out.append(f"| {what} | {s['events']:,} | {s['fidelity']} |")
+    return "\n".join(out)
+
+
 _TUTORIAL = "docs/tutorials/layout-search.md"
 _WALL_NOISE = 4.0  # a shared machine's load moves wall times several-fold: only 5x is stale
 FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
@@ -275,10 +397,18 @@ FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]],
      _WALL_NOISE, "wall time of the tutorial search's estimates", (_TUTORIAL,)),
     ("layout-search-wall", r"search in ([0-9.]+ s)", search_wall("search"), _WALL_NOISE,
      "wall time of the tutorial's whole search", (_TUTORIAL,)),
+    ("estimate-ratios", "", estimate_ratios, 0.0,
+     "the search's estimate against the simulated step on the shipped examples and "
+     "sharded layouts", (_TUTORIAL,)),
+    ("search-examples", "", search_examples, 0.0,
+     "the best simulated layouts of the searches on the 8B examples", (_TUTORIAL,)),
     ("layout-search-pick", "", layouts_table("shipped", "pick"), 0.0,
      "the search's pick against the shipped layout, both simulated folded", (_TUTORIAL,)),
     ("sharding-layouts", "", layouts_table("shipped", "fsdp", "pick"), 0.0,
      "the shipped 70B layout, the FSDP example and the search's pick, simulated folded",
+     ("docs/explanation/sharding.md",)),
+    ("fold-zero-events", "", fold_zero_events, 0.0,
+     "the events of the folded 16K-chip bench case with ZeRO-1 and ZeRO-3",
      ("docs/explanation/sharding.md",)),
     ("custom-fabric-export", "", fabric_export, 0.0,
      "what `clustersim topology export` prints for the shipped 70B UltraServer",
