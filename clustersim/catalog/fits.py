@@ -337,8 +337,9 @@ def _family_fit(family: str, stack: str, cal: CalibrationFile) -> str | None:
         if key in cal.fits:
             return key
     prior = cal.families[family].prior
-    if prior is not None and f"{prior}/{stack}" in cal.fits:
-        return f"{prior}/{stack}"
+    for key in (f"{prior}/{stack}", f"{prior}/all") if prior is not None else ():
+        if key in cal.fits:
+            return key
     return None
 
 

@@ -133,6 +133,11 @@ class Calibration(Strict):
     - ``attention_backward_efficiency``: with measured attention, the fraction of the
       forward kernel's FLOP rate its backward sustains (no table measures the backward);
       1 when not set.
+    - ``compute_efficiency``: the fraction of its kernel's own speed (measured or
+      roofline) a compute op runs at in the training stack's step: what no kernel table
+      measures, such as gaps between launches, the stack's casts and FP8 scaling kernels
+      that are not ops of the model, and clocks under a step's sustained load below a
+      microbenchmark's; fitted per software stack, 1 when not set.
     """
 
     tensor_efficiency: Fraction
@@ -147,6 +152,7 @@ class Calibration(Strict):
     gemm_times: Literal["roofline", "measured"] = "roofline"
     attention_times: Literal["roofline", "measured"] = "roofline"
     attention_backward_efficiency: Fraction | None = None
+    compute_efficiency: Fraction = 1.0
 
 
 class EngineClocks(Strict):

@@ -77,6 +77,7 @@ class ChipModel:
                 f"{spec.name} has no measured attention table (attention_times: measured)"
             )
         self._attn_bwd = cal.attention_backward_efficiency or 1.0
+        self._factor = 1.0 / cal.compute_efficiency
 
     @property
     def hbm_bytes_per_rank(self) -> float:
@@ -150,7 +151,7 @@ class ChipModel:
         """
         assert self._attn is not None and work.attention is not None
         seq, problems, qk_dim, v_dim, group = work.attention
-        fwd_s = self._attn.forward_s(
+        fwd_s = self._attn.training_s(
             1, seq, problems, max(problems // group, 1), qk_dim, precision=work.precision
         )
         flops = 2.0 * problems * seq * max(seq // 2, 1) * (qk_dim + v_dim)
@@ -162,6 +163,7 @@ class ChipModel:
             # Inside a measured fused kernel: its matmuls at the kernel's rate, its softmax,
             # masking and launch already in the measured time.
             seconds = work.tensor_flops / self.attention_rate(work) if work.matmul else 0.0
+            seconds *= self._factor
             return OpTime(seconds, 0, (seconds, 0.0, 0.0, 0.0, 0.0))
         tensor_s = 0.0
         if work.matmul is not None:
@@ -169,12 +171,13 @@ class ChipModel:
             tensor_s = self.matmul_s(
                 m, k, n, work.precision, count=work.count, kernel=work.kernel, splits=work.splits
             )
+        f = self._factor  # 1 but where a stack's fit sets it: x * 1.0 is x, bit for bit
         times = (
-            tensor_s,
-            work.vector_ops / self._vector_Bps,
-            work.scalar_ops / self._scalar_Bps,
-            work.gpsimd_ops / self._gpsimd_Bps,
-            work.hbm_bytes / self._hbm_Bps,
+            tensor_s * f,
+            work.vector_ops / self._vector_Bps * f,
+            work.scalar_ops / self._scalar_Bps * f,
+            work.gpsimd_ops / self._gpsimd_Bps * f,
+            work.hbm_bytes / self._hbm_Bps * f,
         )
         bound = max(range(len(times)), key=times.__getitem__)
         return OpTime(times[bound] + self._overhead_s, bound, times)

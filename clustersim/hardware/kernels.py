@@ -36,6 +36,15 @@ grouped-query attention (fewer KV heads, which load less K/V and run about 8%
 faster). Lookup is piecewise linear in log-log, growing linearly in problems and
 with the square of sequence length (causal FLOPs) beyond the measured range.
 
+The measured op is the serving engine's: besides the attention core it applies
+RoPE to the queries and keys and writes the KV cache, work linear in the
+sequence. Per problem count its latency is ``c0 + c1 s + c2 s^2`` to within a few
+percent (non-negative least squares over s >= 512); a training step prices
+RoPE as an op of its own and writes no cache, so its fused attention kernel
+(:meth:`AttentionTable.training_s`) is ``c0 + c2 s^2``: the launch and the
+causal core, which on Hopper runs at 0.52-0.64 of the BF16 peak, the rate
+flash-attention kernels reach.
+
 Only numpy, the standard library and the catalog's data files are used.
 """
 
@@ -220,6 +229,7 @@ class AttentionTable:
         self._forward: Callable[[tuple[int, int, int, int, int], str], float] = lru_cache(
             maxsize=1 << 14
         )(self._forward_uncached)
+        self._terms: Callable[[str, int, int], tuple[F64, F64]] = cache(self._terms_uncached)
 
     def grid(self, precision: str, head_dim: int) -> tuple[F64, F64, F64]:
         """Measured seq and problems axes and latency [layer, seq, problems] in s."""
@@ -271,6 +281,85 @@ class AttentionTable:
             layer = latency[ATTENTION_LAYERS.index("gqa" if kv_heads == heads else "mha")]
         t = _seq_interp(seqs, problems, layer, float(seq), float(batch * heads))
         return t * head_dim / near
+
+    def training_s(
+        self,
+        batch: int,
+        seq: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        *,
+        precision: str = "bf16",
+    ) -> float:
+        """Seconds for one causal fused attention forward as a training step runs it:
+        the measured op's launch and quadratic terms (``c0 + c2 s^2``), without its
+        per-token RoPE and KV-cache work. Between measured problem counts the terms
+        are interpolated log-log; past the largest they grow in proportion (more
+        waves), below the smallest the smallest's stand."""
+        if min(batch, seq, heads, kv_heads, head_dim) < 1 or heads % kv_heads:
+            raise ValueError(
+                f"attention shape needs positive sizes and kv_heads dividing heads: "
+                f"batch={batch} seq={seq} heads={heads} kv_heads={kv_heads} head_dim={head_dim}"
+            )
+        key = _table_key(precision, self.precisions, f"attention on {self.chip}")
+        dims = np.array(self.head_dims[key], dtype=np.float64)
+        near = int(dims[np.argmin(np.abs(np.log(dims / head_dim)))])
+        layer = ATTENTION_LAYERS.index("mha" if kv_heads == heads else "gqa")
+        problems, terms = self._terms(key, near, layer)
+        if not problems.size:  # a layer never measured at this head dim: use the other
+            problems, terms = self._terms(key, near, 1 - layer)
+        p = float(batch * heads)
+        if p >= problems[-1]:
+            c0, c2 = terms[-1, 0], terms[-1, 1] * p / problems[-1]
+        elif p <= problems[0]:
+            c0, c2 = terms[0]
+        else:
+            lp = np.log(problems)
+            c0 = float(np.exp(np.interp(np.log(p), lp, np.log(terms[:, 0]))))
+            c2 = float(np.exp(np.interp(np.log(p), lp, np.log(terms[:, 1]))))
+        return float((c0 + c2 * float(seq) ** 2) * head_dim / near)
+
+    def _terms_uncached(self, key: str, head_dim: int, layer: int) -> tuple[F64, F64]:
+        """Problem counts with at least four sequence lengths from 512 on, and each one's
+        (c0, c2) of ``c0 + c1 s + c2 s^2`` (non-negative least squares, relative)."""
+        seqs, problems, latency = self.grid(key, head_dim)
+        kept: list[float] = []
+        terms: list[tuple[float, float]] = []
+        for j, p in enumerate(problems):
+            ok = ~np.isnan(latency[layer, :, j]) & (seqs >= TERMS_MIN_SEQ)
+            if np.count_nonzero(ok) < 4:
+                continue
+            s, t = seqs[ok], latency[layer, ok, j]
+            c = _nnls_relative(np.stack([np.ones_like(s), s, s * s], axis=1), t)
+            if c[0] > 0 and c[2] > 0:
+                kept.append(float(p))
+                terms.append((float(c[0]), float(c[2])))
+        return np.asarray(kept), np.asarray(terms).reshape(-1, 2)
+
+
+TERMS_MIN_SEQ = 512
+"""Shortest sequence the per-problem-count terms are fitted on (below it the launch
+floor and the first wave dominate)."""
+
+
+def _nnls_relative(a: F64, t: F64) -> F64:
+    """Non-negative coefficients x minimising ||(a x - t) / t||: the best of the
+    least-squares fits on every subset of columns whose solution is non-negative."""
+    w = a / t[:, None]
+    ones = np.ones_like(t)
+    n = a.shape[1]
+    best, best_err = np.zeros(n), float(np.sum(ones**2))
+    for mask in range(1, 1 << n):
+        cols = [i for i in range(n) if mask >> i & 1]
+        x, *_ = np.linalg.lstsq(w[:, cols], ones, rcond=None)
+        if np.any(x < 0):
+            continue
+        err = float(np.sum((w[:, cols] @ x - ones) ** 2))
+        if err < best_err:
+            best, best_err = np.zeros(n), err
+            best[cols] = x
+    return best
 
 
 def _problems_interp(problems: F64, row: F64, p: float) -> float:
