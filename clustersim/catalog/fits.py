@@ -317,18 +317,23 @@ def tp_comm_overlap(stack: str | None, cal: CalibrationFile | None = None) -> st
 
 def fit_source(chip: str, stack: str, cal: CalibrationFile | None = None) -> str | None:
     """The fit (``family/stack``) whose constants ``chip`` runs ``stack`` with, or None:
-    its family's fit of the stack it is fitted as (:func:`fit_stack`), else the family's
-    pooled fit (``family/all``), else its prior's fit of that stack (module doc)."""
+    its family's fit of the stack it is fitted as (:func:`fit_stack`); for a stack with a
+    prior and no fit of its own, its prior stack's (or, where the prior has none on the
+    family, the family's default stack's); else the family's pooled fit (``family/all``),
+    else its prior family's fit of that stack (module doc)."""
     cal = cal or calibration()
     family = family_of(chip, cal)
     if family is None:
         return None
     stack = fit_stack(stack, cal)
-    key = _family_fit(family, stack, cal)
     prior = cal.stacks[stack].prior if stack in cal.stacks else None
-    if key is None and prior is not None:  # a stack with no fit runs on its prior's
+    if prior is not None and f"{family}/{stack}" not in cal.fits:
+        # a stack with no fit of its own runs on its prior's, not on the family's pool;
+        # where its prior has none on this family, on the family's default stack's
         key = _family_fit(family, fit_stack(prior, cal), cal)
-    return key
+        default = fit_stack(cal.families[family].default_stack, cal)
+        return key if key is not None else _family_fit(family, default, cal)
+    return _family_fit(family, stack, cal)
 
 
 def _family_fit(family: str, stack: str, cal: CalibrationFile) -> str | None:

@@ -38,16 +38,17 @@ def _fit(constants: dict[str, float]) -> dict[str, Any]:
 def test_a_family_without_a_fit_takes_its_priors_efficiencies_only() -> None:
     fits = {
         "h100/megatron-core": _fit(
-            {"attention_efficiency": 0.4, "fp8_tensor_efficiency": 0.7, "op_overhead_s": 1e-5}
+            {"compute_efficiency": 0.9, "hbm_efficiency": 0.7, "op_overhead_s": 1e-5}
         )
     }
     overhead = {"bounds": [0, 1e-4], "what": "x"}
     cal = _with(fits=fits, families__b200__constants__op_overhead_s=overhead)
     assert cal.families["b200"].prior == "h100"
-    assert fit_source("b200", "megatron-bridge-25.11", cal) == "h100/megatron-core"
+    assert fit_source("b200", "nemo-24.07", cal) == "h100/megatron-core"
     # a time is the chip's own, never lent: only the fractions of peak
-    lent = fit_overrides("b200", "megatron-bridge-25.11", cal)
-    assert lent == {"attention_efficiency": 0.4, "fp8_tensor_efficiency": 0.7}
+    lent = fit_overrides("b200", "nemo-24.07", cal)
+    # (and only those b200 declares: hbm_efficiency is not among them)
+    assert lent == {"compute_efficiency": 0.9}
     assert fit_overrides("h100", "nemo-24.07", cal)["op_overhead_s"] == 1e-5
     # only the same stack is lent: no prior fit of another stack, nothing
     other = {"what": "x", "families": ["h100", "b200"]}
@@ -64,8 +65,8 @@ def test_a_family_with_its_own_fit_ignores_its_prior() -> None:
         "b200/megatron-core": _fit({"attention_efficiency": 0.6}),
     }
     cal = _with(fits=fits)
-    assert fit_source("b200", "megatron-bridge-25.09", cal) == "b200/megatron-core"
-    assert fit_overrides("b200", "megatron-bridge-25.09", cal) == {"attention_efficiency": 0.6}
+    assert fit_source("b200", "nemo-24.07", cal) == "b200/megatron-core"
+    assert fit_overrides("b200", "nemo-24.07", cal) == {"attention_efficiency": 0.6}
     pooled = _with(fits={**fits, "b200/all": fits.pop("b200/megatron-core")})
     assert fit_overrides("b200", "nemo-24.07", pooled) == {"attention_efficiency": 0.6}
 

@@ -66,7 +66,14 @@ def test_gpu_uses_same_abstraction() -> None:
 
 def _h100(scope: str) -> ChipModel:
     spec = catalog.chip("h100")
-    cal = spec.calibration.model_copy(update={"matmul_latency_scope": scope})
+    # the roofline's GEMMs (the catalog's H100 takes them from its measured table)
+    cal = spec.calibration.model_copy(
+        update={
+            "matmul_latency_scope": scope,
+            "gemm_times": "roofline",
+            "attention_times": "roofline",
+        }
+    )
     return ChipModel(spec.model_copy(update={"calibration": cal}), 1)
 
 

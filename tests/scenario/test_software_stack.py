@@ -51,33 +51,36 @@ def test_without_the_fit_the_chip_keeps_the_catalogs_constants() -> None:
 
 
 def test_the_scenarios_own_constants_win_over_the_fit(tmp_path: Path) -> None:
-    res = load_scenario(P5, ["cluster.chip.calibration.attention_efficiency=0.5"])
-    assert res.chip.calibration.attention_efficiency == 0.5
-    fitted = res.software.constants
-    assert res.chip.calibration.fp8_tensor_efficiency == fitted["fp8_tensor_efficiency"]
-    (tmp_path / "o.yaml").write_text("chips: {h100: {calibration: {attention_efficiency: 0.6}}}\n")
+    fitted = load_scenario(P5).software.constants["compute_efficiency"]
+    assert load_scenario(P5).chip.calibration.compute_efficiency == fitted
+    res = load_scenario(P5, ["cluster.chip.calibration.compute_efficiency=0.95"])
+    assert res.chip.calibration.compute_efficiency == 0.95 != fitted
+    (tmp_path / "o.yaml").write_text("chips: {h100: {calibration: {compute_efficiency: 0.9}}}\n")
     (tmp_path / "s.yaml").write_text(P5 + "catalog_overlay: o.yaml\n")
-    assert load_scenario(tmp_path / "s.yaml").chip.calibration.attention_efficiency == 0.6
+    assert load_scenario(tmp_path / "s.yaml").chip.calibration.compute_efficiency == 0.9
 
 
 def test_a_release_runs_its_bases_fit_and_a_prior_stack_its_priors() -> None:
     core = stack_fit("h100", "megatron-core")
     assert stack_fit("h100", "nemo-24.07").constants == core.constants
     assert stack_fit("h100", "nemo-24.07").fitted_as == "megatron-core"
+    bridge = stack_fit("h100", "megatron-bridge-25.11")
     titan = stack_fit("h100", "torchtitan")
-    assert titan.fit == core.fit and titan.lent == "stack prior megatron-core"
-    assert "lent by its stack prior megatron-core" in titan.describe()
+    assert titan.fit == bridge.fit and titan.lent == "stack prior megatron-bridge-25.11"
+    assert "lent by its stack prior megatron-bridge-25.11" in titan.describe()
+    # where its prior has no fit on the family (A100), the family's default stack's
+    assert stack_fit("a100", "torchtitan").fit == stack_fit("a100", None).fit
     assert stack_fit("b200", None).lent == "family prior h100"
 
 
 def test_a_prior_stack_widens_the_interval_by_its_declared_spread() -> None:
     spread = calibration().stacks["torchtitan"].prior_spread
     assert spread is not None
-    low0, high0, _ = interval("h100", 1.0, stack="megatron-core")
+    low0, high0, _ = interval("h100", 1.0, stack="megatron-bridge-25.11")
     low1, high1, basis = interval("h100", 1.0, stack="torchtitan")
     h0, h1 = math.log(high0), math.log(high1)
     assert h1 == pytest.approx(math.hypot(h0, math.log1p(spread)))
-    assert low1 < low0 and "megatron-core's fit" in basis
+    assert low1 < low0 and "megatron-bridge-25.11's fit" in basis
 
 
 @pytest.mark.parametrize(
@@ -110,9 +113,9 @@ def test_the_summary_says_which_stack_and_fit(tmp_path: Path) -> None:
     assert main(["run", str(scen), "--out", str(tmp_path / "out"), "--quiet"]) == 0
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     sw = summary["software"]
-    assert sw["stack"] == "torchtitan" and sw["fit"] == "h100/megatron-core"
-    assert sw["lent"] == "stack prior megatron-core" and sw["constants"]
-    assert "megatron-core's fit" in summary["uncertainty"]["basis"]
+    assert sw["stack"] == "torchtitan" and sw["fit"] == "h100/megatron-bridge-25.11"
+    assert sw["lent"] == "stack prior megatron-bridge-25.11" and sw["constants"]
+    assert "megatron-bridge-25.11's fit" in summary["uncertainty"]["basis"]
 
 
 def test_catalog_stacks_lists_the_fits_and_their_rows(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +128,7 @@ def test_catalog_stacks_lists_the_fits_and_their_rows(capsys: pytest.CaptureFixt
     assert main(["catalog", "stacks"]) == 0
     assert "nxd-training [default on trainium]" in capsys.readouterr().out
     assert main(["catalog", "stacks", "torchtitan"]) == 0
-    assert "stack prior megatron-core" in capsys.readouterr().out
+    assert "stack prior megatron-bridge-25.11" in capsys.readouterr().out
     assert main(["catalog", "stacks", "nope"]) == 2
 
 
