@@ -8,12 +8,12 @@ from the shipped scenarios.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from clustersim.doccommands import clustersim_command
 
 __all__ = [
     "BLOCKS",
@@ -30,21 +30,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 
 
-def _clustersim(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    """``clustersim ARGV`` run as a reader runs it, in ``cwd``: exit code, stdout, stderr."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "clustersim", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
-
-
 SHARDING_CHECK = (
     "mbridge-llama3-8b-fsdp",
     ("parallelism.dp_shard=2", "parallelism.recompute=full"),
@@ -58,7 +43,7 @@ def sharding_check(ctx: object = None) -> str:
     del ctx
     scenario, sets = SHARDING_CHECK
     argv = ["check", f"scenarios/{scenario}.yaml", *(w for s in sets for w in ("--set", s))]
-    code, out, err = _clustersim(argv, ROOT)
+    code, out, err = clustersim_command(argv, ROOT)
     lines = [line for line in out.splitlines() if line.startswith("sharding:")]
     if code != 0 or len(lines) != 1:
         raise RuntimeError(f"clustersim {' '.join(argv)}: exit {code}: {err.strip()}")
@@ -98,7 +83,7 @@ def fabric_error(ctx: object = None) -> str:
             (SCENARIOS / f"{scenario}.yaml").read_bytes()
         )
         (root / name).write_text(text + "\n", "utf-8")
-        code, _, err = _clustersim(argv, root)
+        code, _, err = clustersim_command(argv, root)
     if code != 2 or not err.startswith("clustersim: error:"):
         raise RuntimeError(f"clustersim {' '.join(argv)}: exit {code}, not a bad-input error")
     return (

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import docexamples, docgen, docstudies
+from clustersim import doccommands, docexamples, docgen, docstudies
 from clustersim.docvalidation import (
     calibration_fits,
     family_intervals,
@@ -278,6 +278,7 @@ FIGURES: tuple[Figure, ...] = (
     *_REFERENCE,
     *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docstudies.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccommands.FIGURES),
 )
 
 
