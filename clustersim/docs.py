@@ -37,6 +37,7 @@ from clustersim.docvalidation import (
     family_intervals,
     fsdp_recipes,
     hardware_intervals,
+    hardware_table,
     holdout_inside,
     known_gaps,
     measured_table,
@@ -192,6 +193,20 @@ FIGURES: tuple[Figure, ...] = (
         holdout_inside,
         what="holdout rows whose published step lies inside the prediction's 90% interval",
         pages=("README.md", "docs/explanation/calibration.md"),
+    ),
+    Figure(
+        "hardware-table-chips144",
+        "",
+        hardware_table("chips144"),
+        what="the hardware study at 144 chips, from its committed hardware.csv",
+        pages=("docs/tutorials/trn2-vs-h100.md",),
+    ),
+    Figure(
+        "hardware-table-usd480",
+        "",
+        hardware_table("usd480"),
+        what="the hardware study at about $480/h, from its committed hardware.csv",
+        pages=("docs/tutorials/trn2-vs-h100.md",),
     ),
     Figure(
         "hardware-intervals-chips144",
