@@ -137,6 +137,21 @@ _REFERENCE: tuple[Figure, ...] = (
     Figure("catalog-models", "", _generated("models"), pages=(_REF + "catalog.md",)),
     Figure("catalog-stacks", "", _generated("stacks"), pages=(_REF + "catalog.md",)),
 )  # fmt: skip
+_FIRST = "docs/tutorials/first-run.md"
+_FIRST_RUN: tuple[Figure, ...] = (
+    Figure("first-run-mfu-step", r"MFU = 3\.036e16 / \(([0-9.]+ s) x",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "step"), pages=(_FIRST,),
+           what="the quick start's step in the first run's MFU sum"),
+    Figure("first-run-mfu", r"x 1\.067e16\) =\s+([0-9.]+%)",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "mfu"), pages=(_FIRST,),
+           what="the quick start's MFU, the sum's result"),
+    Figure("first-run-interval-rows", r"\(here (\d+ Trainium rows, \d+ dof)",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "rows"), pages=(_FIRST,),
+           what="the rows behind the quick start's interval"),
+    Figure("first-run-interference", r"costs the compute (\d+ µs) of the step",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "interference"),
+           pages=(_FIRST,), what="the quick start's compute time lost to its collectives"),
+)  # fmt: skip
 _SERVE = "docs/tutorials/serving.md"
 _SERVING: tuple[Figure, ...] = (
     Figure("serve-output", "", lambda ctx: docgen.serve_output(), pages=(_SERVE,),
@@ -289,6 +304,7 @@ FIGURES: tuple[Figure, ...] = (
         "with the load, so only a drift past 5x (a stale figure) counts",
         pages=("docs/tutorials/first-run.md",),
     ),
+    *_FIRST_RUN,
     *_SERVING,
     *_REFERENCE,
     *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
