@@ -151,6 +151,10 @@ _FIRST_RUN: tuple[Figure, ...] = (
     Figure("first-run-interference", r"costs the compute (\d+ µs) of the step",
            lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "interference"),
            pages=(_FIRST,), what="the quick start's compute time lost to its collectives"),
+    Figure("chips-interference", r"`interference` line: (\d+ µs) of the quick start",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "interference"),
+           pages=("docs/explanation/chips.md",),
+           what="the quick start's compute time lost to its collectives"),
 )  # fmt: skip
 _SERVE = "docs/tutorials/serving.md"
 _SERVING: tuple[Figure, ...] = (
