@@ -29,7 +29,14 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.fabric import Topology
-from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages, UniformCounts
+from clustersim.network.flows import (
+    NO_CHIPS,
+    FlowGroup,
+    FlowNetwork,
+    StageImages,
+    UniformCounts,
+    compact_links,
+)
 from clustersim.network.folded import FoldedRoutes, Repeats, distinct_rows
 from clustersim.network.runtimes import NO_COSTS, Protocol, Runtime
 
@@ -394,7 +401,9 @@ class Network(FoldedRoutes):
             links, loads = hbm.add(links, loads, src, dst, head)
             chips = hbm.chips_of(links)
         loads = self._uniform.share(loads, loads.size - on_links)
-        group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=chips)
+        group = FlowGroup(
+            compact_links(links), loads, int(src.size), latency_s, every_pair, hbm_chips=chips
+        )
         if not union:
             images.remember(replicas, rows, known[1], group)
         return self._keep_folded(key, replicas, group)

@@ -11,6 +11,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from clustersim.network.flows.entity import LinkIds
+
 __all__ = [
     "Column",
     "LinkUtilisation",
@@ -31,7 +33,7 @@ class Column(Protocol):
     """A routed group as the statistics see it (a :class:`~.entity.FlowGroup`)."""
 
     @property
-    def links(self) -> Ints:
+    def links(self) -> LinkIds:
         """Distinct link indices, increasing (indices past the topology's are not links:
         shared HBM rows)."""
         ...

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from clustersim.network.flows.entity import LinkIds
 from clustersim.network.flows.linkload import (
     Column,
     LinkUtilisation,
@@ -304,7 +305,7 @@ class LinkStats:
     def _add_total(self, pattern: LoadPattern, seconds: float) -> None:
         _accumulate(self._total, pattern, seconds)
 
-    def _within(self, col: Column) -> tuple[Ints, Floats]:
+    def _within(self, col: Column) -> tuple[LinkIds, Floats]:
         """The entries of ``col`` on links (not past them: HBM rows)."""
         links = col.links
         if links.size and links[-1] >= self.n_links:
@@ -404,8 +405,8 @@ class LinkStats:
                 inv = invs.get(epoch)
                 if inv is None:
                     inv = invs[epoch] = self._epoch_inv(epoch)
-                links, counts = self._within(col)
-                row[links] += counts * integral * inv[links]
+                at, counts = self._within(col)
+                row[at] += counts * integral * inv[at]
             out.append((b, *take_row(row)))
         self._spread = out
         self._records, self._runs = [], []

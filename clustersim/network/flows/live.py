@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.flows.entity import Component, FlowGroup
+from clustersim.network.flows.entity import Component, FlowGroup, LinkIds
 
 __all__ = ["BLOCK", "LiveGroups", "Shared"]
 
@@ -36,7 +36,7 @@ class Shared:
 
     __slots__ = ("_at", "links")
 
-    def __init__(self, links: NDArray[np.int64]) -> None:
+    def __init__(self, links: LinkIds) -> None:
         self.links = links
         self._at: dict[int, NDArray[np.int64]] = {}
 

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from clustersim.errors import SimulationError
 from clustersim.network.flows.classes import ClassCache, Common, intersect, private_row, tightest
-from clustersim.network.flows.entity import FlowGroup
+from clustersim.network.flows.entity import FlowGroup, LinkIds
 from clustersim.network.flows.linkstats import LoadPattern
 from clustersim.network.flows.live import Shared
 from clustersim.network.flows.maxmin import maxmin_rates_csc, with_ceilings
@@ -76,7 +76,7 @@ def solve_groups(
     groups: tuple[FlowGroup, ...],
     cap: NDArray[np.float64],
     hbm_base: int | None,
-    names: Callable[[NDArray[np.int64]], list[str]],
+    names: Callable[[LinkIds], list[str]],
     scratch: Scratch | None = None,
     *,
     common: Common | None = None,
@@ -261,20 +261,20 @@ def _solve_classes(
     return rates, LoadPattern(groups, per.tolist(), shared[keep].astype(np.int64), util)
 
 
-def _merge(parts: list[NDArray[np.int64]], size: int | None = None) -> NDArray[np.int64]:
+def _merge(parts: list[LinkIds], size: int | None = None) -> NDArray[np.int64]:
     """The distinct values of ``parts`` (each sorted and distinct), sorted. With ``size``
     (every value is below it) and many values, a mask over ``0..size-1`` replaces the sort."""
     arrays = list({id(p): p for p in parts}.values())
     if not arrays:
         return np.zeros(0, dtype=np.int64)
     if len(arrays) == 1:
-        return arrays[0]
+        return arrays[0].astype(np.int64, copy=False)
     if size is not None and sum(a.size for a in arrays) * 16 >= size:
         mask = np.zeros(size, dtype=bool)
         for a in arrays:
             mask[a] = True
         return np.flatnonzero(mask).astype(np.int64)
-    out = np.concatenate(arrays)
+    out = np.concatenate(arrays).astype(np.int64, copy=False)
     if not out.size:
         return out
     out.sort(kind="stable")  # runs of sorted values: a merge, not a full sort
