@@ -219,7 +219,11 @@ class LinkStats:
                     rmax[id(col)] = _Sum(col, rate)
                 elif rate > found.value:
                     found.value = rate
-            if pattern.shared.size and self._peaks.add(pattern.shared, pattern.shared_util):
+            shared = pattern.shared
+            if shared.size and self._peak is not None:
+                # Raised in place once the array exists: a maximum is the same in any order.
+                self._peak[shared] = np.maximum(self._peak[shared], pattern.shared_util)
+            elif shared.size and self._peaks.add(shared, pattern.shared_util):
                 self._peak = self.peak  # they would fill an array over the links
         self._held[holder] = (pattern, now_s)
 
