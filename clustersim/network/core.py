@@ -112,6 +112,8 @@ class Network(FoldedRoutes):
         """The distinct rows of chips of each replicas array (the steps of a collective
         share their replicas)."""
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
+        self._pair_arrays: dict[bytes, _IntArray] = {}
+        """Each distinct step's pairs, by their digest."""
         self._images = StageImages(topology)
         """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
@@ -436,6 +438,21 @@ class Network(FoldedRoutes):
         self._folded[key] = (replicas, group)
         return group
 
+    def _interned(self, pairs: _IntArray) -> _IntArray:
+        """``pairs``, or the equal array of a step seen before: the steps of a collective for
+        every buffer size (a stage's gradient buckets) hold one copy of their pairs, and
+        each is digested once (:meth:`_folded_group`)."""
+        digest = hashlib.blake2b(pairs.tobytes(), digest_size=16).digest()
+        found = self._pair_arrays.get(digest)
+        if found is None or not np.array_equal(found, pairs):
+            if len(self._pair_arrays) >= self.max_cached_plans:
+                self._pair_arrays.clear()
+            found = self._pair_arrays[digest] = pairs
+        if len(self._digests) >= self.max_cached_plans:
+            self._digests.clear()
+        self._digests[id(found)] = (found, digest)  # holds the array: its id is not reused
+        return found
+
     def _steps_of(self, op: str, ranks: tuple[int, ...], nbytes: float) -> tuple[Protocol, _Steps]:
         """The runtime's protocol and the algorithm's steps for this group, each step with
         its pairs as an array and whether each pair crosses domains (cached)."""
@@ -456,10 +473,10 @@ class Network(FoldedRoutes):
             # The pairs are kept as an array only: as tuples of Python ints, the
             # steps of a group of 10^4 ranks would hold hundreds of MB.
             domain = np.asarray(info.domain, dtype=np.int64)
-            steps = [
-                (step, pairs, domain[pairs[:, 0]] != domain[pairs[:, 1]])
-                for step, pairs in collective_step_arrays(op, p, nbytes, resolved, info)
-            ]
+            steps: _Steps = []
+            for step, made in collective_step_arrays(op, p, nbytes, resolved, info):
+                pairs = self._interned(made)
+                steps.append((step, pairs, domain[pairs[:, 0]] != domain[pairs[:, 1]]))
             found = (resolved, proto, steps)
             if len(self._steps) < self.max_cached_plans:
                 self._steps[key] = found
