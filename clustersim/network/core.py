@@ -84,9 +84,8 @@ class Network(FoldedRoutes):
         self.env = env
         self.runtime = runtime
         self.topology = topology
-        self.flows = FlowNetwork(env, topology)
-        if hbm_Bps is not None:  # each chip's HBM, shared by its flows and its compute
-            self.flows.share_hbm(hbm_Bps)
+        # Each chip's HBM (hbm_Bps), shared by its flows and its compute.
+        self.flows = FlowNetwork(env, topology, hbm_Bps=hbm_Bps)
         chips = np.asarray(rank_chip, dtype=np.int64).reshape(-1)
         bad = chips[(chips < 0) | (chips >= topology.n_chips)]
         if bad.size:

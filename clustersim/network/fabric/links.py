@@ -280,6 +280,13 @@ class LinkTable:
         nominal.flags.writeable = False
         return nominal
 
+    def capacity_with(self, tail: NDArray[np.float64]) -> NDArray[np.float64]:
+        """:attr:`capacity_Bps` followed by ``tail``; while every capacity is nominal, one
+        read-only array whose head is :attr:`nominal_Bps` from then on (held once)."""
+        if self._capacity is not None:
+            return np.concatenate([self._capacity, tail])
+        return self._nominal.joined(np.asarray(tail, dtype=np.float64))
+
     def _current(self) -> NDArray[np.float64]:
         """The current capacities, as an array of their own (to change some)."""
         if self._capacity is None:

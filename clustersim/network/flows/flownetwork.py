@@ -96,17 +96,16 @@ class FlowNetwork(Solving):
     """... or while it holds more solutions than this."""
 
     def __init__(
-        self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64
+        self,
+        env: simpy.Environment,
+        topology: Topology,
+        *,
+        series_bins: int = 64,
+        hbm_Bps: float | NDArray[np.float64] | None = None,
     ) -> None:
         self.env = env
         self.topology = topology
         n_links = topology.n_links
-        self.stats = LinkStats(
-            n_links,
-            start_s=float(env.now),
-            max_bins=series_bins,
-            capacity_Bps=topology.capacity_Bps,
-        )
         self.bytes_moved = 0.0
         """Flow-bytes delivered so far: the sum over flows of bytes moved."""
         self.transfers = 0
@@ -145,6 +144,15 @@ class FlowNetwork(Solving):
         """Called with the chips whose HBM a flow starts to load (before it is solved)."""
         self._capacity: NDArray[np.float64] | None = None
         self._scratch = Scratch()
+        if hbm_Bps is not None:  # see share_hbm
+            self.share_hbm(hbm_Bps)
+            self._cap()  # the links' capacities and the HBM's, held once with the topology's
+        self.stats = LinkStats(
+            n_links,
+            start_s=float(env.now),
+            max_bins=series_bins,
+            capacity_Bps=topology.capacity_Bps,
+        )
         topology.add_listener(self.capacity_changed)
 
     # -- public API -----------------------------------------------------------------------------
@@ -170,7 +178,8 @@ class FlowNetwork(Solving):
         """Capacities of the topology's links, then of each chip's HBM if shared."""
         if self._capacity is None:
             cap = self.topology.capacity_Bps
-            self._capacity = cap if self.hbm is None else np.concatenate([cap, self.hbm.capacity])
+            hbm = self.hbm
+            self._capacity = cap if hbm is None else self.topology.capacity_with(hbm.capacity)
         return self._capacity
 
     @property
