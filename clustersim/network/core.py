@@ -116,8 +116,6 @@ class Network(FoldedRoutes):
         self._images = StageImages(topology)
         """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
-        self._pos: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
-        """-1 per link, but during :meth:`_on_links`."""
         self._mark: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         """False per link, but during :meth:`_on_links`."""
         self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}

@@ -22,6 +22,7 @@ from clustersim.network.fabric import (
     distinct_pairs,
     row_sums,
 )
+from clustersim.network.flows import FlowNetwork
 
 __all__ = ["FoldedRoutes"]
 
@@ -78,7 +79,7 @@ class FoldedRoutes:
     network sets the attributes declared here)."""
 
     topology: Topology
-    _pos: NDArray[np.int32]
+    flows: FlowNetwork
     _mark: NDArray[np.bool_]
     _far_masks: dict[tuple[int, bytes], NDArray[np.bool_]]
 
@@ -88,11 +89,10 @@ class FoldedRoutes:
         """The distinct links of ``kept`` (sorted), and the weighted count of the entries
         of ``flat`` on each: a position per link, not a search of every entry."""
         n = self.topology.n_links
-        if self._pos.size < n:
-            # -1 but during this call; 32 bits, as a position is below a group's entries.
-            self._pos = np.full(n, -1, dtype=np.int32)
-            self._mark = np.zeros(n, dtype=bool)
-        pos = self._pos
+        if self._mark.size < n:
+            self._mark = np.zeros(n, dtype=bool)  # False but during this call
+        # The flow model's scratch, 32 bits: a position is below a group's entries.
+        pos = self.flows.slots(n)
         if kept.size * _MARK_FROM >= n:
             # Many entries: the links are read off a mark per link, already in order.
             mark = self._mark
@@ -106,11 +106,14 @@ class FoldedRoutes:
             links = kept[pos[kept] == at]
             links.sort()
         pos[links] = np.arange(links.size, dtype=np.int32)
-        at = pos[flat]
-        pos[links] = -1  # the table is all -1 again between calls
-        if kept is not flat:  # entries of flat off the kept links count nowhere
-            hit = at >= 0
-            at = at[hit]
+        if kept is flat:
+            at = pos[flat]
+        else:  # entries of flat off the kept links count nowhere
+            mark = self._mark
+            mark[links] = True
+            hit = mark[flat]
+            mark[links] = False
+            at = pos[flat[hit]]
             weights = None if weights is None else weights[hit]
         counts = np.bincount(at, weights=weights, minlength=links.size).astype(np.float64)
         return links.astype(np.int64), counts

@@ -119,7 +119,8 @@ class FlowNetwork(Solving):
         self._pending: list[Entity] = []
         self._created = 0
         self._n_active = 0
-        self._live = LiveGroups(n_links)
+        self._scratch = Scratch()
+        self._live = LiveGroups(n_links, self._scratch.slots)
         """The groups in components, and which of them share links (:mod:`.live`)."""
         self._comps: dict[int, Component] = {}
         self._next_comp = 0
@@ -143,7 +144,6 @@ class FlowNetwork(Solving):
         self._regroups: list[tuple[Entity, FlowGroup]] = []
         """Called with the chips whose HBM a flow starts to load (before it is solved)."""
         self._capacity: NDArray[np.float64] | None = None
-        self._scratch = Scratch()
         if hbm_Bps is not None:  # see share_hbm
             self.share_hbm(hbm_Bps)
             self._cap()  # the links' capacities and the HBM's, held once with the topology's
@@ -167,6 +167,11 @@ class FlowNetwork(Solving):
         self._memo.clear()
         self._memo_links = 0
         self._capacity = None
+
+    def slots(self, size: int) -> NDArray[np.int32]:
+        """A scratch position per link and HBM row (at least ``size``; 32 bits), shared by
+        the solves, the groups in flight and the caller: read only what was written since."""
+        return self._scratch.slots(size)
 
     def compute_group(self, chip: int, demand_Bps: float) -> FlowGroup:
         """A compute run on ``chip``'s shared HBM, moving at most ``demand_Bps``."""

@@ -19,6 +19,8 @@ other chips' links.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -70,7 +72,7 @@ class LiveGroups:
     max_shared_links: int = 1 << 24
     """... or when the links the pairs share pass this many entries."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, slots: Callable[[int], NDArray[np.int32]] | None = None) -> None:
         self._live: dict[FlowGroup, _Slot] = {}
         """Each group with entities in components: how many, and their component."""
         self._shares: dict[FlowGroup, dict[FlowGroup, Shared]] = {}
@@ -78,8 +80,10 @@ class LiveGroups:
         self._shared_links = 0
         # 32 bits a link: a stamp counts the groups learnt, a position is within a group.
         self._mark: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
-        self._pos: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
-        """Each link's position in the links of the group marked last."""
+        self._slots = slots
+        """A scratch position per link shared with others (``slots(size)``), if given."""
+        self._pos: NDArray[np.int32] = np.zeros(0 if slots else size, dtype=np.int32)
+        """Each link's position in the links of the group marked last (without ``slots``)."""
         self._block_mark: NDArray[np.int64] = np.zeros((size >> BLOCK_SHIFT) + 1, np.int64)
         self._blocks: dict[FlowGroup, NDArray[np.int64]] = {}
         """The blocks of each group's links (distinct, increasing)."""
@@ -89,7 +93,8 @@ class LiveGroups:
         """Link indices now run up to ``size - 1``."""
         if size > self._mark.size:
             self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int32)])
-            self._pos = np.zeros(size, dtype=np.int32)
+            if self._slots is None:
+                self._pos = np.zeros(size, dtype=np.int32)
             grown = (size >> BLOCK_SHIFT) + 1 - self._block_mark.size
             if grown > 0:
                 self._block_mark = np.concatenate([self._block_mark, np.zeros(grown, np.int64)])
@@ -191,7 +196,8 @@ class LiveGroups:
                 self._share(group, shares, other, _NOTHING)
         if not maybe:
             return
-        mark, pos = self._mark, self._pos
+        mark = self._mark
+        pos = self._pos if self._slots is None else self._slots(mark.size)
         mark[group.links] = stamp
         pos[group.links] = np.arange(group.links.size, dtype=np.int32)
         sizes = [other.links.size for other in maybe]

@@ -38,7 +38,8 @@ Solved = tuple[NDArray[np.float64], LoadPattern]
 
 
 class Scratch:
-    """A slot per capacity, reused by :func:`union` (its values are never read stale), and
+    """A slot per capacity, reused by :func:`union` and by the users it is lent to (each
+    reads only what it wrote, so its values are never read stale), and
     the groups' link classes under the capacities of now (``classes``: clear it when they
     change)."""
 
