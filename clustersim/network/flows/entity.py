@@ -53,11 +53,11 @@ class FlowGroup:
     """The chips whose HBM its flows read or write (with shared HBM; not for compute)."""
 
 
-def compact_links(links: NDArray[np.int64]) -> LinkIds:
+def compact_links(links: LinkIds) -> LinkIds:
     """``links`` (increasing) in 32 bits where the last one fits: the same indices in half
     the memory, for groups that are kept (the ids index arrays and sort alike)."""
     if links.size and int(links[-1]) <= _INT32_MAX:
-        return links.astype(np.int32)
+        return links.astype(np.int32, copy=False)
     return links
 
 

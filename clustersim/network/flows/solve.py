@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from clustersim.errors import SimulationError
 from clustersim.network.flows.classes import ClassCache, Common, intersect, private_row, tightest
-from clustersim.network.flows.entity import FlowGroup, LinkIds
+from clustersim.network.flows.entity import FlowGroup, LinkIds, compact_links
 from clustersim.network.flows.linkstats import LoadPattern
 from clustersim.network.flows.live import Shared
 from clustersim.network.flows.maxmin import maxmin_rates_csc, with_ceilings
@@ -259,7 +259,8 @@ def _solve_classes(
         cap_s = capacity[:n_shared][keep]
         np.divide(load[:n_shared][keep], cap_s, out=util, where=cap_s > 0)
     per = rates if times is None else rates * times
-    return rates, LoadPattern(groups, per.tolist(), shared[keep].astype(np.int64), util)
+    # The shared links in 32 bits where they fit: the memo holds 10^6 to 10^7 of them.
+    return rates, LoadPattern(groups, per.tolist(), compact_links(shared[keep]), util)
 
 
 def _merge(parts: list[LinkIds], size: int | None = None) -> NDArray[np.int64]:
