@@ -30,6 +30,8 @@ __all__ = ["BLOCK", "LiveGroups", "Shared"]
 
 BLOCK_SHIFT = 10
 BLOCK = 1 << BLOCK_SHIFT
+_MAX_STAMP = int(np.iinfo(np.uint8).max)
+"""The last stamp before the marks are cleared and start over."""
 """Consecutive link ids per block of the pre-filter (see the module's note)."""
 
 
@@ -78,8 +80,9 @@ class LiveGroups:
         self._shares: dict[FlowGroup, dict[FlowGroup, Shared]] = {}
         self._pairs = 0
         self._shared_links = 0
-        # 32 bits a link: a stamp counts the groups learnt, a position is within a group.
-        self._mark: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
+        # A stamp counts the groups learnt (8 bits a link, starting over at 255); a
+        # position is within a group (32 bits).
+        self._mark: NDArray[np.uint8] = np.zeros(size, dtype=np.uint8)
         self._slots = slots
         """A scratch position per link shared with others (``slots(size)``), if given."""
         self._pos: NDArray[np.int32] = np.zeros(0 if slots else size, dtype=np.int32)
@@ -92,7 +95,7 @@ class LiveGroups:
     def resize(self, size: int) -> None:
         """Link indices now run up to ``size - 1``."""
         if size > self._mark.size:
-            self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int32)])
+            self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.uint8)])
             if self._slots is None:
                 self._pos = np.zeros(size, dtype=np.int32)
             grown = (size >> BLOCK_SHIFT) + 1 - self._block_mark.size
@@ -186,6 +189,10 @@ class LiveGroups:
         those that meet it on a block (most share none; only those that do cost a
         search of their own)."""
         self._stamp += 1
+        if self._stamp > _MAX_STAMP:  # the marks start over: 8 bits a link
+            self._mark[:] = 0
+            self._block_mark[:] = 0
+            self._stamp = 1
         stamp = self._stamp
         blocks = self._blocks_of(group)
         self._block_mark[blocks] = stamp
