@@ -6,8 +6,8 @@ source and a target node id, a nominal capacity (the total over its ``lanes``
 parallel lanes), a current capacity (``nominal x lanes_up / lanes``, zero when
 down), a latency and a kind. Links are added in bulk (:meth:`LinkTable.add_links`)
 and looked up by their endpoints through a sorted array of packed ``u << 32 | v``
-keys, so that tables of millions of links stay compact and fast to build: node ids,
-lanes and the sorted keys' link indices are 32-bit, and the current capacities are
+keys, so that tables of millions of links stay compact and fast to build: node ids
+and the sorted keys' link indices are 32-bit, lanes 16-bit, and the current capacities are
 the nominal ones (one array) until a link loses lanes or capacity.
 
 Every change of links or lanes increments :attr:`LinkTable.version` and calls
@@ -40,6 +40,8 @@ KINDS: tuple[LinkKind, ...] = ("local", "neuronlink", "switch", "efa")
 Int64s: TypeAlias = NDArray[np.int64]
 Int32s: TypeAlias = NDArray[np.int32]
 
+_MAX_LANES = int(np.iinfo(np.int16).max)
+"""Lanes of one link at most (16 bits)."""
 _UNSORTED_MAX = 256
 """Links added since the last sort are searched linearly up to this many."""
 
@@ -63,15 +65,15 @@ class LinkTable:
         self._nodes: list[Node] = []
         """The other nodes, from id ``chips`` on."""
         self._node_id: dict[Node, int] = {}
-        # Node ids and lanes in 32 bits: a table of 10^7 links holds 16 bytes less per link.
+        # Node ids in 32 bits and lanes in 16: a table of 10^7 links holds 20 bytes less per link.
         self._u = _Column(np.int32)
         self._v = _Column(np.int32)
         self._nominal = _Column(np.float64)
         self._capacity: NDArray[np.float64] | None = None
         """The current capacities, once one differs from its nominal (None until then)."""
         self._latency = _Column(np.float64)
-        self._lanes = _Column(np.int32)
-        self._lanes_up = _Column(np.int32)
+        self._lanes = _Column(np.int16)
+        self._lanes_up = _Column(np.int16)
         self._kind = _Column(np.int8)
         self._sorted: tuple[Int64s, Int32s] = (np.zeros(0, np.int64), np.zeros(0, np.int32))
         self._runs: list[tuple[Int64s, Int32s]] = []
@@ -164,12 +166,12 @@ class LinkTable:
         if m and (min(uu.min(), vv.min()) < 0 or max(uu.max(), vv.max()) >= n_nodes):
             raise SimulationError(f"topology {self.name!r}: link endpoints outside 0..{n_nodes}")
         bad = ~((cap > 0) & np.isfinite(cap) & (lat >= 0) & np.isfinite(lat))
-        if bad.any() or lanes < 1:
+        if bad.any() or not 1 <= lanes <= _MAX_LANES:
             i = int(np.argmax(bad))
             raise SimulationError(
                 f"topology {self.name!r}: link {self.node(int(uu[i]))} -> "
-                f"{self.node(int(vv[i]))} needs capacity > 0, latency >= 0 and lanes >= 1 "
-                f"(got {cap[i]}, {lat[i]}, {lanes})"
+                f"{self.node(int(vv[i]))} needs capacity > 0, latency >= 0 and lanes in "
+                f"1..{_MAX_LANES} (got {cap[i]}, {lat[i]}, {lanes})"
             )
         if n_nodes > np.iinfo(np.int32).max:
             raise SimulationError(f"topology {self.name!r}: more than 2^31 nodes")
@@ -194,8 +196,8 @@ class LinkTable:
         if self._capacity is not None:
             self._capacity = np.concatenate([self._capacity, cap])
         self._latency.extend(np.ascontiguousarray(lat))
-        self._lanes.extend(np.full(m, lanes, dtype=np.int32), fresh=True)
-        self._lanes_up.extend(np.full(m, lanes, dtype=np.int32), fresh=True)
+        self._lanes.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
+        self._lanes_up.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
         self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)
         if self._u.n - self._run_end > _UNSORTED_MAX:
             self._add_run()
