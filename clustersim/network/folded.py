@@ -146,8 +146,10 @@ class FoldedRoutes:
         dst`` on a tree fabric with every link up, less the links between chips outside
         the ``near`` domains and their leaves, and the longest latency.
 
-        The entries come in the order ``weighted_routes`` gives them, so every link's
-        weighted count sums alike. A chip is a leaf of the tree: its own links are the
+        The entries between domains come in the order ``weighted_routes`` gives them, so
+        every link's weighted count sums alike; repeated pairs inside domains are routed
+        once, weighted by their flows (whole numbers: the same sums in any order). A
+        chip is a leaf of the tree: its own links are the
         first and the last of a path between domains, so those of chips outside the
         near domains are dropped by the pair's ends, not found among every entry.
         """
@@ -163,9 +165,18 @@ class FoldedRoutes:
         longest = 0.0
         if n_cross < src.size:  # inside the near domains: every link is theirs
             inside = ~cross
-            flat, w, latency = topo.weighted_routes(
-                src[inside], dst[inside], None if times is None else times[inside]
-            )
+            src_in, dst_in = src[inside], dst[inside]
+            times_in = None if times is None else times[inside]
+            if topo.local_paths is not None and src_in.size > _DISTINCT_FROM:
+                src_in, dst_in, times_in = distinct_pairs(
+                    src_in,
+                    dst_in,
+                    domain[src_in],
+                    topo.chips_per_domain,
+                    topo.n_domains,
+                    times=times_in,
+                )
+            flat, w, latency = topo.weighted_routes(src_in, dst_in, times_in)
             flats.append(flat)
             weights.append(w)
             longest = float(latency.max()) if latency.size else 0.0
