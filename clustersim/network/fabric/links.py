@@ -176,13 +176,13 @@ class LinkTable:
         if n_nodes > np.iinfo(np.int32).max:
             raise SimulationError(f"topology {self.name!r}: more than 2^31 nodes")
         keys = (uu << 32) | vv
-        dup = self._find(keys, merge=False) >= 0
-        if m > 1:
-            first = np.unique(keys, return_index=True)[1]
-            if first.size < m:
-                again = np.ones(m, dtype=bool)
-                again[first] = False
-                dup |= again
+        # One sort of the new keys finds their repeats (all but the first of each), speeds
+        # the search of the table (queries in order) and becomes their run (_add_run).
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        dup = np.zeros(m, dtype=bool)
+        dup[order[1:][ordered[1:] == ordered[:-1]]] = True
+        dup[order] |= self._find(ordered, merge=False) >= 0
         if dup.any():
             i = int(np.argmax(dup))
             raise SimulationError(
@@ -200,7 +200,7 @@ class LinkTable:
         self._lanes_up.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
         self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)
         if self._u.n - self._run_end > _UNSORTED_MAX:
-            self._add_run()
+            self._add_run((ordered, order) if self._run_end == start else None)
         self._names = None
         self._changed()
         return np.arange(start, start + m, dtype=np.int64)
@@ -357,13 +357,16 @@ class LinkTable:
     def endpoints(self, link: int) -> tuple[Node, Node]:
         return self.node(int(self._u.view[link])), self.node(int(self._v.view[link]))
 
-    def _add_run(self) -> None:
+    def _add_run(self, done: tuple[Int64s, Int64s] | None = None) -> None:
         """Sort the keys not yet in a run into one (a builder adds links in a few bulk calls:
-        each is sorted once, and the runs are merged at the first bulk lookup)."""
+        each is sorted once, and the runs are merged at the first bulk lookup); ``done``:
+        those keys already sorted, and the stable order that sorts them."""
         start = self._run_end
-        keys = self._keys_since(start)
-        order = np.argsort(keys, kind="stable").astype(np.int32)
-        self._runs.append((keys[order], order + np.int32(start)))
+        if done is None:
+            keys = self._keys_since(start)
+            order = np.argsort(keys, kind="stable")
+            done = keys[order], order
+        self._runs.append((done[0], done[1].astype(np.int32) + np.int32(start)))
         self._run_end = self._u.n
 
     def _keys_since(self, start: int) -> Int64s:
