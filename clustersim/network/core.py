@@ -119,6 +119,8 @@ class Network(FoldedRoutes):
         self._mark: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         """False per link, but during :meth:`_on_links`."""
         self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
+        self._tier_latency: tuple[int, bool] | None = None
+        """Whether a tree fabric's links of each kind have one latency (per topology version)."""
         self._uniform = UniformCounts()
         """The folded groups' counts, shared where they are one value on every link."""
         self.collectives_started = 0

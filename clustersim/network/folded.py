@@ -81,6 +81,7 @@ class FoldedRoutes:
     topology: Topology
     flows: FlowNetwork
     _mark: NDArray[np.bool_]
+    _tier_latency: tuple[int, bool] | None
     _far_masks: dict[tuple[int, bytes], NDArray[np.bool_]]
 
     def _on_links(
@@ -184,15 +185,11 @@ class FoldedRoutes:
             s, d, t, offset = crossing_pairs(src, dst, times, cross, spread)
             matrix, _ = tree.paths(s, d, None, offset)
             real = matrix >= 0
-            lat = topo.latency_s
-            if real.all():
-                latency = row_sums(lat[matrix])
-            else:
-                latency = row_sums(np.where(real, lat[matrix], 0.0))
-            longest = max(longest, float(latency.max()))
+            hops = real.sum(axis=1)
+            longest = max(longest, self._longest_path(tree, matrix, real, hops))
             # The first link of a path is its source's up link, the last its target's down link.
             far_src, far_dst = ~near[domain[s]], ~near[domain[d]]
-            last = real.sum(axis=1) - 1
+            last = hops - 1
             real[far_src, 0] = False
             real[np.flatnonzero(far_dst), last[far_dst]] = False
             flats.append(matrix[real])
@@ -208,6 +205,26 @@ class FoldedRoutes:
             return flat, None, longest
         filled = [np.ones(f.size) if w is None else w for f, w in zip(flats, weights, strict=True)]
         return flat, filled[0] if len(filled) == 1 else np.concatenate(filled), longest
+
+    def _longest_path(
+        self, tree: TreeFabric, matrix: _IntArray, real: NDArray[np.bool_], hops: _IntArray
+    ) -> float:
+        """The longest latency of the paths ``matrix`` (links where ``real``; ``hops`` each)
+        of ``tree``, as their row sums give it. Where every link of each kind (a chip's up
+        or down link, a tier's up or down links) has one latency, the paths that turn at
+        one tier are rows of equal values: one of them per tier is summed."""
+        lat = self.topology.latency_s
+        version = self.topology.version
+        if self._tier_latency is None or self._tier_latency[0] != version:
+            kinds = [tree.host_up, tree.host_down, *tree.up, *tree.down]
+            alike = all(np.unique(lat[links]).size <= 1 for links in kinds)
+            self._tier_latency = (version, alike)
+        if self._tier_latency[1]:
+            rows = [int(np.argmax(hops == n)) for n in np.flatnonzero(np.bincount(hops))]
+            matrix, real = matrix[rows], real[rows]
+        if real.all():
+            return float(row_sums(lat[matrix]).max())
+        return float(row_sums(np.where(real, lat[matrix], 0.0)).max())
 
     def _reaching(
         self,
