@@ -204,21 +204,27 @@ class LiveGroups:
         if not maybe:
             return
         mark = self._mark
-        pos = self._pos if self._slots is None else self._slots(mark.size)
         mark[group.links] = stamp
-        pos[group.links] = np.arange(group.links.size, dtype=np.int32)
-        sizes = [other.links.size for other in maybe]
-        flat = mark[np.concatenate([other.links for other in maybe])] == stamp
-        ends = np.cumsum(sizes)
-        before = np.concatenate([[0], np.cumsum(flat)])
-        counts = (before[ends] - before[ends - sizes]).tolist()
-        for other, end, size, count in zip(maybe, ends.tolist(), sizes, counts, strict=True):
+        # The group shares all of its links with itself: only the others are looked up.
+        rest = [other for other in maybe if other is not group]
+        sizes = [other.links.size for other in rest]  # each above 0: groups in flight have links
+        starts = np.zeros(len(rest), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        flat = mark[np.concatenate([other.links for other in rest])] == stamp if rest else mark[:0]
+        counts = np.add.reduceat(flat, starts, dtype=np.int64).tolist() if rest else []
+        pos: NDArray[np.int32] | None = None  # the group's positions, made when first needed
+        found = iter(zip(starts.tolist(), sizes, counts, strict=True))
+        for other in maybe:
             if other is group:
-                both = Shared(group.links)
-            elif not count:
-                both = _NOTHING
-            else:
-                hit = np.flatnonzero(flat[end - size : end])
+                self._share(group, shares, other, Shared(group.links))
+                continue
+            start, size, count = next(found)
+            both = _NOTHING
+            if count:
+                if pos is None:
+                    pos = self._pos if self._slots is None else self._slots(mark.size)
+                    pos[group.links] = np.arange(group.links.size, dtype=np.int32)
+                hit = np.flatnonzero(flat[start : start + size])
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit
                 both._at[id(group)] = pos[both.links].astype(np.int64)  # where the group has them
