@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from clustersim.errors import SimulationError
 from clustersim.network.fabric._column import Column as _Column
+from clustersim.network.fabric._runs import Run, merge_runs, search_runs
 
 __all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
 
@@ -75,8 +76,8 @@ class LinkTable:
         self._lanes = _Column(np.int16)
         self._lanes_up = _Column(np.int16)
         self._kind = _Column(np.int8)
-        self._sorted: tuple[Int64s, Int32s] = (np.zeros(0, np.int64), np.zeros(0, np.int32))
-        self._runs: list[tuple[Int64s, Int32s]] = []
+        self._sorted: Run = (np.zeros(0, np.int64), np.zeros(0, np.int32))
+        self._runs: list[Run] = []
         """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
         self._run_end = 0
         """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
@@ -377,21 +378,11 @@ class LinkTable:
         return keys
 
     def _merge_runs(self) -> None:
-        """Merge the runs into the sorted keys (keys are distinct: one sorted order; the
-        stable sort merges the sorted runs it finds)."""
-        # One array at a time, the parts let go as soon as they are joined: at a
-        # million chips each array is 100 MiB.
-        key_parts = [self._sorted[0]] + [run[0] for run in self._runs]
-        order_parts = [self._sorted[1]] + [run[1] for run in self._runs]
+        """Merge the runs into the sorted keys."""
+        runs = [self._sorted, *self._runs]
         self._runs = []
         self._sorted = (np.zeros(0, np.int64), np.zeros(0, np.int32))
-        keys = np.concatenate(key_parts)
-        del key_parts
-        run = np.argsort(keys, kind="stable")
-        keys = keys[run]
-        order = np.concatenate(order_parts)
-        del order_parts
-        self._sorted = (keys, order[run])
+        self._sorted = merge_runs(runs)
 
     def _find(self, keys: Int64s, *, merge: bool = True) -> Int64s:
         """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
@@ -401,12 +392,7 @@ class LinkTable:
                 self._add_run()  # cheaper than comparing the lookup with the unsorted tail
             if merge and self._runs:
                 self._merge_runs()
-        out = np.full(keys.shape, -1, dtype=np.int64)
-        for sorted_keys, order in (self._sorted, *self._runs):
-            if sorted_keys.size:
-                pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
-                hit = (sorted_keys[pos] == keys) & (out < 0)
-                out[hit] = order[pos[hit]]
+        out = search_runs([self._sorted, *self._runs], keys)
         tail = self._keys_since(self._run_end)
         if tail.size:
             miss = np.flatnonzero(out < 0)
