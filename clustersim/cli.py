@@ -329,14 +329,12 @@ def _schema(_args: argparse.Namespace) -> int:
 
 
 def _collective(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from clustersim.errors import MISSING
     from clustersim.names import check
     from clustersim.network.collectives import OPS, algorithm_names
-    from clustersim.network.microbench import run_collective, size_sweep
+    from clustersim.network.microbench import collective_table, run_collective, size_sweep
     from clustersim.terminal import console
-    from clustersim.units import UnitError, format_bytes, parse_bytes
+    from clustersim.units import UnitError, parse_bytes
 
     def parse(option: str, text: str, kind: Callable[[str], float]) -> float:
         try:
@@ -374,19 +372,8 @@ def _collective(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    first = rows[0]
-    title = f"{op} on {args.count} x {args.instance}, {first['ranks']} ranks"
-    t = Table(title=title, title_justify="left")
-    for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
-        t.add_column(col, justify="right")
-    t.add_column("algorithm", no_wrap=True)
-    t.add_column("protocol", no_wrap=True)
-    for r in rows:
-        t.add_row(
-            format_bytes(r["size_bytes"]), f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
-            f"{r['busbw_GBps']:.2f}", r["algorithm"], r["protocol"],
-        )  # fmt: skip
-    console().print(t)
+    title = f"{op} on {args.count} x {args.instance}, {rows[0]['ranks']} ranks"
+    console().print(collective_table(rows, title))
     return 0
 
 

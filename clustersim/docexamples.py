@@ -8,12 +8,12 @@ from the shipped scenarios.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from clustersim.doccommands import clustersim_command
 
 __all__ = [
     "BLOCKS",
@@ -21,6 +21,7 @@ __all__ = [
     "chakra_example",
     "chakra_round_trip",
     "chakra_round_trips",
+    "chip_models",
     "fabric_error",
     "sharding_check",
     "sharp_example",
@@ -28,21 +29,6 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
-
-
-def _clustersim(argv: list[str], cwd: Path) -> tuple[int, str, str]:
-    """``clustersim ARGV`` run as a reader runs it, in ``cwd``: exit code, stdout, stderr."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "120"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "clustersim", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 SHARDING_CHECK = (
@@ -58,7 +44,7 @@ def sharding_check(ctx: object = None) -> str:
     del ctx
     scenario, sets = SHARDING_CHECK
     argv = ["check", f"scenarios/{scenario}.yaml", *(w for s in sets for w in ("--set", s))]
-    code, out, err = _clustersim(argv, ROOT)
+    code, out, err = clustersim_command(argv, ROOT)
     lines = [line for line in out.splitlines() if line.startswith("sharding:")]
     if code != 0 or len(lines) != 1:
         raise RuntimeError(f"clustersim {' '.join(argv)}: exit {code}: {err.strip()}")
@@ -98,7 +84,7 @@ def fabric_error(ctx: object = None) -> str:
             (SCENARIOS / f"{scenario}.yaml").read_bytes()
         )
         (root / name).write_text(text + "\n", "utf-8")
-        code, _, err = _clustersim(argv, root)
+        code, _, err = clustersim_command(argv, root)
     if code != 2 or not err.startswith("clustersim: error:"):
         raise RuntimeError(f"clustersim {' '.join(argv)}: exit {code}, not a bad-input error")
     return (
@@ -309,6 +295,47 @@ def chakra_example(ctx: object = None) -> str:
     return "```\n" + "\n".join(lines) + "\n```"
 
 
+def chip_models(ctx: object = None, scenario: str = "trn2-llama3-8b") -> str:
+    """The quick start simulated with the roofline and the engine chip models: step,
+    compute, exposed communication, interference, MFU and the engines' busy fractions
+    (a Markdown table), and the difference of the steps."""
+    del ctx
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+
+    runs = [
+        simulate(load_scenario(SCENARIOS / f"{scenario}.yaml", [f"chip_model={m}"]), record=False)
+        for m in ("roofline", "engines")
+    ]
+    roof, eng = (r.summary for r in runs)
+
+    def row(name: str, cell: Callable[[dict[str, Any]], str]) -> str:
+        return f"| {name} | {cell(roof)} | {cell(eng)} |"
+
+    def part(key: str) -> Callable[[dict[str, Any]], str]:
+        return lambda s: f"{s['breakdown_s'][key]:.3f} s"
+
+    busy = eng.get("engine_busy") or {}
+    shown = ", ".join(f"{k} {v:.0%}" for k, v in busy.items() if v > 0)
+    step = eng["step_time_s"] / roof["step_time_s"] - 1
+    comm = eng["breakdown_s"]["exposed_comm"] / roof["breakdown_s"]["exposed_comm"] - 1
+    return "\n".join(
+        [
+            "| | roofline | engines |",
+            "|---|---|---|",
+            row("step time", lambda s: f"{s['step_time_s']:.3f} s"),
+            row("compute", part("compute")),
+            row("exposed comm", part("exposed_comm")),
+            row("interference", lambda s: f"{s['breakdown_s']['interference'] * 1e6:.0f} µs"),
+            row("MFU", lambda s: f"{s['mfu']:.1%}"),
+            f"| engine_busy | | {shown} |",
+            "",
+            f"The engine model's step is {step:+.1%} against the roofline's, its exposed "
+            f"communication {comm:+.1%}.",
+        ]
+    )
+
+
 BLOCKS: tuple[tuple[str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
     (
         "sharding-check",
@@ -323,6 +350,13 @@ BLOCKS: tuple[tuple[str, Callable[..., str], float, str, tuple[str, ...]], ...] 
         0.0,
         "`clustersim check` on a graph with a misspelled edge attribute",
         ("docs/how-to/custom-fabric.md",),
+    ),
+    (
+        "chip-models",
+        chip_models,
+        0.0,
+        "the quick start with the roofline and the engine chip models",
+        ("docs/explanation/chips.md",),
     ),
     (
         "sharp-example",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "catalog_table",
     "cli_reference",
+    "quickstart_figure",
     "run_output",
     "scenario_keys",
     "serve_comparison",
@@ -227,6 +228,25 @@ def run_output(summary: dict[str, Any]) -> str:
     from clustersim.terminal import summary_table, table_text
 
     return "```\n" + table_text(summary_table(summary)) + "\n```"
+
+
+def quickstart_figure(summary: dict[str, Any], what: str) -> str:
+    """A figure of the first-run tutorial's worked examples from the quick start's
+    ``summary``: ``"step"`` and ``"mfu"`` (its MFU sum), ``"rows"`` (the calibration rows
+    and degrees of freedom behind its interval), ``"interference"`` (the compute time lost
+    to the collectives beside it)."""
+    if what == "step":
+        return f"{summary['step_time_s']:.3f} s"
+    if what == "mfu":
+        return f"{summary['mfu']:.1%}"
+    if what == "rows":
+        m = re.search(
+            r"from (\d+) rows left out in turn, (\d+) dof", summary["uncertainty"]["basis"]
+        )
+        if m is None:
+            raise RuntimeError(f"no rows in {summary['uncertainty']['basis']!r}")
+        return f"{m.group(1)} Trainium rows, {m.group(2)} dof"
+    return f"{summary['breakdown_s']['interference'] * 1e6:.0f} µs"
 
 
 def serve_output(scenario: str = "serve-trn2-llama3-70b") -> str:

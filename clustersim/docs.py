@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import docexamples, docgen, docstudies
+from clustersim import doccommands, docexamples, docgen, docstudies
 from clustersim.docvalidation import (
     calibration_fits,
     family_intervals,
     fsdp_recipes,
     hardware_intervals,
+    hardware_table,
     holdout_inside,
     known_gaps,
     measured_table,
@@ -136,6 +137,25 @@ _REFERENCE: tuple[Figure, ...] = (
     Figure("catalog-models", "", _generated("models"), pages=(_REF + "catalog.md",)),
     Figure("catalog-stacks", "", _generated("stacks"), pages=(_REF + "catalog.md",)),
 )  # fmt: skip
+_FIRST = "docs/tutorials/first-run.md"
+_FIRST_RUN: tuple[Figure, ...] = (
+    Figure("first-run-mfu-step", r"MFU = 3\.036e16 / \(([0-9.]+ s) x",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "step"), pages=(_FIRST,),
+           what="the quick start's step in the first run's MFU sum"),
+    Figure("first-run-mfu", r"x 1\.067e16\) =\s+([0-9.]+%)",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "mfu"), pages=(_FIRST,),
+           what="the quick start's MFU, the sum's result"),
+    Figure("first-run-interval-rows", r"\(here (\d+ Trainium rows, \d+ dof)",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "rows"), pages=(_FIRST,),
+           what="the rows behind the quick start's interval"),
+    Figure("first-run-interference", r"costs the compute (\d+ µs) of the step",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "interference"),
+           pages=(_FIRST,), what="the quick start's compute time lost to its collectives"),
+    Figure("chips-interference", r"`interference` line: (\d+ µs) of the quick start",
+           lambda ctx: docgen.quickstart_figure(ctx.quickstart(), "interference"),
+           pages=("docs/explanation/chips.md",),
+           what="the quick start's compute time lost to its collectives"),
+)  # fmt: skip
 _SERVE = "docs/tutorials/serving.md"
 _SERVING: tuple[Figure, ...] = (
     Figure("serve-output", "", lambda ctx: docgen.serve_output(), pages=(_SERVE,),
@@ -192,6 +212,20 @@ FIGURES: tuple[Figure, ...] = (
         holdout_inside,
         what="holdout rows whose published step lies inside the prediction's 90% interval",
         pages=("README.md", "docs/explanation/calibration.md"),
+    ),
+    Figure(
+        "hardware-table-chips144",
+        "",
+        hardware_table("chips144"),
+        what="the hardware study at 144 chips, from its committed hardware.csv",
+        pages=("docs/tutorials/trn2-vs-h100.md",),
+    ),
+    Figure(
+        "hardware-table-usd480",
+        "",
+        hardware_table("usd480"),
+        what="the hardware study at about $480/h, from its committed hardware.csv",
+        pages=("docs/tutorials/trn2-vs-h100.md",),
     ),
     Figure(
         "hardware-intervals-chips144",
@@ -274,10 +308,12 @@ FIGURES: tuple[Figure, ...] = (
         "with the load, so only a drift past 5x (a stale figure) counts",
         pages=("docs/tutorials/first-run.md",),
     ),
+    *_FIRST_RUN,
     *_SERVING,
     *_REFERENCE,
     *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docstudies.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccommands.FIGURES),
 )
 
 

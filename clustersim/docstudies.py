@@ -32,6 +32,7 @@ __all__ = [
     "fabric_export",
     "fabric_steps",
     "fold_zero_events",
+    "interference",
     "layout_search",
     "layout_search_output",
     "layouts_table",
@@ -387,6 +388,18 @@ def fold_zero_events(ctx: object = None) -> str:
     return "\n".join(out)
 
 
+def interference(scenario: str, what: str) -> Callable[[object], str]:
+    """The compute time a shipped scenario's step loses to the collectives beside it
+    (``what="time"``, in ms) or its share of the step (``what="share"``)."""
+
+    def compute(ctx: object = None) -> str:
+        s = _summary(scenario)
+        lost = s["breakdown_s"]["interference"]
+        return f"{lost * 1e3:.2f} ms" if what == "time" else f"{lost / s['step_time_s']:.2%}"
+
+    return compute
+
+
 _TUTORIAL = "docs/tutorials/layout-search.md"
 _WALL_NOISE = 4.0  # a shared machine's load moves wall times several-fold: only 5x is stale
 FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
@@ -419,6 +432,13 @@ FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]],
     ("custom-fabric-steps", "", fabric_steps, 0.0,
      "a step of the 70B layouts, cut to 8 layers, on each fabric (detailed)",
      ("docs/how-to/custom-fabric.md",)),
+    ("p5-interference", r"\(`scenarios/p5-llama3-8b.yaml`\) ([0-9.]+ ms) \(",
+     interference("p5-llama3-8b", "time"), 0.0,
+     "the compute time Llama-3-8B on a p5.48xlarge loses to its collectives",
+     ("docs/explanation/chips.md",)),
+    ("p5-interference-share", r"p5-llama3-8b.yaml`\) [0-9.]+ ms \(([0-9.]+%) of the step",
+     interference("p5-llama3-8b", "share"), 0.0, "its share of the step",
+     ("docs/explanation/chips.md",)),
     ("chakra-load-cpu", r"in about ([0-9.]+) CPU seconds", chakra_load_cpu, _WALL_NOISE,
      "CPU time to load a 200,000-node Chakra trace (chakra-load): it moves with the "
      "machine's load, as wall times do", ("docs/how-to/chakra.md",)),

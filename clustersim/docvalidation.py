@@ -20,6 +20,7 @@ __all__ = [
     "family_intervals",
     "fsdp_recipes",
     "hardware_intervals",
+    "hardware_table",
     "holdout_inside",
     "known_gaps",
     "measured_table",
@@ -167,6 +168,55 @@ def hardware_intervals(group: str) -> Callable[[Rows], str]:
             low, high, _ = interval(catalog.instance(r["instance"]).chip, step)
             shown.append(f"{usd * low / step:.2f}-{usd * high / step:.2f}")
         return " against ".join(shown)
+
+    return compute
+
+
+def _hardware_rows() -> list[dict[str, str]]:
+    import csv
+
+    path = ROOT / "reports" / "hardware-comparison" / "hardware.csv"
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def hardware_table(group: str) -> Callable[[Rows], str]:
+    """The hardware study's ``group`` (``chips144`` or ``usd480``) as the tutorial shows it
+    (``reports/hardware-comparison/hardware.csv``): step, MFU, $ per million tokens under
+    each pricing mode and energy per hardware, each column's lowest cost in bold."""
+    modes = ("on_demand", "reserved", "capacity_block", "owned")
+
+    def compute(ctx: Rows) -> str:
+        rows = [r for r in _hardware_rows() if r["group"] == group]
+        cols = [f"usd_per_million_tokens.{m}" for m in modes] + ["kwh_per_million_tokens"]
+        digits = {c: (2 if c.startswith("kwh") else 3) for c in cols}
+        best = {c: min(round(float(r[c]), digits[c]) for r in rows) for c in cols}
+        tail = "$/M tok on demand | reserved | capacity block | owned (TCO) | kWh/M tok |"
+        if group == "chips144":
+            out = [f"| 144 chips | step | MFU | {tail}", "|---|---|---|---|---|---|---|---|"]
+        else:
+            out = [
+                f"| about $480/h | chips | step | MFU | {tail}",
+                "|---|---|---|---|---|---|---|---|---|",
+            ]
+        for r in rows:
+            name = (
+                r["hardware"].capitalize()
+                if r["hardware"].startswith("trn")
+                else r["hardware"].upper()
+            )
+            if group == "chips144":
+                cells = [f"{name}, {r['instances']} x {r['instance']}"]
+            else:
+                usd_h = float(r["usd_per_hour.on_demand"])
+                cells = [f"{name}, {r['instances']} instances (${usd_h:.0f}/h)", r["chips"]]
+            cells += [f"{float(r['step_time_s']):.2f} s", f"{float(r['mfu']):.1%}"]
+            for c in cols:
+                v = round(float(r[c]), digits[c])
+                text = f"{v:.{digits[c]}f}"
+                cells.append(f"**{text}**" if v == best[c] else text)
+            out.append("| " + " | ".join(cells) + " |")
+        return "\n".join(out)
 
     return compute
 

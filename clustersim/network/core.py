@@ -29,7 +29,14 @@ from clustersim.network.collectives import (
     resolve_algorithm,
 )
 from clustersim.network.fabric import Topology
-from clustersim.network.flows import NO_CHIPS, FlowGroup, FlowNetwork, StageImages, UniformCounts
+from clustersim.network.flows import (
+    NO_CHIPS,
+    FlowGroup,
+    FlowNetwork,
+    StageImages,
+    UniformCounts,
+    compact_links,
+)
 from clustersim.network.folded import FoldedRoutes, Repeats, distinct_rows
 from clustersim.network.runtimes import NO_COSTS, Protocol, Runtime
 
@@ -77,9 +84,8 @@ class Network(FoldedRoutes):
         self.env = env
         self.runtime = runtime
         self.topology = topology
-        self.flows = FlowNetwork(env, topology)
-        if hbm_Bps is not None:  # each chip's HBM, shared by its flows and its compute
-            self.flows.share_hbm(hbm_Bps)
+        # Each chip's HBM (hbm_Bps), shared by its flows and its compute.
+        self.flows = FlowNetwork(env, topology, hbm_Bps=hbm_Bps)
         chips = np.asarray(rank_chip, dtype=np.int64).reshape(-1)
         bad = chips[(chips < 0) | (chips >= topology.n_chips)]
         if bad.size:
@@ -105,14 +111,16 @@ class Network(FoldedRoutes):
         """The distinct rows of chips of each replicas array (the steps of a collective
         share their replicas)."""
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
+        self._pair_arrays: dict[bytes, _IntArray] = {}
+        """Each distinct step's pairs, by their digest."""
         self._images = StageImages(topology)
         """Folded steps of stages placed alike, given as images of the first one routed."""
         self._plans_version = topology.version
-        self._pos: NDArray[np.int32] = np.zeros(0, dtype=np.int32)
-        """-1 per link, but during :meth:`_on_links`."""
         self._mark: NDArray[np.bool_] = np.zeros(0, dtype=bool)
         """False per link, but during :meth:`_on_links`."""
         self._far_masks: dict[tuple[int, bytes], NDArray[np.bool_]] = {}
+        self._tier_latency: tuple[int, bool] | None = None
+        """Whether a tree fabric's links of each kind have one latency (per topology version)."""
         self._uniform = UniformCounts()
         """The folded groups' counts, shared where they are one value on every link."""
         self.collectives_started = 0
@@ -394,7 +402,9 @@ class Network(FoldedRoutes):
             links, loads = hbm.add(links, loads, src, dst, head)
             chips = hbm.chips_of(links)
         loads = self._uniform.share(loads, loads.size - on_links)
-        group = FlowGroup(links, loads, int(src.size), latency_s, every_pair, hbm_chips=chips)
+        group = FlowGroup(
+            compact_links(links), loads, int(src.size), latency_s, every_pair, hbm_chips=chips
+        )
         if not union:
             images.remember(replicas, rows, known[1], group)
         return self._keep_folded(key, replicas, group)
@@ -427,6 +437,21 @@ class Network(FoldedRoutes):
         self._folded[key] = (replicas, group)
         return group
 
+    def _interned(self, pairs: _IntArray) -> _IntArray:
+        """``pairs``, or the equal array of a step seen before: the steps of a collective for
+        every buffer size (a stage's gradient buckets) hold one copy of their pairs, and
+        each is digested once (:meth:`_folded_group`)."""
+        digest = hashlib.blake2b(pairs.tobytes(), digest_size=16).digest()
+        found = self._pair_arrays.get(digest)
+        if found is None or not np.array_equal(found, pairs):
+            if len(self._pair_arrays) >= self.max_cached_plans:
+                self._pair_arrays.clear()
+            found = self._pair_arrays[digest] = pairs
+        if len(self._digests) >= self.max_cached_plans:
+            self._digests.clear()
+        self._digests[id(found)] = (found, digest)  # holds the array: its id is not reused
+        return found
+
     def _steps_of(self, op: str, ranks: tuple[int, ...], nbytes: float) -> tuple[Protocol, _Steps]:
         """The runtime's protocol and the algorithm's steps for this group, each step with
         its pairs as an array and whether each pair crosses domains (cached)."""
@@ -447,10 +472,10 @@ class Network(FoldedRoutes):
             # The pairs are kept as an array only: as tuples of Python ints, the
             # steps of a group of 10^4 ranks would hold hundreds of MB.
             domain = np.asarray(info.domain, dtype=np.int64)
-            steps = [
-                (step, pairs, domain[pairs[:, 0]] != domain[pairs[:, 1]])
-                for step, pairs in collective_step_arrays(op, p, nbytes, resolved, info)
-            ]
+            steps: _Steps = []
+            for step, made in collective_step_arrays(op, p, nbytes, resolved, info):
+                pairs = self._interned(made)
+                steps.append((step, pairs, domain[pairs[:, 0]] != domain[pairs[:, 1]]))
             found = (resolved, proto, steps)
             if len(self._steps) < self.max_cached_plans:
                 self._steps[key] = found

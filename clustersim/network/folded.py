@@ -22,6 +22,7 @@ from clustersim.network.fabric import (
     distinct_pairs,
     row_sums,
 )
+from clustersim.network.flows import FlowNetwork
 
 __all__ = ["FoldedRoutes"]
 
@@ -78,8 +79,9 @@ class FoldedRoutes:
     network sets the attributes declared here)."""
 
     topology: Topology
-    _pos: NDArray[np.int32]
+    flows: FlowNetwork
     _mark: NDArray[np.bool_]
+    _tier_latency: tuple[int, bool] | None
     _far_masks: dict[tuple[int, bytes], NDArray[np.bool_]]
 
     def _on_links(
@@ -88,11 +90,10 @@ class FoldedRoutes:
         """The distinct links of ``kept`` (sorted), and the weighted count of the entries
         of ``flat`` on each: a position per link, not a search of every entry."""
         n = self.topology.n_links
-        if self._pos.size < n:
-            # -1 but during this call; 32 bits, as a position is below a group's entries.
-            self._pos = np.full(n, -1, dtype=np.int32)
-            self._mark = np.zeros(n, dtype=bool)
-        pos = self._pos
+        if self._mark.size < n:
+            self._mark = np.zeros(n, dtype=bool)  # False but during this call
+        # The flow model's scratch, 32 bits: a position is below a group's entries.
+        pos = self.flows.slots(n)
         if kept.size * _MARK_FROM >= n:
             # Many entries: the links are read off a mark per link, already in order.
             mark = self._mark
@@ -106,11 +107,14 @@ class FoldedRoutes:
             links = kept[pos[kept] == at]
             links.sort()
         pos[links] = np.arange(links.size, dtype=np.int32)
-        at = pos[flat]
-        pos[links] = -1  # the table is all -1 again between calls
-        if kept is not flat:  # entries of flat off the kept links count nowhere
-            hit = at >= 0
-            at = at[hit]
+        if kept is flat:
+            at = pos[flat]
+        else:  # entries of flat off the kept links count nowhere
+            mark = self._mark
+            mark[links] = True
+            hit = mark[flat]
+            mark[links] = False
+            at = pos[flat[hit]]
             weights = None if weights is None else weights[hit]
         counts = np.bincount(at, weights=weights, minlength=links.size).astype(np.float64)
         return links.astype(np.int64), counts
@@ -143,8 +147,10 @@ class FoldedRoutes:
         dst`` on a tree fabric with every link up, less the links between chips outside
         the ``near`` domains and their leaves, and the longest latency.
 
-        The entries come in the order ``weighted_routes`` gives them, so every link's
-        weighted count sums alike. A chip is a leaf of the tree: its own links are the
+        The entries between domains come in the order ``weighted_routes`` gives them, so
+        every link's weighted count sums alike; repeated pairs inside domains are routed
+        once, weighted by their flows (whole numbers: the same sums in any order). A
+        chip is a leaf of the tree: its own links are the
         first and the last of a path between domains, so those of chips outside the
         near domains are dropped by the pair's ends, not found among every entry.
         """
@@ -160,9 +166,18 @@ class FoldedRoutes:
         longest = 0.0
         if n_cross < src.size:  # inside the near domains: every link is theirs
             inside = ~cross
-            flat, w, latency = topo.weighted_routes(
-                src[inside], dst[inside], None if times is None else times[inside]
-            )
+            src_in, dst_in = src[inside], dst[inside]
+            times_in = None if times is None else times[inside]
+            if topo.local_paths is not None and src_in.size > _DISTINCT_FROM:
+                src_in, dst_in, times_in = distinct_pairs(
+                    src_in,
+                    dst_in,
+                    domain[src_in],
+                    topo.chips_per_domain,
+                    topo.n_domains,
+                    times=times_in,
+                )
+            flat, w, latency = topo.weighted_routes(src_in, dst_in, times_in)
             flats.append(flat)
             weights.append(w)
             longest = float(latency.max()) if latency.size else 0.0
@@ -170,15 +185,11 @@ class FoldedRoutes:
             s, d, t, offset = crossing_pairs(src, dst, times, cross, spread)
             matrix, _ = tree.paths(s, d, None, offset)
             real = matrix >= 0
-            lat = topo.latency_s
-            if real.all():
-                latency = row_sums(lat[matrix])
-            else:
-                latency = row_sums(np.where(real, lat[matrix], 0.0))
-            longest = max(longest, float(latency.max()))
+            hops = real.sum(axis=1)
+            longest = max(longest, self._longest_path(tree, matrix, real, hops))
             # The first link of a path is its source's up link, the last its target's down link.
             far_src, far_dst = ~near[domain[s]], ~near[domain[d]]
-            last = real.sum(axis=1) - 1
+            last = hops - 1
             real[far_src, 0] = False
             real[np.flatnonzero(far_dst), last[far_dst]] = False
             flats.append(matrix[real])
@@ -194,6 +205,26 @@ class FoldedRoutes:
             return flat, None, longest
         filled = [np.ones(f.size) if w is None else w for f, w in zip(flats, weights, strict=True)]
         return flat, filled[0] if len(filled) == 1 else np.concatenate(filled), longest
+
+    def _longest_path(
+        self, tree: TreeFabric, matrix: _IntArray, real: NDArray[np.bool_], hops: _IntArray
+    ) -> float:
+        """The longest latency of the paths ``matrix`` (links where ``real``; ``hops`` each)
+        of ``tree``, as their row sums give it. Where every link of each kind (a chip's up
+        or down link, a tier's up or down links) has one latency, the paths that turn at
+        one tier are rows of equal values: one of them per tier is summed."""
+        lat = self.topology.latency_s
+        version = self.topology.version
+        if self._tier_latency is None or self._tier_latency[0] != version:
+            kinds = [tree.host_up, tree.host_down, *tree.up, *tree.down]
+            alike = all(np.unique(lat[links]).size <= 1 for links in kinds)
+            self._tier_latency = (version, alike)
+        if self._tier_latency[1]:
+            rows = [int(np.argmax(hops == n)) for n in np.flatnonzero(np.bincount(hops))]
+            matrix, real = matrix[rows], real[rows]
+        if real.all():
+            return float(row_sums(lat[matrix]).max())
+        return float(row_sums(np.where(real, lat[matrix], 0.0)).max())
 
     def _reaching(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -26,7 +26,10 @@ from clustersim.network.fabric import build_topology, local_path
 from clustersim.network.runtimes import NO_COSTS, runtime_of
 from clustersim.units import format_bytes
 
-__all__ = ["busbw_factor", "run_collective", "size_sweep"]
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["busbw_factor", "collective_table", "run_collective", "size_sweep"]
 
 
 def size_sweep(lo: float, hi: float, factor: float = 2.0) -> list[float]:
@@ -152,3 +155,21 @@ def run_collective(
             }
         )
     return rows
+
+
+def collective_table(rows: Sequence[Mapping[str, Any]], title: str) -> Table:
+    """What ``clustersim collective`` prints of :func:`run_collective`'s rows: a rich
+    table with ``title``, one row per size."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        t.add_column(col, justify="right")
+    t.add_column("algorithm", no_wrap=True)
+    t.add_column("protocol", no_wrap=True)
+    for r in rows:
+        t.add_row(
+            format_bytes(r["size_bytes"]), f"{r['time_s'] * 1e6:.1f}", f"{r['algbw_GBps']:.2f}",
+            f"{r['busbw_GBps']:.2f}", r["algorithm"], r["protocol"],
+        )  # fmt: skip
+    return t

@@ -47,6 +47,8 @@ __all__ = ["CompiledProgram", "RankTimes", "StepSim", "compile_program"]
 # CompiledProgram and compile_program are defined in sim.compiled (kept importable here).
 
 Progress = Callable[[float], None]
+_Rows = NDArray[np.int64] | NDArray[np.int32]
+"""Rows of ranks that run one collective or send together (a folded step's replicas)."""
 
 
 def _succeed(event: simpy.Event) -> None:
@@ -122,7 +124,7 @@ class StepSim:
         self.seg_end = [np.full(size * n, np.nan) for n in lengths]
         self.times = [RankTimes() for _ in self.ranks]
         self._groups: dict[str, list[tuple[int, ...]]] = {}
-        self._replicas: dict[tuple[str, int, int], NDArray[np.int64]] = {}
+        self._replicas: dict[tuple[str, int, int], _Rows] = {}
         self._pending: dict[tuple[tuple[int, ...], int], list[Any]] = {}
         self._mail: dict[tuple[int, int, int], _Slot] = {}
         # The end of the collective issued last on each communicator (group name, ranks).
@@ -141,15 +143,17 @@ class StepSim:
             self._groups[name] = table
         return table[rank]
 
-    def _replica_rows(self, name: str, stage: int, offset: int = 0) -> NDArray[np.int64]:
+    def _replica_rows(self, name: str, stage: int, offset: int = 0) -> _Rows:
         key = (name, stage, offset)
         rows = self._replicas.get(key)
         if rows is None:
             if name == "pp":
-                rows = replica_pairs(self.layout, stage, offset)
+                made = replica_pairs(self.layout, stage, offset)
             else:
-                rows = replica_groups(self.layout, name, stage)
-            self._replicas[key] = rows
+                made = replica_groups(self.layout, name, stage)
+            # Ranks in 32 bits where they fit: the rows of every stage's sends are kept.
+            fits = self.layout.ranks <= np.iinfo(np.int32).max
+            rows = self._replicas[key] = made.astype(np.int32) if fits else made
         return rows
 
     def _collective(self, ranks: tuple[int, ...], seq: int, ins: Instr) -> simpy.Event:
@@ -181,7 +185,7 @@ class StepSim:
         self,
         ins: Instr,
         ranks: tuple[int, ...],
-        rows: NDArray[np.int64] | None,
+        rows: _Rows | None,
         end: simpy.Event | None,
     ) -> simpy.Event:
         """Start ``ins`` over ``ranks`` once the collective issued before it on the same

@@ -34,8 +34,8 @@ import pandas as pd
 
 from clustersim.trace.chrome_select import (
     RankLayout,
-    _group_of,
     collective_instances,
+    group_of,
     labels,
     p2p_pairs,
     representative_ranks,
@@ -92,7 +92,7 @@ def _threads(frame: pd.DataFrame) -> np.ndarray:
     res = frame["resource"]
     cats = [str(c) for c in res.cat.categories]
     slot_of_cat = np.array(
-        [_SLOT.get(c, _SLOT.get(_group_of(c), _SLOT["other"])) for c in cats], dtype=np.int64
+        [_SLOT.get(c, _SLOT.get(group_of(c), _SLOT["other"])) for c in cats], dtype=np.int64
     )
     slot = slot_of_cat[res.cat.codes.to_numpy()]
     rank = frame["rank"].to_numpy(dtype=np.int64)
@@ -273,7 +273,7 @@ def _counter_events(
     # Communication rate: bytes over time spent in the op, summed per chip and group.
     dur = end - start
     cats = frame["resource"].cat.categories
-    groups = np.array([_group_of(str(c)) for c in cats] or [""])[
+    groups = np.array([group_of(str(c)) for c in cats] or [""])[
         frame["resource"].cat.codes.to_numpy()
     ]
     comm = (groups != "") & (dur > 0)

@@ -14,6 +14,7 @@ from pandas.api.types import CategoricalDtype
 __all__ = [
     "RankLayout",
     "collective_instances",
+    "group_of",
     "labels",
     "p2p_pairs",
     "representative_ranks",
@@ -58,7 +59,11 @@ def representative_ranks(
     return sorted(picked)
 
 
-def _group_of(resource: str) -> str:
+def group_of(resource: str) -> str:
+    """The parallel group of a trace resource: the part before its colon (``tp`` for a
+    TP group's collectives), ``dp`` for every data-parallel group (``dp_cp``,
+    ``dp_shard``, ``dp_replicate``), ``pp`` for point-to-point transfers, and ``""``
+    for a resource of no group."""
     if resource == "p2p":
         return "pp"
     group = resource.split(":", 1)[0] if ":" in resource else ""
@@ -76,7 +81,7 @@ def labels(col: pd.Series[Any]) -> np.ndarray:
 def _groups(frame: pd.DataFrame) -> np.ndarray:
     """The communication group of each row (``tp``, ``dp``, ``pp`` for p2p...), or ``""``."""
     res = frame["resource"].astype("category")
-    names = np.array([_group_of(str(c)) for c in res.cat.categories] + [""], dtype=object)
+    names = np.array([group_of(str(c)) for c in res.cat.categories] + [""], dtype=object)
     return names[res.cat.codes.to_numpy()]  # code -1 (missing) picks the trailing ""
 
 

@@ -86,23 +86,20 @@ MOE_CASES: list[object] = [
     ["parallelism.ep=4", "parallelism.pp=1", "moe.capacity_factor=1.25", "moe.skew=0.5"],
     ["parallelism.tp=2", "parallelism.etp=1", "parallelism.ep=8", "parallelism.pp=1"],
     ["parallelism.tp=2", "parallelism.ep=4"],
-    # ZeRO-3 over both nodes: each MoE unit's dense and expert gathers run at once
-    # (+10.6% when the estimate added them one after the other), and a unit's compute
-    # runs slower while they are in flight (the SMs they take), hiding more of the
-    # next gather: ep 8 1.004 (1.026 while the lost SMs were added on top), ep 4 1.005
-    # (1.059)
+    # ZeRO-3 over both nodes: each MoE unit's dense and expert gathers run at once (not
+    # one after the other), and a unit's compute runs slower while they are in flight
+    # (the SMs they take), which hides more of the next gather; the estimate models
+    # both, at ep 8 and ep 4
     ["parallelism.zero=3", "parallelism.pp=1"],
     ["parallelism.zero=3", "parallelism.pp=1", "parallelism.ep=4"],
-    # ZeRO-2 over both nodes: the last microbatch's buckets queued from the ops that
-    # complete them, so the experts' are done before the embedding's (1.012; 1.033
-    # while the expert stream's last bucket was taken for exposed)
+    # ZeRO-2 over both nodes: the last microbatch's buckets are queued from the ops that
+    # complete them, so the experts' are done before the embedding's, and no stream's
+    # last bucket counts as exposed
     ["parallelism.zero=2", "parallelism.pp=1"],
-    # HSDP, a shard group per node: ZeRO-2, each piece's shard all-reduced over the
-    # replicas once the op completing the next piece has run (0.996; 1.034 while the
-    # pieces were taken ready at their layers' ends), at ep 4 too (0.981; 0.947 while
-    # each stream's last shard was all-reduced as soon as its reduce-scatter ended, not
-    # after the backward, where the program issues it), and ZeRO-3 at ep 8 and ep 4
-    # (1.001 and 0.996)
+    # HSDP, a shard group per node: under ZeRO-2 each piece's shard is all-reduced over
+    # the replicas once the op completing the next piece has run (not at its layer's
+    # end), and at ep 4 each stream's last shard after the backward, where the program
+    # issues it (not as soon as its reduce-scatter ends); ZeRO-3 at ep 8 and ep 4
     ["parallelism.zero=2", "parallelism.pp=1", "parallelism.dp_shard=8"],
     ["parallelism.zero=2", "parallelism.pp=1", "parallelism.dp_shard=8", "parallelism.ep=4"],
     ["parallelism.zero=3", "parallelism.pp=1", "parallelism.dp_shard=8"],

@@ -45,6 +45,15 @@ class Column(Generic[_T]):
             return pieces[0]
         return np.concatenate(pieces) if pieces else self._a[:0]
 
+    def joined(self, tail: NDArray[_T]) -> NDArray[_T]:
+        """The values followed by ``tail``, as one read-only array; the column holds a view
+        of its head from then on, so a caller that needs both holds the values once."""
+        head = self.view
+        out = np.concatenate([head, tail])
+        out.flags.writeable = False
+        self._a = out[: head.size]
+        return out
+
     @property
     def view(self) -> NDArray[_T]:
         if self._parts:

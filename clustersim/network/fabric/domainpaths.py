@@ -135,13 +135,19 @@ class LocalPaths:
 
 
 def distinct_pairs(
-    src: Int64s, dst: Int64s, domain: Int64s, chips: int, n_domains: int
+    src: Int64s,
+    dst: Int64s,
+    domain: Int64s,
+    chips: int,
+    n_domains: int,
+    *,
+    times: Int64s | None = None,
 ) -> tuple[Int64s, Int64s, Int64s]:
     """The distinct pairs ``(src[i], dst[i])`` of chips inside domains of ``chips`` chips
     (``0..chips-1``, ``chips..2*chips-1``, ...; ``n_domains`` of them), the domain of each
-    pair being ``domain[i]``, and how often each occurs, in the order of their domains and
-    local chips. With few pairs of local chips per entry, a count per pair replaces the
-    sort."""
+    pair being ``domain[i]``, and how often each occurs (with ``times``: the sum of
+    ``times[i]`` over its occurrences), in the order of their domains and local chips.
+    With few pairs of local chips per entry, a count per pair replaces the sort."""
     present = np.zeros(n_domains, dtype=bool)
     present[domain] = True
     ids = np.flatnonzero(present)
@@ -156,12 +162,16 @@ def distinct_pairs(
     key *= chips
     key += dst
     key -= base
+    # Whole numbers of flows: their sums in floating point are exact.
     if ids.size * pair <= 4 * key.size:
-        per_key = np.bincount(key, minlength=ids.size * pair)
+        per_key = np.bincount(key, weights=times, minlength=ids.size * pair)
         keys = np.flatnonzero(per_key)
-        times = per_key[keys]
+        counts = per_key[keys]
+    elif times is None:
+        keys, counts = np.unique(key, return_counts=True)
     else:
-        keys, times = np.unique(key, return_counts=True)
+        keys, inverse = np.unique(key, return_inverse=True)
+        counts = np.bincount(inverse.ravel(), weights=times, minlength=keys.size)
     base = ids[keys // pair] * chips
     local = keys % pair
-    return base + local // chips, base + local % chips, times.astype(np.int64)
+    return base + local // chips, base + local % chips, counts.astype(np.int64)

@@ -6,8 +6,8 @@ source and a target node id, a nominal capacity (the total over its ``lanes``
 parallel lanes), a current capacity (``nominal x lanes_up / lanes``, zero when
 down), a latency and a kind. Links are added in bulk (:meth:`LinkTable.add_links`)
 and looked up by their endpoints through a sorted array of packed ``u << 32 | v``
-keys, so that tables of millions of links stay compact and fast to build: node ids,
-lanes and the sorted keys' link indices are 32-bit, and the current capacities are
+keys, so that tables of millions of links stay compact and fast to build: node ids
+and the sorted keys' link indices are 32-bit, lanes 16-bit, and the current capacities are
 the nominal ones (one array) until a link loses lanes or capacity.
 
 Every change of links or lanes increments :attr:`LinkTable.version` and calls
@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from clustersim.errors import SimulationError
 from clustersim.network.fabric._column import Column as _Column
+from clustersim.network.fabric._runs import Run, merge_runs, search_runs
 
 __all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
 
@@ -40,6 +41,8 @@ KINDS: tuple[LinkKind, ...] = ("local", "neuronlink", "switch", "efa")
 Int64s: TypeAlias = NDArray[np.int64]
 Int32s: TypeAlias = NDArray[np.int32]
 
+_MAX_LANES = int(np.iinfo(np.int16).max)
+"""Lanes of one link at most (16 bits)."""
 _UNSORTED_MAX = 256
 """Links added since the last sort are searched linearly up to this many."""
 
@@ -63,18 +66,18 @@ class LinkTable:
         self._nodes: list[Node] = []
         """The other nodes, from id ``chips`` on."""
         self._node_id: dict[Node, int] = {}
-        # Node ids and lanes in 32 bits: a table of 10^7 links holds 16 bytes less per link.
+        # Node ids in 32 bits and lanes in 16: a table of 10^7 links holds 20 bytes less per link.
         self._u = _Column(np.int32)
         self._v = _Column(np.int32)
         self._nominal = _Column(np.float64)
         self._capacity: NDArray[np.float64] | None = None
         """The current capacities, once one differs from its nominal (None until then)."""
         self._latency = _Column(np.float64)
-        self._lanes = _Column(np.int32)
-        self._lanes_up = _Column(np.int32)
+        self._lanes = _Column(np.int16)
+        self._lanes_up = _Column(np.int16)
         self._kind = _Column(np.int8)
-        self._sorted: tuple[Int64s, Int32s] = (np.zeros(0, np.int64), np.zeros(0, np.int32))
-        self._runs: list[tuple[Int64s, Int32s]] = []
+        self._sorted: Run = (np.zeros(0, np.int64), np.zeros(0, np.int32))
+        self._runs: list[Run] = []
         """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
         self._run_end = 0
         """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
@@ -164,23 +167,23 @@ class LinkTable:
         if m and (min(uu.min(), vv.min()) < 0 or max(uu.max(), vv.max()) >= n_nodes):
             raise SimulationError(f"topology {self.name!r}: link endpoints outside 0..{n_nodes}")
         bad = ~((cap > 0) & np.isfinite(cap) & (lat >= 0) & np.isfinite(lat))
-        if bad.any() or lanes < 1:
+        if bad.any() or not 1 <= lanes <= _MAX_LANES:
             i = int(np.argmax(bad))
             raise SimulationError(
                 f"topology {self.name!r}: link {self.node(int(uu[i]))} -> "
-                f"{self.node(int(vv[i]))} needs capacity > 0, latency >= 0 and lanes >= 1 "
-                f"(got {cap[i]}, {lat[i]}, {lanes})"
+                f"{self.node(int(vv[i]))} needs capacity > 0, latency >= 0 and lanes in "
+                f"1..{_MAX_LANES} (got {cap[i]}, {lat[i]}, {lanes})"
             )
         if n_nodes > np.iinfo(np.int32).max:
             raise SimulationError(f"topology {self.name!r}: more than 2^31 nodes")
         keys = (uu << 32) | vv
-        dup = self._find(keys, merge=False) >= 0
-        if m > 1:
-            first = np.unique(keys, return_index=True)[1]
-            if first.size < m:
-                again = np.ones(m, dtype=bool)
-                again[first] = False
-                dup |= again
+        # One sort of the new keys finds their repeats (all but the first of each), speeds
+        # the search of the table (queries in order) and becomes their run (_add_run).
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+        dup = np.zeros(m, dtype=bool)
+        dup[order[1:][ordered[1:] == ordered[:-1]]] = True
+        dup[order] |= self._find(ordered, merge=False) >= 0
         if dup.any():
             i = int(np.argmax(dup))
             raise SimulationError(
@@ -194,11 +197,11 @@ class LinkTable:
         if self._capacity is not None:
             self._capacity = np.concatenate([self._capacity, cap])
         self._latency.extend(np.ascontiguousarray(lat))
-        self._lanes.extend(np.full(m, lanes, dtype=np.int32), fresh=True)
-        self._lanes_up.extend(np.full(m, lanes, dtype=np.int32), fresh=True)
+        self._lanes.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
+        self._lanes_up.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
         self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)
         if self._u.n - self._run_end > _UNSORTED_MAX:
-            self._add_run()
+            self._add_run((ordered, order) if self._run_end == start else None)
         self._names = None
         self._changed()
         return np.arange(start, start + m, dtype=np.int64)
@@ -280,6 +283,13 @@ class LinkTable:
         nominal.flags.writeable = False
         return nominal
 
+    def capacity_with(self, tail: NDArray[np.float64]) -> NDArray[np.float64]:
+        """:attr:`capacity_Bps` followed by ``tail``; while every capacity is nominal, one
+        read-only array whose head is :attr:`nominal_Bps` from then on (held once)."""
+        if self._capacity is not None:
+            return np.concatenate([self._capacity, tail])
+        return self._nominal.joined(np.asarray(tail, dtype=np.float64))
+
     def _current(self) -> NDArray[np.float64]:
         """The current capacities, as an array of their own (to change some)."""
         if self._capacity is None:
@@ -348,13 +358,16 @@ class LinkTable:
     def endpoints(self, link: int) -> tuple[Node, Node]:
         return self.node(int(self._u.view[link])), self.node(int(self._v.view[link]))
 
-    def _add_run(self) -> None:
+    def _add_run(self, done: tuple[Int64s, Int64s] | None = None) -> None:
         """Sort the keys not yet in a run into one (a builder adds links in a few bulk calls:
-        each is sorted once, and the runs are merged at the first bulk lookup)."""
+        each is sorted once, and the runs are merged at the first bulk lookup); ``done``:
+        those keys already sorted, and the stable order that sorts them."""
         start = self._run_end
-        keys = self._keys_since(start)
-        order = np.argsort(keys, kind="stable").astype(np.int32)
-        self._runs.append((keys[order], order + np.int32(start)))
+        if done is None:
+            keys = self._keys_since(start)
+            order = np.argsort(keys, kind="stable")
+            done = keys[order], order
+        self._runs.append((done[0], done[1].astype(np.int32) + np.int32(start)))
         self._run_end = self._u.n
 
     def _keys_since(self, start: int) -> Int64s:
@@ -365,21 +378,11 @@ class LinkTable:
         return keys
 
     def _merge_runs(self) -> None:
-        """Merge the runs into the sorted keys (keys are distinct: one sorted order; the
-        stable sort merges the sorted runs it finds)."""
-        # One array at a time, the parts let go as soon as they are joined: at a
-        # million chips each array is 100 MiB.
-        key_parts = [self._sorted[0]] + [run[0] for run in self._runs]
-        order_parts = [self._sorted[1]] + [run[1] for run in self._runs]
+        """Merge the runs into the sorted keys."""
+        runs = [self._sorted, *self._runs]
         self._runs = []
         self._sorted = (np.zeros(0, np.int64), np.zeros(0, np.int32))
-        keys = np.concatenate(key_parts)
-        del key_parts
-        run = np.argsort(keys, kind="stable")
-        keys = keys[run]
-        order = np.concatenate(order_parts)
-        del order_parts
-        self._sorted = (keys, order[run])
+        self._sorted = merge_runs(runs)
 
     def _find(self, keys: Int64s, *, merge: bool = True) -> Int64s:
         """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
@@ -389,12 +392,7 @@ class LinkTable:
                 self._add_run()  # cheaper than comparing the lookup with the unsorted tail
             if merge and self._runs:
                 self._merge_runs()
-        out = np.full(keys.shape, -1, dtype=np.int64)
-        for sorted_keys, order in (self._sorted, *self._runs):
-            if sorted_keys.size:
-                pos = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
-                hit = (sorted_keys[pos] == keys) & (out < 0)
-                out[hit] = order[pos[hit]]
+        out = search_runs([self._sorted, *self._runs], keys)
         tail = self._keys_since(self._run_end)
         if tail.size:
             miss = np.flatnonzero(out < 0)

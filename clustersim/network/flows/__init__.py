@@ -25,7 +25,9 @@ from clustersim.network.flows.entity import (
     Entity,
     FlowGroup,
     HbmUse,
+    LinkIds,
     Pairs,
+    compact_links,
     link_counts,
 )
 from clustersim.network.flows.flownetwork import FlowNetwork
@@ -62,6 +64,7 @@ __all__ = [
     "FlowNetwork",
     "HbmFlows",
     "HbmUse",
+    "LinkIds",
     "LinkStats",
     "LinkUtilisation",
     "LiveGroups",
@@ -75,6 +78,7 @@ __all__ = [
     "Solving",
     "StageImages",
     "UniformCounts",
+    "compact_links",
     "intersect",
     "link_counts",
     "maxmin_rates",

@@ -12,10 +12,23 @@ import numpy as np
 import simpy
 from numpy.typing import NDArray
 
-__all__ = ["NO_CHIPS", "Component", "Entity", "FlowGroup", "HbmUse", "Pairs", "link_counts"]
+__all__ = [
+    "NO_CHIPS",
+    "Component",
+    "Entity",
+    "FlowGroup",
+    "HbmUse",
+    "LinkIds",
+    "Pairs",
+    "compact_links",
+    "link_counts",
+]
 
 Pairs = tuple[tuple[int, int], ...]
 NO_CHIPS: NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+LinkIds = NDArray[np.int64] | NDArray[np.int32]
+"""A group's link indices: 32 bits where they fit (a folded step holds 10^5 to 10^6)."""
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,7 +42,7 @@ class FlowGroup:
     as an ``n x 2`` array (a group stays small however many replicas it stands for).
     """
 
-    links: NDArray[np.int64]
+    links: LinkIds
     counts: NDArray[np.float64]
     n_flows: int
     latency_s: float
@@ -38,6 +51,14 @@ class FlowGroup:
     """A ceiling on the entity's rate of its own (a compute run's HBM demand at full speed)."""
     hbm_chips: NDArray[np.int64] = field(default_factory=lambda: NO_CHIPS)
     """The chips whose HBM its flows read or write (with shared HBM; not for compute)."""
+
+
+def compact_links(links: LinkIds) -> LinkIds:
+    """``links`` (increasing) in 32 bits where the last one fits: the same indices in half
+    the memory, for groups that are kept (the ids index arrays and sort alike)."""
+    if links.size and int(links[-1]) <= _INT32_MAX:
+        return links.astype(np.int32, copy=False)
+    return links
 
 
 def link_counts(
@@ -116,7 +137,7 @@ class HbmUse:
         ub = group.rate_cap_Bps
         if at:
             ub = min(ub, float((cap[links[:at]] / counts[:at]).min()))
-        self.chips: NDArray[np.int64] = links[at:] - base
+        self.chips: NDArray[np.int64] = links[at:].astype(np.int64) - base
         self.load: NDArray[np.float64] = counts[at:] * ub
         # The same as lists, read one chip at a time on the few chips of most entities.
         self.chip_list: list[int] = self.chips.tolist()

@@ -96,17 +96,16 @@ class FlowNetwork(Solving):
     """... or while it holds more solutions than this."""
 
     def __init__(
-        self, env: simpy.Environment, topology: Topology, *, series_bins: int = 64
+        self,
+        env: simpy.Environment,
+        topology: Topology,
+        *,
+        series_bins: int = 64,
+        hbm_Bps: float | NDArray[np.float64] | None = None,
     ) -> None:
         self.env = env
         self.topology = topology
         n_links = topology.n_links
-        self.stats = LinkStats(
-            n_links,
-            start_s=float(env.now),
-            max_bins=series_bins,
-            capacity_Bps=topology.capacity_Bps,
-        )
         self.bytes_moved = 0.0
         """Flow-bytes delivered so far: the sum over flows of bytes moved."""
         self.transfers = 0
@@ -120,7 +119,8 @@ class FlowNetwork(Solving):
         self._pending: list[Entity] = []
         self._created = 0
         self._n_active = 0
-        self._live = LiveGroups(n_links)
+        self._scratch = Scratch()
+        self._live = LiveGroups(n_links, self._scratch.slots)
         """The groups in components, and which of them share links (:mod:`.live`)."""
         self._comps: dict[int, Component] = {}
         self._next_comp = 0
@@ -144,7 +144,15 @@ class FlowNetwork(Solving):
         self._regroups: list[tuple[Entity, FlowGroup]] = []
         """Called with the chips whose HBM a flow starts to load (before it is solved)."""
         self._capacity: NDArray[np.float64] | None = None
-        self._scratch = Scratch()
+        if hbm_Bps is not None:  # see share_hbm
+            self.share_hbm(hbm_Bps)
+            self._cap()  # the links' capacities and the HBM's, held once with the topology's
+        self.stats = LinkStats(
+            n_links,
+            start_s=float(env.now),
+            max_bins=series_bins,
+            capacity_Bps=topology.capacity_Bps,
+        )
         topology.add_listener(self.capacity_changed)
 
     # -- public API -----------------------------------------------------------------------------
@@ -160,6 +168,11 @@ class FlowNetwork(Solving):
         self._memo_links = 0
         self._capacity = None
 
+    def slots(self, size: int) -> NDArray[np.int32]:
+        """A scratch position per link and HBM row (at least ``size``; 32 bits), shared by
+        the solves, the groups in flight and the caller: read only what was written since."""
+        return self._scratch.slots(size)
+
     def compute_group(self, chip: int, demand_Bps: float) -> FlowGroup:
         """A compute run on ``chip``'s shared HBM, moving at most ``demand_Bps``."""
         if self.hbm is None:
@@ -170,7 +183,8 @@ class FlowNetwork(Solving):
         """Capacities of the topology's links, then of each chip's HBM if shared."""
         if self._capacity is None:
             cap = self.topology.capacity_Bps
-            self._capacity = cap if self.hbm is None else np.concatenate([cap, self.hbm.capacity])
+            hbm = self.hbm
+            self._capacity = cap if hbm is None else self.topology.capacity_with(hbm.capacity)
         return self._capacity
 
     @property

@@ -33,7 +33,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from clustersim.network.fabric import Topology
-from clustersim.network.flows.entity import FlowGroup
+from clustersim.network.flows.entity import FlowGroup, compact_links
 
 __all__ = ["StageImages"]
 
@@ -138,7 +138,7 @@ class StageImages:
             return None
         self.images += 1
         return FlowGroup(
-            links,
+            compact_links(links),
             group.counts,
             group.n_flows,
             group.latency_s,

@@ -11,6 +11,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from clustersim.network.flows.entity import LinkIds
+
 __all__ = [
     "Column",
     "LinkUtilisation",
@@ -31,7 +33,7 @@ class Column(Protocol):
     """A routed group as the statistics see it (a :class:`~.entity.FlowGroup`)."""
 
     @property
-    def links(self) -> Ints:
+    def links(self) -> LinkIds:
         """Distinct link indices, increasing (indices past the topology's are not links:
         shared HBM rows)."""
         ...
@@ -75,7 +77,7 @@ class LoadPattern:
         self,
         columns: Sequence[Column],
         rates: Sequence[float],
-        shared: Ints = _NONE,
+        shared: LinkIds = _NONE,
         shared_util: Floats = _NO_UTIL,
     ) -> None:
         self.columns = tuple(columns)
@@ -126,9 +128,9 @@ def sum_by_link(pieces: Pieces, n_links: int) -> tuple[Ints, Floats]:
     return uniq.astype(np.int64), sums
 
 
-def max_by_link(pieces: Pieces) -> tuple[Ints, Floats]:
+def max_by_link(pieces: list[tuple[LinkIds, Floats]]) -> tuple[Ints, Floats]:
     """The links of ``pieces``, sorted, and the highest of their values on each."""
-    every = np.concatenate([links for links, _ in pieces])
+    every = np.concatenate([links for links, _ in pieces]).astype(np.int64, copy=False)
     values = np.concatenate([vals for _, vals in pieces])
     order = np.argsort(every, kind="stable")
     every, values = every[order], values[order]
@@ -143,10 +145,10 @@ class PendingMax:
 
     def __init__(self, n_links: int) -> None:
         self.n_links = n_links
-        self.pieces: Pieces = []
+        self.pieces: list[tuple[LinkIds, Floats]] = []
         self.size = 0
 
-    def add(self, links: Ints, values: Floats) -> bool:
+    def add(self, links: LinkIds, values: Floats) -> bool:
         """Keep ``values`` on ``links``; whether they would better be spread over an
         array of every link (an eighth of the links, merged)."""
         self.pieces.append((links, values))

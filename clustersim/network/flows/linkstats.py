@@ -49,6 +49,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from clustersim.network.flows.entity import LinkIds
 from clustersim.network.flows.linkload import (
     Column,
     LinkUtilisation,
@@ -218,7 +219,11 @@ class LinkStats:
                     rmax[id(col)] = _Sum(col, rate)
                 elif rate > found.value:
                     found.value = rate
-            if pattern.shared.size and self._peaks.add(pattern.shared, pattern.shared_util):
+            shared = pattern.shared
+            if shared.size and self._peak is not None:
+                # Raised in place once the array exists: a maximum is the same in any order.
+                self._peak[shared] = np.maximum(self._peak[shared], pattern.shared_util)
+            elif shared.size and self._peaks.add(shared, pattern.shared_util):
                 self._peak = self.peak  # they would fill an array over the links
         self._held[holder] = (pattern, now_s)
 
@@ -304,7 +309,7 @@ class LinkStats:
     def _add_total(self, pattern: LoadPattern, seconds: float) -> None:
         _accumulate(self._total, pattern, seconds)
 
-    def _within(self, col: Column) -> tuple[Ints, Floats]:
+    def _within(self, col: Column) -> tuple[LinkIds, Floats]:
         """The entries of ``col`` on links (not past them: HBM rows)."""
         links = col.links
         if links.size and links[-1] >= self.n_links:
@@ -404,8 +409,8 @@ class LinkStats:
                 inv = invs.get(epoch)
                 if inv is None:
                     inv = invs[epoch] = self._epoch_inv(epoch)
-                links, counts = self._within(col)
-                row[links] += counts * integral * inv[links]
+                at, counts = self._within(col)
+                row[at] += counts * integral * inv[at]
             out.append((b, *take_row(row)))
         self._spread = out
         self._records, self._runs = [], []

@@ -19,15 +19,19 @@ other chips' links.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.flows.entity import Component, FlowGroup
+from clustersim.network.flows.entity import Component, FlowGroup, LinkIds
 
 __all__ = ["BLOCK", "LiveGroups", "Shared"]
 
 BLOCK_SHIFT = 10
 BLOCK = 1 << BLOCK_SHIFT
+_MAX_STAMP = int(np.iinfo(np.uint8).max)
+"""The last stamp before the marks are cleared and start over."""
 """Consecutive link ids per block of the pre-filter (see the module's note)."""
 
 
@@ -36,7 +40,7 @@ class Shared:
 
     __slots__ = ("_at", "links")
 
-    def __init__(self, links: NDArray[np.int64]) -> None:
+    def __init__(self, links: LinkIds) -> None:
         self.links = links
         self._at: dict[int, NDArray[np.int64]] = {}
 
@@ -70,16 +74,19 @@ class LiveGroups:
     max_shared_links: int = 1 << 24
     """... or when the links the pairs share pass this many entries."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, slots: Callable[[int], NDArray[np.int32]] | None = None) -> None:
         self._live: dict[FlowGroup, _Slot] = {}
         """Each group with entities in components: how many, and their component."""
         self._shares: dict[FlowGroup, dict[FlowGroup, Shared]] = {}
         self._pairs = 0
         self._shared_links = 0
-        # 32 bits a link: a stamp counts the groups learnt, a position is within a group.
-        self._mark: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
-        self._pos: NDArray[np.int32] = np.zeros(size, dtype=np.int32)
-        """Each link's position in the links of the group marked last."""
+        # A stamp counts the groups learnt (8 bits a link, starting over at 255); a
+        # position is within a group (32 bits).
+        self._mark: NDArray[np.uint8] = np.zeros(size, dtype=np.uint8)
+        self._slots = slots
+        """A scratch position per link shared with others (``slots(size)``), if given."""
+        self._pos: NDArray[np.int32] = np.zeros(0 if slots else size, dtype=np.int32)
+        """Each link's position in the links of the group marked last (without ``slots``)."""
         self._block_mark: NDArray[np.int64] = np.zeros((size >> BLOCK_SHIFT) + 1, np.int64)
         self._blocks: dict[FlowGroup, NDArray[np.int64]] = {}
         """The blocks of each group's links (distinct, increasing)."""
@@ -88,8 +95,9 @@ class LiveGroups:
     def resize(self, size: int) -> None:
         """Link indices now run up to ``size - 1``."""
         if size > self._mark.size:
-            self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.int32)])
-            self._pos = np.zeros(size, dtype=np.int32)
+            self._mark = np.concatenate([self._mark, np.zeros(size - self._mark.size, np.uint8)])
+            if self._slots is None:
+                self._pos = np.zeros(size, dtype=np.int32)
             grown = (size >> BLOCK_SHIFT) + 1 - self._block_mark.size
             if grown > 0:
                 self._block_mark = np.concatenate([self._block_mark, np.zeros(grown, np.int64)])
@@ -181,6 +189,10 @@ class LiveGroups:
         those that meet it on a block (most share none; only those that do cost a
         search of their own)."""
         self._stamp += 1
+        if self._stamp > _MAX_STAMP:  # the marks start over: 8 bits a link
+            self._mark[:] = 0
+            self._block_mark[:] = 0
+            self._stamp = 1
         stamp = self._stamp
         blocks = self._blocks_of(group)
         self._block_mark[blocks] = stamp
@@ -191,21 +203,28 @@ class LiveGroups:
                 self._share(group, shares, other, _NOTHING)
         if not maybe:
             return
-        mark, pos = self._mark, self._pos
+        mark = self._mark
         mark[group.links] = stamp
-        pos[group.links] = np.arange(group.links.size, dtype=np.int32)
-        sizes = [other.links.size for other in maybe]
-        flat = mark[np.concatenate([other.links for other in maybe])] == stamp
-        ends = np.cumsum(sizes)
-        before = np.concatenate([[0], np.cumsum(flat)])
-        counts = (before[ends] - before[ends - sizes]).tolist()
-        for other, end, size, count in zip(maybe, ends.tolist(), sizes, counts, strict=True):
+        # The group shares all of its links with itself: only the others are looked up.
+        rest = [other for other in maybe if other is not group]
+        sizes = [other.links.size for other in rest]  # each above 0: groups in flight have links
+        starts = np.zeros(len(rest), dtype=np.int64)
+        np.cumsum(sizes[:-1], out=starts[1:])
+        flat = mark[np.concatenate([other.links for other in rest])] == stamp if rest else mark[:0]
+        counts = np.add.reduceat(flat, starts, dtype=np.int64).tolist() if rest else []
+        pos: NDArray[np.int32] | None = None  # the group's positions, made when first needed
+        found = iter(zip(starts.tolist(), sizes, counts, strict=True))
+        for other in maybe:
             if other is group:
-                both = Shared(group.links)
-            elif not count:
-                both = _NOTHING
-            else:
-                hit = np.flatnonzero(flat[end - size : end])
+                self._share(group, shares, other, Shared(group.links))
+                continue
+            start, size, count = next(found)
+            both = _NOTHING
+            if count:
+                if pos is None:
+                    pos = self._pos if self._slots is None else self._slots(mark.size)
+                    pos[group.links] = np.arange(group.links.size, dtype=np.int32)
+                hit = np.flatnonzero(flat[start : start + size])
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit
                 both._at[id(group)] = pos[both.links].astype(np.int64)  # where the group has them

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from clustersim.errors import SimulationError
 from clustersim.network.flows.classes import ClassCache, Common, intersect, private_row, tightest
-from clustersim.network.flows.entity import FlowGroup
+from clustersim.network.flows.entity import FlowGroup, LinkIds, compact_links
 from clustersim.network.flows.linkstats import LoadPattern
 from clustersim.network.flows.live import Shared
 from clustersim.network.flows.maxmin import maxmin_rates_csc, with_ceilings
@@ -38,7 +38,8 @@ Solved = tuple[NDArray[np.float64], LoadPattern]
 
 
 class Scratch:
-    """A slot per capacity, reused by :func:`union` (its values are never read stale), and
+    """A slot per capacity, reused by :func:`union` and by the users it is lent to (each
+    reads only what it wrote, so its values are never read stale), and
     the groups' link classes under the capacities of now (``classes``: clear it when they
     change)."""
 
@@ -76,7 +77,7 @@ def solve_groups(
     groups: tuple[FlowGroup, ...],
     cap: NDArray[np.float64],
     hbm_base: int | None,
-    names: Callable[[NDArray[np.int64]], list[str]],
+    names: Callable[[LinkIds], list[str]],
     scratch: Scratch | None = None,
     *,
     common: Common | None = None,
@@ -258,23 +259,24 @@ def _solve_classes(
         cap_s = capacity[:n_shared][keep]
         np.divide(load[:n_shared][keep], cap_s, out=util, where=cap_s > 0)
     per = rates if times is None else rates * times
-    return rates, LoadPattern(groups, per.tolist(), shared[keep].astype(np.int64), util)
+    # The shared links in 32 bits where they fit: the memo holds 10^6 to 10^7 of them.
+    return rates, LoadPattern(groups, per.tolist(), compact_links(shared[keep]), util)
 
 
-def _merge(parts: list[NDArray[np.int64]], size: int | None = None) -> NDArray[np.int64]:
+def _merge(parts: list[LinkIds], size: int | None = None) -> NDArray[np.int64]:
     """The distinct values of ``parts`` (each sorted and distinct), sorted. With ``size``
     (every value is below it) and many values, a mask over ``0..size-1`` replaces the sort."""
     arrays = list({id(p): p for p in parts}.values())
     if not arrays:
         return np.zeros(0, dtype=np.int64)
     if len(arrays) == 1:
-        return arrays[0]
+        return arrays[0].astype(np.int64, copy=False)
     if size is not None and sum(a.size for a in arrays) * 16 >= size:
         mask = np.zeros(size, dtype=bool)
         for a in arrays:
             mask[a] = True
         return np.flatnonzero(mask).astype(np.int64)
-    out = np.concatenate(arrays)
+    out = np.concatenate(arrays).astype(np.int64, copy=False)
     if not out.size:
         return out
     out.sort(kind="stable")  # runs of sorted values: a merge, not a full sort

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from clustersim.errors import PartitionError
 from clustersim.network.fabric import Topology
-from clustersim.network.flows.entity import Component, Entity, FlowGroup
+from clustersim.network.flows.entity import Component, Entity, FlowGroup, LinkIds
 from clustersim.network.flows.flows_hbm import HbmFlows
 from clustersim.network.flows.linkstats import LinkStats
 from clustersim.network.flows.live import LiveGroups
@@ -203,7 +203,7 @@ class Solving(HbmFlows):
             self._attach(ent, now)
             self.reroutes += 1
 
-    def _names(self, links: NDArray[np.int64]) -> list[str]:
+    def _names(self, links: LinkIds) -> list[str]:
         topo = self.topology
         return [
             topo.link_name(int(link))
