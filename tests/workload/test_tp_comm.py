@@ -137,7 +137,8 @@ def test_stack_rule_is_the_default_and_the_scenario_key_wins() -> None:
     assert stack_fit("trn1", None).tp_comm_overlap == "dataflow"  # nxd-training
     assert stack_fit("h100", None).tp_comm_overlap == "backward"  # megatron-core
     assert stack_fit("a100", "megatron-lm-sc21").tp_comm_overlap == "blocking"
-    assert stack_fit("h100", "nemo-24.07").tp_comm_overlap == "backward"  # its base's
+    assert stack_fit("h100", "nemo-24.07").tp_comm_overlap == "userbuffers"  # its own
+    assert stack_fit("h100", "megatron-bridge-25.09").tp_comm_overlap == "userbuffers"  # base's
     res = load_scenario(SCENARIO, [])
     assert res.scenario.parallelism.tp_comm_overlap == "dataflow"
     res = load_scenario(SCENARIO, ["parallelism.tp_comm_overlap=blocking"])
