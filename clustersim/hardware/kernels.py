@@ -265,7 +265,11 @@ class AttentionTable:
         shape = (int(batch), int(seq), int(heads), int(kv_heads), int(head_dim))
         return self._forward(shape, precision)
 
-    def _forward_uncached(self, shape: tuple[int, int, int, int, int], precision: str) -> float:
+    def _table_of(
+        self, shape: tuple[int, int, int, int, int], precision: str
+    ) -> tuple[str, int, int]:
+        """(table key, nearest measured head dimension, layer index) for ``shape``
+        (batch, seq, heads, kv_heads, head_dim); refuses a shape no kernel runs."""
         batch, seq, heads, kv_heads, head_dim = shape
         if min(shape) < 1 or heads % kv_heads:
             raise ValueError(
@@ -275,10 +279,15 @@ class AttentionTable:
         key = _table_key(precision, self.precisions, f"attention on {self.chip}")
         dims = np.array(self.head_dims[key], dtype=np.float64)
         near = int(dims[np.argmin(np.abs(np.log(dims / head_dim)))])
+        return key, near, ATTENTION_LAYERS.index("mha" if kv_heads == heads else "gqa")
+
+    def _forward_uncached(self, shape: tuple[int, int, int, int, int], precision: str) -> float:
+        batch, seq, heads, _, head_dim = shape
+        key, near, index = self._table_of(shape, precision)
         seqs, problems, latency = self.grid(key, near)
-        layer = latency[ATTENTION_LAYERS.index("mha" if kv_heads == heads else "gqa")]
+        layer = latency[index]
         if np.isnan(layer).all():  # a layer never measured at this head dim: use the other
-            layer = latency[ATTENTION_LAYERS.index("gqa" if kv_heads == heads else "mha")]
+            layer = latency[1 - index]
         t = _seq_interp(seqs, problems, layer, float(seq), float(batch * heads))
         return t * head_dim / near
 
@@ -297,15 +306,8 @@ class AttentionTable:
         per-token RoPE and KV-cache work. Between measured problem counts the terms
         are interpolated log-log; past the largest they grow in proportion (more
         waves), below the smallest the smallest's stand."""
-        if min(batch, seq, heads, kv_heads, head_dim) < 1 or heads % kv_heads:
-            raise ValueError(
-                f"attention shape needs positive sizes and kv_heads dividing heads: "
-                f"batch={batch} seq={seq} heads={heads} kv_heads={kv_heads} head_dim={head_dim}"
-            )
-        key = _table_key(precision, self.precisions, f"attention on {self.chip}")
-        dims = np.array(self.head_dims[key], dtype=np.float64)
-        near = int(dims[np.argmin(np.abs(np.log(dims / head_dim)))])
-        layer = ATTENTION_LAYERS.index("mha" if kv_heads == heads else "gqa")
+        shape = (int(batch), int(seq), int(heads), int(kv_heads), int(head_dim))
+        key, near, layer = self._table_of(shape, precision)
         problems, terms = self._terms(key, near, layer)
         if not problems.size:  # a layer never measured at this head dim: use the other
             problems, terms = self._terms(key, near, 1 - layer)

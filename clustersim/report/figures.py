@@ -21,7 +21,7 @@ importable from here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -54,9 +54,6 @@ from clustersim.report.figure_registry import (
 )
 from clustersim.report.injections import applied_injections, mark_injections
 from clustersim.trace.chrome import labels
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "COMPARISON_FIGURES",
