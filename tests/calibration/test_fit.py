@@ -15,7 +15,7 @@ from clustersim.calibration import fit as fitmod
 from clustersim.calibration.fit import FitRow, estimate_s, fit_group, with_constants
 from clustersim.calibration.measurements import CollectivePoint, parse_nccl_tests, parse_nccom_test
 from clustersim.calibration.user import _predict, fit_collectives
-from clustersim.catalog.fits import calibration
+from clustersim.catalog.fits import ConstantSpec, Family, calibration
 from clustersim.catalog.schema import ChipSpec
 from clustersim.cli import main
 from clustersim.scenario import load_scenario
@@ -25,6 +25,20 @@ from clustersim.validation.training import reference_stacks, scenario_text
 from .samples import nccl_tests, nccom_test
 
 A100_ROWS = ["megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "megatron-39.1b"]
+
+
+def _two_constant_family() -> Family:
+    """The A100 family fitting two constants, as a family may: the stack's
+    ``compute_efficiency`` and the HBM streaming rate."""
+    fam = calibration().families["a100"]
+    return fam.model_copy(
+        update={
+            "constants": {
+                "compute_efficiency": fam.constants["compute_efficiency"],
+                "hbm_efficiency": ConstantSpec(bounds=(0.4, 0.95), what="HBM streaming"),
+            }
+        }
+    )
 
 
 def _rows(names: list[str], truth: dict[str, float]) -> list[FitRow]:
@@ -38,22 +52,22 @@ def _rows(names: list[str], truth: dict[str, float]) -> list[FitRow]:
 
 
 def test_fit_recovers_known_constants() -> None:
-    truth = {"tensor_efficiency": 0.62, "hbm_efficiency": 0.74}
-    family = calibration().families["a100"]
+    truth = {"compute_efficiency": 0.82, "hbm_efficiency": 0.74}
+    family = _two_constant_family()
     result = fit_group("a100/synthetic", _rows(A100_ROWS, truth), family)
     assert set(result.constants) == set(truth)  # 4 rows: two rows per constant
     for name, value in truth.items():
         assert result.constants[name] == pytest.approx(value, rel=1e-3)
     assert result.rms < 1e-4
-    assert result.previous == {"tensor_efficiency": 0.70, "hbm_efficiency": 0.65}
+    assert result.previous == {"compute_efficiency": 1.0, "hbm_efficiency": 0.90}
 
 
 def test_fewer_rows_fit_fewer_constants() -> None:
-    family = calibration().families["a100"]
-    truth = {"tensor_efficiency": 0.6}
+    family = _two_constant_family()
+    truth = {"compute_efficiency": 0.8}
     two = fit_group("a100/two", _rows(A100_ROWS[:2], truth), family)
-    assert list(two.constants) == ["tensor_efficiency"]  # one constant per two rows
-    assert two.constants["tensor_efficiency"] == pytest.approx(0.6, rel=1e-3)
+    assert list(two.constants) == ["compute_efficiency"]  # one constant per two rows
+    assert two.constants["compute_efficiency"] == pytest.approx(0.8, rel=1e-3)
     one = fit_group("a100/one", _rows(A100_ROWS[:1], truth), family)
     assert one.constants == {}  # a row alone sets nothing
 
@@ -63,10 +77,8 @@ def test_leave_one_out_of_a_one_constant_fit_is_the_closed_form() -> None:
     linear in log c with x_i = -b_i: the left-out residual is r_i / (1 - h_ii)."""
     from clustersim.calibration.fit import leave_one_out
 
-    fam = calibration().families["a100"]
-    one = fam.model_copy(
-        update={"constants": {"tensor_efficiency": fam.constants["tensor_efficiency"]}}
-    )
+    one = calibration().families["a100"]
+    assert list(one.constants) == ["compute_efficiency"]
     a = {"megatron-1.7b": 3.0, "megatron-3.6b": 4.0, "megatron-7.5b": 7.0, "megatron-39.1b": 11.0}
     b = {"megatron-1.7b": 0.6, "megatron-3.6b": 1.0, "megatron-7.5b": 1.3, "megatron-39.1b": 0.8}
     noise = {
@@ -78,14 +90,14 @@ def test_leave_one_out_of_a_one_constant_fit_is_the_closed_form() -> None:
 
     def estimate(res: object, chip: ChipSpec) -> float:
         name = res.scenario.name  # type: ignore[attr-defined]
-        return a[name] * chip.calibration.tensor_efficiency ** -b[name]
+        return a[name] * chip.calibration.compute_efficiency ** -b[name]
 
     rows = [
-        FitRow(r.name, r.res, a[r.name] * 0.6 ** -b[r.name] * math.exp(noise[r.name]))
+        FitRow(r.name, r.res, a[r.name] * 0.85 ** -b[r.name] * math.exp(noise[r.name]))
         for r in _rows(A100_ROWS, {})
     ]
     result = fit_group("a100/one", rows, one, estimate=estimate)
-    assert list(result.constants) == ["tensor_efficiency"]
+    assert list(result.constants) == ["compute_efficiency"]
     loo = leave_one_out(result, rows, one, estimate=estimate)
     sxx = sum(v * v for v in b.values())
     for name, r in result.residuals.items():
@@ -97,9 +109,9 @@ def test_leave_one_out_of_a_one_constant_fit_is_the_closed_form() -> None:
 
 def test_bounds_hold() -> None:
     family = calibration().families["a100"]
-    result = fit_group("a100/slow", _rows(A100_ROWS, {"tensor_efficiency": 0.2}), family)
-    low, _ = family.constants["tensor_efficiency"].bounds
-    assert result.constants["tensor_efficiency"] >= low
+    result = fit_group("a100/slow", _rows(A100_ROWS, {"compute_efficiency": 0.5}), family)
+    low, _ = family.constants["compute_efficiency"].bounds
+    assert result.constants["compute_efficiency"] >= low
 
 
 def test_perturbing_a_holdout_does_not_move_the_fit(monkeypatch: pytest.MonkeyPatch) -> None:
