@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import doccommands, docexamples, docgen, docstudies
+from clustersim import doccommands, docexamples, docgen, docmodels, docstudies
 from clustersim.docvalidation import (
     calibration_fits,
     family_intervals,
@@ -314,6 +314,7 @@ FIGURES: tuple[Figure, ...] = (
     *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docstudies.FIGURES),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccommands.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docmodels.FIGURES),
 )
 
 
