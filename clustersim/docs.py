@@ -41,6 +41,7 @@ from clustersim.docvalidation import (
     holdout_inside,
     known_gaps,
     measured_table,
+    moe_rows,
     role_stat,
     validation_table,
 )
@@ -258,6 +259,14 @@ FIGURES: tuple[Figure, ...] = (
         noise=0.01,
         what="nccl-tests on 2 x p5.48xlarge against the simulator, by size (validation rows)",
         pages=("docs/explanation/collectives.md",),
+    ),
+    Figure(
+        "moe-rows",
+        "",
+        moe_rows,
+        noise=0.01,
+        what="the published MoE rows of the validation table (as validation-table)",
+        pages=("docs/explanation/moe.md",),
     ),
     Figure(
         "fsdp-recipes",
