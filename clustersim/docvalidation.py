@@ -1,7 +1,7 @@
 """Figures the documentation quotes that read a ``clustersim validate`` run or the
 shipped calibration: the end-to-end rows by role and their known gaps, the shipped
 fits and each family's interval, holdout coverage, the measured collectives against
-the simulator, the hardware study's $/M-token intervals, and the Megatron-Bridge FSDP
+the simulator, the published MoE rows, and the Megatron-Bridge FSDP
 row's recipe as modelled.
 
 Each function takes what ``python -m clustersim.docs`` computes its figures from (its
@@ -19,8 +19,6 @@ __all__ = [
     "calibration_fits",
     "family_intervals",
     "fsdp_recipes",
-    "hardware_intervals",
-    "hardware_table",
     "holdout_inside",
     "known_gaps",
     "measured_table",
@@ -183,79 +181,6 @@ def holdout_inside(ctx: Rows) -> str:
     ]
     cover = holdout_coverage(rows)
     return f"{cover['inside']} of the {cover['rows']}" if cover else "none of the 0"
-
-
-def hardware_intervals(group: str) -> Callable[[Rows], str]:
-    """The Trn2 and H100 on-demand $/M-token intervals of the hardware study's ``group``
-    (``reports/hardware-comparison/hardware.csv``), from each step's interval now."""
-
-    def compute(ctx: Rows) -> str:
-        import csv
-
-        from clustersim import catalog
-        from clustersim.catalog.fits import interval
-
-        path = ROOT / "reports" / "hardware-comparison" / "hardware.csv"
-        with path.open(encoding="utf-8") as fh:
-            rows = {(r["group"], r["hardware"]): r for r in csv.DictReader(fh)}
-        shown = []
-        for hw in ("trn2", "h100"):
-            r = rows[(group, hw)]
-            step, usd = float(r["step_time_s"]), float(r["usd_per_million_tokens.on_demand"])
-            low, high, _ = interval(catalog.instance(r["instance"]).chip, step)
-            shown.append(f"{usd * low / step:.2f}-{usd * high / step:.2f}")
-        return " against ".join(shown)
-
-    return compute
-
-
-def _hardware_rows() -> list[dict[str, str]]:
-    import csv
-
-    path = ROOT / "reports" / "hardware-comparison" / "hardware.csv"
-    with path.open(encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
-def hardware_table(group: str) -> Callable[[Rows], str]:
-    """The hardware study's ``group`` (``chips144`` or ``usd480``) as the tutorial shows it
-    (``reports/hardware-comparison/hardware.csv``): step, MFU, $ per million tokens under
-    each pricing mode and energy per hardware, each column's lowest cost in bold."""
-    modes = ("on_demand", "reserved", "capacity_block", "owned")
-
-    def compute(ctx: Rows) -> str:
-        rows = [r for r in _hardware_rows() if r["group"] == group]
-        cols = [f"usd_per_million_tokens.{m}" for m in modes] + ["kwh_per_million_tokens"]
-        digits = {c: (2 if c.startswith("kwh") else 3) for c in cols}
-        best = {c: min(round(float(r[c]), digits[c]) for r in rows) for c in cols}
-        tail = "$/M tok on demand | reserved | capacity block | owned (TCO) | kWh/M tok |"
-        if group == "chips144":
-            out = [f"| 144 chips | step | MFU | {tail}", "|---|---|---|---|---|---|---|---|"]
-        else:
-            out = [
-                f"| about $480/h | chips | step | MFU | {tail}",
-                "|---|---|---|---|---|---|---|---|---|",
-            ]
-        for r in rows:
-            name = (
-                r["hardware"].capitalize()
-                if r["hardware"].startswith("trn")
-                else r["hardware"].upper()
-            )
-            if group == "chips144":
-                cells = [f"{name}, {r['instances']} x {r['instance']}"]
-            else:
-                usd_h = float(r["usd_per_hour.on_demand"])
-                cells = [f"{name}, {r['instances']} instances (${usd_h:.0f}/h)", r["chips"]]
-            cells += [f"{float(r['step_time_s']):.2f} s", f"{float(r['mfu']):.1%}"]
-            for c in cols:
-                v = round(float(r[c]), digits[c])
-                text = f"{v:.{digits[c]}f}"
-                cells.append(f"**{text}**" if v == best[c] else text)
-            out.append("| " + " | ".join(cells) + " |")
-        return "\n".join(out)
-
-    return compute
 
 
 def measured_table(reference: str) -> Callable[[Rows], str]:
