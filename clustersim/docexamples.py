@@ -21,7 +21,6 @@ __all__ = [
     "chakra_example",
     "chakra_round_trip",
     "chakra_round_trips",
-    "chip_models",
     "fabric_error",
     "sharding_check",
     "sharp_example",
@@ -295,47 +294,6 @@ def chakra_example(ctx: object = None) -> str:
     return "```\n" + "\n".join(lines) + "\n```"
 
 
-def chip_models(ctx: object = None, scenario: str = "trn2-llama3-8b") -> str:
-    """The quick start simulated with the roofline and the engine chip models: step,
-    compute, exposed communication, interference, MFU and the engines' busy fractions
-    (a Markdown table), and the difference of the steps."""
-    del ctx
-    from clustersim.scenario import load_scenario
-    from clustersim.sim import simulate
-
-    runs = [
-        simulate(load_scenario(SCENARIOS / f"{scenario}.yaml", [f"chip_model={m}"]), record=False)
-        for m in ("roofline", "engines")
-    ]
-    roof, eng = (r.summary for r in runs)
-
-    def row(name: str, cell: Callable[[dict[str, Any]], str]) -> str:
-        return f"| {name} | {cell(roof)} | {cell(eng)} |"
-
-    def part(key: str) -> Callable[[dict[str, Any]], str]:
-        return lambda s: f"{s['breakdown_s'][key]:.3f} s"
-
-    busy = eng.get("engine_busy") or {}
-    shown = ", ".join(f"{k} {v:.0%}" for k, v in busy.items() if v > 0)
-    step = eng["step_time_s"] / roof["step_time_s"] - 1
-    comm = eng["breakdown_s"]["exposed_comm"] / roof["breakdown_s"]["exposed_comm"] - 1
-    return "\n".join(
-        [
-            "| | roofline | engines |",
-            "|---|---|---|",
-            row("step time", lambda s: f"{s['step_time_s']:.3f} s"),
-            row("compute", part("compute")),
-            row("exposed comm", part("exposed_comm")),
-            row("interference", lambda s: f"{s['breakdown_s']['interference'] * 1e6:.0f} µs"),
-            row("MFU", lambda s: f"{s['mfu']:.1%}"),
-            f"| engine_busy | | {shown} |",
-            "",
-            f"The engine model's step is {step:+.1%} against the roofline's, its exposed "
-            f"communication {comm:+.1%}.",
-        ]
-    )
-
-
 BLOCKS: tuple[tuple[str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
     (
         "sharding-check",
@@ -350,13 +308,6 @@ BLOCKS: tuple[tuple[str, Callable[..., str], float, str, tuple[str, ...]], ...] 
         0.0,
         "`clustersim check` on a graph with a misspelled edge attribute",
         ("docs/how-to/custom-fabric.md",),
-    ),
-    (
-        "chip-models",
-        chip_models,
-        0.0,
-        "the quick start with the roofline and the engine chip models",
-        ("docs/explanation/chips.md",),
     ),
     (
         "sharp-example",

@@ -31,16 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import doccommands, docexamples, docgen, docstudies
+from clustersim import doccommands, docexamples, docgen, dochardware, docmodels, docstudies
 from clustersim.docvalidation import (
     calibration_fits,
     family_intervals,
     fsdp_recipes,
-    hardware_intervals,
-    hardware_table,
     holdout_inside,
     known_gaps,
     measured_table,
+    moe_rows,
     role_stat,
     validation_table,
 )
@@ -214,36 +213,6 @@ FIGURES: tuple[Figure, ...] = (
         pages=("README.md", "docs/explanation/calibration.md"),
     ),
     Figure(
-        "hardware-table-chips144",
-        "",
-        hardware_table("chips144"),
-        what="the hardware study at 144 chips, from its committed hardware.csv",
-        pages=("docs/tutorials/trn2-vs-h100.md",),
-    ),
-    Figure(
-        "hardware-table-usd480",
-        "",
-        hardware_table("usd480"),
-        what="the hardware study at about $480/h, from its committed hardware.csv",
-        pages=("docs/tutorials/trn2-vs-h100.md",),
-    ),
-    Figure(
-        "hardware-intervals-chips144",
-        r"At 144 chips the\s+on-demand\s+\$/M-token\s+intervals\s+are\s+"
-        r"(\d+\.\d+-\d+\.\d+ against \d+\.\d+-\d+\.\d+)",
-        hardware_intervals("chips144"),
-        what="Trn2 and H100 $/M-token intervals of the hardware study at 144 chips",
-        pages=("docs/tutorials/trn2-vs-h100.md",),
-    ),
-    Figure(
-        "hardware-intervals-usd480",
-        r"at\s+about\s+\$480/h,\s+"
-        r"(\d+\.\d+-\d+\.\d+ against \d+\.\d+-\d+\.\d+)",
-        hardware_intervals("usd480"),
-        what="the same at about $480/h",
-        pages=("docs/tutorials/trn2-vs-h100.md",),
-    ),
-    Figure(
         "collectives-c1",
         "",
         measured_table("nccom-trn1-2x-all-reduce"),
@@ -258,6 +227,14 @@ FIGURES: tuple[Figure, ...] = (
         noise=0.01,
         what="nccl-tests on 2 x p5.48xlarge against the simulator, by size (validation rows)",
         pages=("docs/explanation/collectives.md",),
+    ),
+    Figure(
+        "moe-rows",
+        "",
+        moe_rows,
+        noise=0.01,
+        what="the published MoE rows of the validation table (as validation-table)",
+        pages=("docs/explanation/moe.md",),
     ),
     Figure(
         "fsdp-recipes",
@@ -314,6 +291,8 @@ FIGURES: tuple[Figure, ...] = (
     *(Figure(n, "", f, noise=z, what=w, pages=p) for n, f, z, w, p in docexamples.BLOCKS),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docstudies.FIGURES),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccommands.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docmodels.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in dochardware.FIGURES),
 )
 
 

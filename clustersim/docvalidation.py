@@ -1,7 +1,7 @@
 """Figures the documentation quotes that read a ``clustersim validate`` run or the
 shipped calibration: the end-to-end rows by role and their known gaps, the shipped
 fits and each family's interval, holdout coverage, the measured collectives against
-the simulator, the hardware study's $/M-token intervals, and the Megatron-Bridge FSDP
+the simulator, the published MoE rows, and the Megatron-Bridge FSDP
 row's recipe as modelled.
 
 Each function takes what ``python -m clustersim.docs`` computes its figures from (its
@@ -19,11 +19,10 @@ __all__ = [
     "calibration_fits",
     "family_intervals",
     "fsdp_recipes",
-    "hardware_intervals",
-    "hardware_table",
     "holdout_inside",
     "known_gaps",
     "measured_table",
+    "moe_rows",
     "role_stat",
     "validation_table",
 ]
@@ -74,6 +73,42 @@ def known_gaps(ctx: Rows) -> str:
         out.append(
             f"| {name} | {r['role']} | {r['extra']['chips']:,} | {r['published']:.2f} s | "
             f"{pred:.2f} s | {pred / r['published'] - 1:+.1%} |"
+        )
+    return "\n".join(out)
+
+
+MOE_ROWS = {
+    "bridge-deepseek-v3": (
+        "DeepSeek-V3, FP8, TP2/PP8/VP4/EP64",
+        "the recipe settings come from Megatron-Bridge 0.2.0rc6 and 0.6.2, not from the 25.09 "
+        "release itself (0.6.2 is later, but its H100 recipe has this layout)",
+    ),
+    "bridge-qwen3-30b-a3b": (
+        "Qwen3-30B-A3B, FP8 current scaling, TP1/PP2/VP24/EP8",
+        "the host side: Python launches of hundreds of small kernels per layer and "
+        "microbatch, and the all-to-all dispatcher's device-to-host copy of the token "
+        "counts in every MoE layer's forward",
+    ),
+}
+"""The published MoE rows the MoE page shows: what each ran and what the model lacks."""
+
+
+def moe_rows(ctx: Rows) -> str:
+    """The published MoE rows of a validate run (:data:`MOE_ROWS`): role, steps, error."""
+    rows = {r["name"]: r for r in ctx.validation_rows() if r["name"] in MOE_ROWS}
+    out = [
+        "| row | run | role | chips | published | simulated | error | what is missing |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, (run, missing) in MOE_ROWS.items():
+        r = rows[name]
+        rid = r["extra"].get("id")
+        role = r["role"] + (", known gap" if r["status"] == "known_gap" else "")
+        pred = r["predicted"]
+        out.append(
+            f"| {name} ({rid}) | {run} | {role} | {r['extra']['chips']:,} | "
+            f"{r['published']:.2f} s | {pred:.2f} s | {pred / r['published'] - 1:+.1%} | "
+            f"{missing} |"
         )
     return "\n".join(out)
 
@@ -146,79 +181,6 @@ def holdout_inside(ctx: Rows) -> str:
     ]
     cover = holdout_coverage(rows)
     return f"{cover['inside']} of the {cover['rows']}" if cover else "none of the 0"
-
-
-def hardware_intervals(group: str) -> Callable[[Rows], str]:
-    """The Trn2 and H100 on-demand $/M-token intervals of the hardware study's ``group``
-    (``reports/hardware-comparison/hardware.csv``), from each step's interval now."""
-
-    def compute(ctx: Rows) -> str:
-        import csv
-
-        from clustersim import catalog
-        from clustersim.catalog.fits import interval
-
-        path = ROOT / "reports" / "hardware-comparison" / "hardware.csv"
-        with path.open(encoding="utf-8") as fh:
-            rows = {(r["group"], r["hardware"]): r for r in csv.DictReader(fh)}
-        shown = []
-        for hw in ("trn2", "h100"):
-            r = rows[(group, hw)]
-            step, usd = float(r["step_time_s"]), float(r["usd_per_million_tokens.on_demand"])
-            low, high, _ = interval(catalog.instance(r["instance"]).chip, step)
-            shown.append(f"{usd * low / step:.2f}-{usd * high / step:.2f}")
-        return " against ".join(shown)
-
-    return compute
-
-
-def _hardware_rows() -> list[dict[str, str]]:
-    import csv
-
-    path = ROOT / "reports" / "hardware-comparison" / "hardware.csv"
-    with path.open(encoding="utf-8") as fh:
-        return list(csv.DictReader(fh))
-
-
-def hardware_table(group: str) -> Callable[[Rows], str]:
-    """The hardware study's ``group`` (``chips144`` or ``usd480``) as the tutorial shows it
-    (``reports/hardware-comparison/hardware.csv``): step, MFU, $ per million tokens under
-    each pricing mode and energy per hardware, each column's lowest cost in bold."""
-    modes = ("on_demand", "reserved", "capacity_block", "owned")
-
-    def compute(ctx: Rows) -> str:
-        rows = [r for r in _hardware_rows() if r["group"] == group]
-        cols = [f"usd_per_million_tokens.{m}" for m in modes] + ["kwh_per_million_tokens"]
-        digits = {c: (2 if c.startswith("kwh") else 3) for c in cols}
-        best = {c: min(round(float(r[c]), digits[c]) for r in rows) for c in cols}
-        tail = "$/M tok on demand | reserved | capacity block | owned (TCO) | kWh/M tok |"
-        if group == "chips144":
-            out = [f"| 144 chips | step | MFU | {tail}", "|---|---|---|---|---|---|---|---|"]
-        else:
-            out = [
-                f"| about $480/h | chips | step | MFU | {tail}",
-                "|---|---|---|---|---|---|---|---|---|",
-            ]
-        for r in rows:
-            name = (
-                r["hardware"].capitalize()
-                if r["hardware"].startswith("trn")
-                else r["hardware"].upper()
-            )
-            if group == "chips144":
-                cells = [f"{name}, {r['instances']} x {r['instance']}"]
-            else:
-                usd_h = float(r["usd_per_hour.on_demand"])
-                cells = [f"{name}, {r['instances']} instances (${usd_h:.0f}/h)", r["chips"]]
-            cells += [f"{float(r['step_time_s']):.2f} s", f"{float(r['mfu']):.1%}"]
-            for c in cols:
-                v = round(float(r[c]), digits[c])
-                text = f"{v:.{digits[c]}f}"
-                cells.append(f"**{text}**" if v == best[c] else text)
-            out.append("| " + " | ".join(cells) + " |")
-        return "\n".join(out)
-
-    return compute
 
 
 def measured_table(reference: str) -> Callable[[Rows], str]:

@@ -20,6 +20,7 @@ import pytest
 
 from clustersim import catalog
 from clustersim.hardware.kernel_tiling import (
+    NKI_MATMUL_MEASURED_MS,
     NKI_MATMUL_TUTORIAL,
     MatmulKernel,
     matmul_kernel,
@@ -30,12 +31,7 @@ from clustersim.hardware.tiles import DMA, ENGINE_NAMES, TENSOR, VECTOR
 from clustersim.sim.engines_exec import SegmentRun, run_segment
 
 M, K, N = 4096, 8192, 8192
-MEASURED_MS = {
-    "tiled": 51.80,
-    "hoist_load": 42.96,
-    "block_free_dimension": 22.07,
-    "fully_optimized": 6.97,
-}
+MEASURED_MS = NKI_MATMUL_MEASURED_MS
 MIB = 2**20
 
 DMA_RATE_GAP = (
