@@ -79,10 +79,10 @@ def test_replicate_steps_and_replay_scale(tmp_path: Path) -> None:
 
 
 def test_compute_model_is_the_roofline(tmp_path: Path) -> None:
-    """num_ops at B200's BF16 tensor peak x its efficiency, tensor_size at its HBM rate."""
+    """num_ops at GB200's BF16 tensor peak x its efficiency, tensor_size at its HBM rate."""
     from clustersim import catalog
 
-    chip = catalog.chip("b200", None, "x")
+    chip = catalog.chip("gb200", None, "x")
     cal = chip.calibration
     peak = chip.core.tensor_tflops.get("bf16") * 1e12 * cal.tensor_efficiency
     hbm = chip.hbm_bw_Bps * cal.hbm_efficiency

@@ -205,7 +205,7 @@ def test_gb200_nvl72_any_to_any_at_full_nvlink_bandwidth() -> None:
     inst, eff, topo = build("gb200-nvl72-node", 36)
     us = inst.ultraserver
     assert us is not None
-    assert (inst.chip, inst.chips, us.instances, us.topology) == ("b200", 4, 18, "nvl72")
+    assert (inst.chip, inst.chips, us.instances, us.topology) == ("gb200", 4, 18, "nvl72")
     assert us.link_bw_Bps == pytest.approx(900e9)
     assert (topo.n_chips, topo.n_domains, topo.chips_per_domain) == (144, 2, 72)
     cap = us.link_bw_Bps * eff
