@@ -7,6 +7,9 @@ the NKI kernel tilings and whole-model steps produce.
   alone (:mod:`clustersim.hardware.kernel_tiling`), against the tutorial's times.
 - The Mixtral-8x7B UltraServer example under expert-popularity skew, against the dense
   model of equal active parameters, and with its all-to-alls overlapped.
+- DualPipe against 1F1B and interleaved schedules on a small MoE model (:data:`DUALPIPE`).
+- The search's estimate of the DeepSeek-V3 example's layout, and what shares of the
+  G15 reference's (Qwen3-30B-A3B on 16 H100) simulated step its bubble and optimizer take.
 
 Each entry of :data:`FIGURES` is ``(name, pattern, compute, noise, what, pages)``, a
 figure of ``python -m clustersim.docs`` (a block where ``pattern`` is empty). Each run
@@ -27,11 +30,16 @@ if TYPE_CHECKING:
     from clustersim.catalog.schema import Calibration
 
 __all__ = [
+    "DUALPIPE",
     "FIGURES",
     "MOE",
     "MOE_ROWS",
     "chip_model_ops",
     "chip_models",
+    "deepseek_estimate",
+    "dualpipe",
+    "g15_nvlink",
+    "g15_share",
     "moe_overlap",
     "moe_skew",
     "nki_matmul",
@@ -270,6 +278,98 @@ def moe_overlap(ctx: object = None) -> str:
     return f"{steps[0]:.2f} s to {steps[1]:.2f} s"
 
 
+DUALPIPE = """
+name: dualpipe-example
+seed: 1
+cluster: {instance: p5.48xlarge, count: 1}
+model:
+  name: tiny-moe
+  layers: 8
+  hidden: 1024
+  heads: 8
+  kv_heads: 8
+  ffn_hidden: 2048
+  vocab: 8192
+  moe: {experts: 16, top_k: 2, expert_ffn_hidden: 1024}
+parallelism: {tp: 1, pp: 4, ep: 2, zero: 1}
+training: {seq_len: 2048, global_batch_size: 32}
+moe: {balanced: true}
+output: {trace: false, html: false}
+"""
+"""The MoE page's DualPipe example: a small MoE model (8 layers, hidden 1,024, 16
+experts, top-2) on 4 stages of one p5.48xlarge, as ``tests/workload/test_dualpipe.py``
+runs it."""
+_SCHEDULES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("1F1B", ()),
+    ("interleaved, 2 chunks", ("parallelism.virtual_stages=2",)),
+    (
+        "interleaved, 2 chunks, overlapped all-to-alls",
+        ("parallelism.virtual_stages=2", "parallelism.overlap_moe_a2a=true"),
+    ),
+    ("DualPipe", ("parallelism.schedule=dualpipe",)),
+)
+
+
+def dualpipe(ctx: object = None) -> str:
+    """:data:`DUALPIPE`'s step and activations per chip under 1F1B, two interleaved chunks
+    (without and with overlapped all-to-alls) and DualPipe (a Markdown table)."""
+    del ctx
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+
+    out = ["| schedule | step | activations per chip |", "|---|---|---|"]
+    for label, sets in _SCHEDULES:
+        s = simulate(load_scenario(DUALPIPE, list(sets)), record=False).summary
+        acts = s["memory_gib_per_chip"]["activations"] * 1024
+        out.append(f"| {label} | {s['step_time_s'] * 1e3:.1f} ms | {acts:.0f} MiB |")
+    return "\n".join(out)
+
+
+def deepseek_estimate(ctx: object = None) -> str:
+    """The search's step estimate of the DeepSeek-V3 example's own layout."""
+    del ctx
+    from clustersim.scenario import load_scenario
+    from clustersim.search.estimate import estimate_resolved
+
+    res = load_scenario(SCENARIOS / "trn2-ultracluster-deepseek-v3.yaml")
+    return f"{estimate_resolved(res).step_time_s:.2f} s"
+
+
+G15 = "bridge-qwen3-30b-a3b"
+"""The MoE page's Qwen3-30B-A3B reference row (G15), simulated as ``validate`` runs it."""
+
+
+@functools.cache
+def _g15() -> dict[str, Any]:
+    from clustersim.scenario import load_scenario
+    from clustersim.sim import simulate
+    from clustersim.validation.rows import references
+    from clustersim.validation.training import scenario_text
+
+    ref = next(r for r in references().training if r.name == G15)
+    return simulate(load_scenario(scenario_text(ref)), record=False).summary
+
+
+def g15_share(part: str) -> Callable[[object], str]:
+    """The share of G15's simulated step that its ``breakdown_s[part]`` takes."""
+
+    def compute(ctx: object = None) -> str:
+        del ctx
+        s = _g15()
+        return f"{s['breakdown_s'][part] / s['step_time_s']:.1%}"
+
+    return compute
+
+
+def g15_nvlink(ctx: object = None) -> str:
+    """The rate of one of p5.48xlarge's NVLink paths, at the H100's link efficiency."""
+    del ctx
+    from clustersim import catalog
+
+    bps = catalog.instance("p5.48xlarge").fabric.link_bw_Bps
+    return f"{bps * catalog.chip('h100').calibration.link_efficiency / 1e9:.0f} GB/s"
+
+
 _CHIPS = ("docs/explanation/chips.md",)
 _MOE = ("docs/explanation/moe.md",)
 FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]], ...] = (
@@ -283,4 +383,14 @@ FIGURES: tuple[tuple[str, str, Callable[..., str], float, str, tuple[str, ...]],
      "the Mixtral-8x7B UltraServer example under skew and the dense model", _MOE),
     ("moe-overlap", r"UltraServer example it takes the step from (\d+\.\d+ s to \d+\.\d+ s)",
      moe_overlap, 0.0, "the same example with its all-to-alls overlapped", _MOE),
+    ("dualpipe", "", dualpipe, 0.0,
+     "DualPipe against 1F1B and interleaved chunks on a small MoE model", _MOE),
+    ("deepseek-estimate", r"The estimate of its layout today is\n([0-9.]+ s) a step",
+     deepseek_estimate, 0.0, "the search's estimate of the DeepSeek-V3 example's step", _MOE),
+    ("g15-nvlink", r"over NVLink at (\d+ GB/s)", g15_nvlink, 0.0,
+     "the NVLink rate G15's all-to-alls see", _MOE),
+    ("g15-bubble", r"leave a bubble\nof ([0-9.]+%) of the simulated step", g15_share("bubble"),
+     0.0, "the bubble's share of G15's simulated step", _MOE),
+    ("g15-optimizer", r"the optimizer takes ([0-9.]+%) of it", g15_share("optimizer"), 0.0,
+     "the optimizer's share of G15's simulated step", _MOE),
 )  # fmt: skip

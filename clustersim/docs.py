@@ -31,7 +31,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustersim import doccommands, docexamples, docgen, dochardware, docmodels, docstudies
+from clustersim import (
+    doccalibration,
+    doccommands,
+    docexamples,
+    docgen,
+    dochardware,
+    docmodels,
+    docperf,
+    docstudies,
+)
 from clustersim.docvalidation import (
     calibration_fits,
     family_intervals,
@@ -293,6 +302,8 @@ FIGURES: tuple[Figure, ...] = (
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccommands.FIGURES),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docmodels.FIGURES),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in dochardware.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccalibration.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docperf.FIGURES),
 )
 
 
