@@ -43,9 +43,7 @@ def on_files(files: Any, config: Any) -> Any:
 
     for path in sorted(_wanted):
         src = ROOT / path
-        files.append(
-            File.generated(config, f"_repo/{path}", abs_src_path=str(src))
-        )
+        files.append(File.generated(config, f"_repo/{path}", abs_src_path=str(src)))
     return files
 
 
