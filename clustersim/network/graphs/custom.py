@@ -55,7 +55,7 @@ from clustersim.errors import ScenarioError, SimulationError
 from clustersim.network.fabric import Int64s, LinkKind, Topology, ecmp_hash, node_name
 from clustersim.network.graphs.graphcheck import FabricSpec, check_fabric
 from clustersim.network.graphs.graphio import read_fabric
-from clustersim.network.graphs.routeloads import route_loads
+from clustersim.network.graphs.routeloads import Hub, route_loads
 
 __all__ = ["HOP_EPS_S", "GraphTopology", "load_graph", "same_fabric"]
 
@@ -78,6 +78,9 @@ class _RoutingGraph:
     reverse: sp.csr_matrix
     gateway: Int64s
     """Of each chip with a single link in: the node at its other end (else -1)."""
+    hub: Hub
+    """Each chip's only link out and only link in (-1 where it has several), the
+    two-hop routes of :func:`~.routeloads.route_loads`."""
 
 
 class GraphTopology(Topology):
@@ -152,7 +155,8 @@ class GraphTopology(Topology):
         live = self.chip_coords is None
         if not live and self.links_down:
             return None
-        return route_loads(self, lambda dst: self._next_hops(dst, live=live), src, dst)
+        hub = self._routing(live).hub
+        return route_loads(self, lambda dst: self._next_hops(dst, live=live), src, dst, hub)
 
     def _path(self, src: int, dst: int) -> list[int]:
         # On a torus a route keeps its preferred path, and the topology's fallback takes
@@ -176,19 +180,23 @@ class GraphTopology(Topology):
             path.append(node)
         raise AssertionError("shortest-path tables are loop-free")  # pragma: no cover
 
-    def _next_hops(self, dst: int, *, live: bool) -> _Table:
-        """Each node's equal-cost next hops towards ``dst``: ``hops[first[u] : first[u] +
-        counts[u]]`` (``counts[u]`` is 0 where ``u`` cannot reach it)."""
+    def _routing(self, live: bool) -> _RoutingGraph:
+        """The routing graph of this topology version (the tables are dropped with it)."""
         if self._tables_version != self.version:
             self._tables.clear()
             self._graphs.clear()
             self._entries = 0
             self._tables_version = self.version
+        return self._graphs.get(live) or self._routing_graph(live)
+
+    def _next_hops(self, dst: int, *, live: bool) -> _Table:
+        """Each node's equal-cost next hops towards ``dst``: ``hops[first[u] : first[u] +
+        counts[u]]`` (``counts[u]`` is 0 where ``u`` cannot reach it)."""
+        g = self._routing(live)
         key = (dst, live)
         found = self._tables.get(key)
         if found is not None:
             return found
-        g = self._graphs.get(live) or self._routing_graph(live)
         gateway = int(g.gateway[dst])
         # A chip reached only through one node: every shortest path to it is one to that
         # node and then the link in, so its table is the node's, completed.
@@ -235,6 +243,7 @@ class GraphTopology(Topology):
         rank = self._move_rank(uu, vv)
         order = np.lexsort((vv, rank, uu))
         uu, vv, rank = uu[order], vv[order], rank[order]
+        link = np.flatnonzero(use)[order]
         weight = (self.latency_s + HOP_EPS_S)[use][order]
         n = self.n_nodes
         reverse = sp.csr_matrix((weight, (vv, uu)), shape=(n, n))
@@ -243,7 +252,13 @@ class GraphTopology(Topology):
         only = np.flatnonzero(into[vv] == 1)
         chips = only[vv[only] < self.n_chips]
         gateway[vv[chips]] = uu[chips]
-        g = _RoutingGraph(uu, vv, weight, rank, reverse, gateway)
+        down = np.full(self.n_chips, -1, dtype=np.int64)
+        down[vv[chips]] = link[chips]
+        up = np.full(self.n_chips, -1, dtype=np.int64)
+        alone = np.flatnonzero(np.bincount(uu, minlength=n)[uu] == 1)
+        alone = alone[uu[alone] < self.n_chips]
+        up[uu[alone]] = link[alone]
+        g = _RoutingGraph(uu, vv, weight, rank, reverse, gateway, Hub(up, down))
         self._graphs[live] = g
         return g
 
