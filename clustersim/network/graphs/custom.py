@@ -8,7 +8,8 @@ maps the graph's own node names to node ids, so failure injection can name
 them (``target: {link: [n0g1, sw0]}``).
 
 **Routing** is by latency, with ECMP. For each destination, Dijkstra over the
-links that are up (scipy's csgraph, each link weighted by its latency plus
+links that are up (:mod:`.shortest`: a binary heap for a small graph's first few, then
+scipy's csgraph; each link weighted by its latency plus
 :data:`HOP_EPS_S`, so ties go to fewer hops) gives every node its distance to
 the destination; a link is on a shortest path when it closes that distance
 exactly (to a relative 1e-9). Where the graph gives torus coordinates, a chip
@@ -47,15 +48,14 @@ from pathlib import Path
 from typing import TypeAlias
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
-from scipy.sparse.csgraph import dijkstra
 
 from clustersim.errors import ScenarioError, SimulationError
 from clustersim.network.fabric import Int64s, LinkKind, Topology, ecmp_hash, node_name
 from clustersim.network.graphs.graphcheck import FabricSpec, check_fabric
 from clustersim.network.graphs.graphio import read_fabric
 from clustersim.network.graphs.routeloads import Hub, route_loads
+from clustersim.network.graphs.shortest import Distances
 
 __all__ = ["HOP_EPS_S", "GraphTopology", "load_graph", "same_fabric"]
 
@@ -75,7 +75,8 @@ class _RoutingGraph:
     v: Int64s
     weight: NDArray[np.float64]
     rank: Int64s
-    reverse: sp.csr_matrix
+    distances: Distances
+    """Each node's distance to a destination over these links (Dijkstra)."""
     gateway: Int64s
     """Of each chip with a single link in: the node at its other end (else -1)."""
     hub: Hub
@@ -216,7 +217,7 @@ class GraphTopology(Topology):
 
     def _table(self, dst: int, g: _RoutingGraph) -> _Table:
         n = self.n_nodes
-        dist = dijkstra(g.reverse, directed=True, indices=np.asarray([dst]))[0]
+        dist = g.distances.to(dst)
         du, dv = dist[g.u], dist[g.v]
         tight = np.flatnonzero(
             np.isfinite(du) & np.isfinite(dv) & (np.abs(dv + g.weight - du) <= _TIE_RTOL * du)
@@ -233,8 +234,8 @@ class GraphTopology(Topology):
         return first, counts, g.v[keep].astype(np.int32)
 
     def _routing_graph(self, live: bool) -> _RoutingGraph:
-        """The links routes may take, sorted by (source, preference, target), and the
-        reverse graph Dijkstra runs on."""
+        """The links routes may take, sorted by (source, preference, target), with their
+        distances to a destination."""
         u, v = self.link_u, self.link_v
         use = u != v
         if live:
@@ -246,7 +247,7 @@ class GraphTopology(Topology):
         link = np.flatnonzero(use)[order]
         weight = (self.latency_s + HOP_EPS_S)[use][order]
         n = self.n_nodes
-        reverse = sp.csr_matrix((weight, (vv, uu)), shape=(n, n))
+        distances = Distances(n, uu, vv, weight)
         into = np.bincount(vv, minlength=n)
         gateway = np.full(n, -1, dtype=np.int64)
         only = np.flatnonzero(into[vv] == 1)
@@ -258,7 +259,7 @@ class GraphTopology(Topology):
         alone = np.flatnonzero(np.bincount(uu, minlength=n)[uu] == 1)
         alone = alone[uu[alone] < self.n_chips]
         up[uu[alone]] = link[alone]
-        g = _RoutingGraph(uu, vv, weight, rank, reverse, gateway, Hub(up, down))
+        g = _RoutingGraph(uu, vv, weight, rank, distances, gateway, Hub(up, down))
         self._graphs[live] = g
         return g
 
