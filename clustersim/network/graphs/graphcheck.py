@@ -33,9 +33,8 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 from numpy.typing import NDArray
 
@@ -43,6 +42,9 @@ from clustersim.errors import MISSING, ScenarioError
 from clustersim.network.fabric import Int64s
 from clustersim.network.graphs.shortest import strongly_connected_to
 from clustersim.units import UnitError, parse_bandwidth, parse_duration
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "EDGE_ATTRS",
