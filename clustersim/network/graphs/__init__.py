@@ -3,8 +3,8 @@
 Writing a built topology out and reading a user's in safely (:mod:`.graphio`), what
 such a graph must say (:mod:`.graphcheck`), and a checked graph compiled into a
 topology (:mod:`.custom`). Over :mod:`~clustersim.network.fabric`. It loads networkx
-and scipy, so :mod:`clustersim.network` does not import it: a run on a built-in
-fabric never loads them.
+(and scipy, on a large graph: :mod:`.shortest`), so :mod:`clustersim.network` does not
+import it: a run on a built-in fabric never loads them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ maps the graph's own node names to node ids, so failure injection can name
 them (``target: {link: [n0g1, sw0]}``).
 
 **Routing** is by latency, with ECMP. For each destination, Dijkstra over the
-links that are up (scipy's csgraph, each link weighted by its latency plus
+links that are up (:mod:`.shortest`: a binary heap for a small graph's first few, then
+scipy's csgraph; each link weighted by its latency plus
 :data:`HOP_EPS_S`, so ties go to fewer hops) gives every node its distance to
 the destination; a link is on a shortest path when it closes that distance
 exactly (to a relative 1e-9). Where the graph gives torus coordinates, a chip
@@ -47,15 +48,14 @@ from pathlib import Path
 from typing import TypeAlias
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
-from scipy.sparse.csgraph import dijkstra
 
 from clustersim.errors import ScenarioError, SimulationError
 from clustersim.network.fabric import Int64s, LinkKind, Topology, ecmp_hash, node_name
 from clustersim.network.graphs.graphcheck import FabricSpec, check_fabric
 from clustersim.network.graphs.graphio import read_fabric
-from clustersim.network.graphs.routeloads import route_loads
+from clustersim.network.graphs.routeloads import Hub, route_loads
+from clustersim.network.graphs.shortest import Distances
 
 __all__ = ["HOP_EPS_S", "GraphTopology", "load_graph", "same_fabric"]
 
@@ -75,9 +75,13 @@ class _RoutingGraph:
     v: Int64s
     weight: NDArray[np.float64]
     rank: Int64s
-    reverse: sp.csr_matrix
+    distances: Distances
+    """Each node's distance to a destination over these links (Dijkstra)."""
     gateway: Int64s
     """Of each chip with a single link in: the node at its other end (else -1)."""
+    hub: Hub
+    """Each chip's only link out and only link in (-1 where it has several), the
+    two-hop routes of :func:`~.routeloads.route_loads`."""
 
 
 class GraphTopology(Topology):
@@ -152,7 +156,8 @@ class GraphTopology(Topology):
         live = self.chip_coords is None
         if not live and self.links_down:
             return None
-        return route_loads(self, lambda dst: self._next_hops(dst, live=live), src, dst)
+        hub = self._routing(live).hub
+        return route_loads(self, lambda dst: self._next_hops(dst, live=live), src, dst, hub)
 
     def _path(self, src: int, dst: int) -> list[int]:
         # On a torus a route keeps its preferred path, and the topology's fallback takes
@@ -176,19 +181,23 @@ class GraphTopology(Topology):
             path.append(node)
         raise AssertionError("shortest-path tables are loop-free")  # pragma: no cover
 
-    def _next_hops(self, dst: int, *, live: bool) -> _Table:
-        """Each node's equal-cost next hops towards ``dst``: ``hops[first[u] : first[u] +
-        counts[u]]`` (``counts[u]`` is 0 where ``u`` cannot reach it)."""
+    def _routing(self, live: bool) -> _RoutingGraph:
+        """The routing graph of this topology version (the tables are dropped with it)."""
         if self._tables_version != self.version:
             self._tables.clear()
             self._graphs.clear()
             self._entries = 0
             self._tables_version = self.version
+        return self._graphs.get(live) or self._routing_graph(live)
+
+    def _next_hops(self, dst: int, *, live: bool) -> _Table:
+        """Each node's equal-cost next hops towards ``dst``: ``hops[first[u] : first[u] +
+        counts[u]]`` (``counts[u]`` is 0 where ``u`` cannot reach it)."""
+        g = self._routing(live)
         key = (dst, live)
         found = self._tables.get(key)
         if found is not None:
             return found
-        g = self._graphs.get(live) or self._routing_graph(live)
         gateway = int(g.gateway[dst])
         # A chip reached only through one node: every shortest path to it is one to that
         # node and then the link in, so its table is the node's, completed.
@@ -208,7 +217,7 @@ class GraphTopology(Topology):
 
     def _table(self, dst: int, g: _RoutingGraph) -> _Table:
         n = self.n_nodes
-        dist = dijkstra(g.reverse, directed=True, indices=np.asarray([dst]))[0]
+        dist = g.distances.to(dst)
         du, dv = dist[g.u], dist[g.v]
         tight = np.flatnonzero(
             np.isfinite(du) & np.isfinite(dv) & (np.abs(dv + g.weight - du) <= _TIE_RTOL * du)
@@ -225,8 +234,8 @@ class GraphTopology(Topology):
         return first, counts, g.v[keep].astype(np.int32)
 
     def _routing_graph(self, live: bool) -> _RoutingGraph:
-        """The links routes may take, sorted by (source, preference, target), and the
-        reverse graph Dijkstra runs on."""
+        """The links routes may take, sorted by (source, preference, target), with their
+        distances to a destination."""
         u, v = self.link_u, self.link_v
         use = u != v
         if live:
@@ -235,15 +244,22 @@ class GraphTopology(Topology):
         rank = self._move_rank(uu, vv)
         order = np.lexsort((vv, rank, uu))
         uu, vv, rank = uu[order], vv[order], rank[order]
+        link = np.flatnonzero(use)[order]
         weight = (self.latency_s + HOP_EPS_S)[use][order]
         n = self.n_nodes
-        reverse = sp.csr_matrix((weight, (vv, uu)), shape=(n, n))
+        distances = Distances(n, uu, vv, weight)
         into = np.bincount(vv, minlength=n)
         gateway = np.full(n, -1, dtype=np.int64)
         only = np.flatnonzero(into[vv] == 1)
         chips = only[vv[only] < self.n_chips]
         gateway[vv[chips]] = uu[chips]
-        g = _RoutingGraph(uu, vv, weight, rank, reverse, gateway)
+        down = np.full(self.n_chips, -1, dtype=np.int64)
+        down[vv[chips]] = link[chips]
+        up = np.full(self.n_chips, -1, dtype=np.int64)
+        alone = np.flatnonzero(np.bincount(uu, minlength=n)[uu] == 1)
+        alone = alone[uu[alone] < self.n_chips]
+        up[uu[alone]] = link[alone]
+        g = _RoutingGraph(uu, vv, weight, rank, distances, gateway, Hub(up, down))
         self._graphs[live] = g
         return g
 

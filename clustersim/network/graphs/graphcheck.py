@@ -33,17 +33,18 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
-from scipy.sparse.csgraph import connected_components
 
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.network.fabric import Int64s
+from clustersim.network.graphs.shortest import strongly_connected_to
 from clustersim.units import UnitError, parse_bandwidth, parse_duration
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "EDGE_ATTRS",
@@ -315,11 +316,8 @@ def _check_reach(
     n_nodes: int, pairs: Int64s, up: Int64s, *, n_chips: int, labels: list[str], where: str
 ) -> None:
     live = up > 0
-    graph = sp.csr_matrix(
-        (np.ones(int(live.sum())), (pairs[live, 0], pairs[live, 1])), shape=(n_nodes, n_nodes)
-    )
-    _, comp = connected_components(graph, directed=True, connection="strong")
-    apart = np.flatnonzero(comp[:n_chips] != comp[0])
+    with_first = strongly_connected_to(n_nodes, pairs[live, 0], pairs[live, 1], 0)
+    apart = np.flatnonzero(~with_first[:n_chips])
     if apart.size:
         chip = int(apart[0])
         raise ScenarioError(

@@ -33,18 +33,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
-
-import defusedxml
-import defusedxml.ElementTree as SafeET
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal
 
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.network.fabric import Topology, node_name
+from clustersim.network.graphs.plaingraph import plain_graph
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "FORMATS",
@@ -101,6 +101,8 @@ def _node_kind(topo: Topology, i: int) -> str:
 
 
 def fabric_graph(topo: Topology) -> nx.DiGraph:
+    import networkx as nx
+
     """The interchange graph of ``topo`` (module docstring); refused above the size limits."""
     _check_size(topo, "graphml", "--out")
     g = nx.DiGraph(name=topo.name)
@@ -168,6 +170,8 @@ def format_of(path: Path, fmt: str | None, where: str) -> Format:
 
 
 def export_fabric(topo: Topology, out: Path, fmt: Format) -> nx.DiGraph:
+    import networkx as nx
+
     """Write ``topo``'s interchange graph to ``out`` in ``fmt``, atomically; return the graph."""
     _check_size(topo, fmt, "--out")
     g = fabric_graph(topo)
@@ -211,12 +215,22 @@ def read_fabric(path: Path, where: str, fmt: Format | None = None) -> nx.Graph:
         raise
     except RecursionError:
         raise ScenarioError(where, str(path), f"not a {kind} fabric: nested too deeply") from None
-    except (nx.NetworkXError, ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
+    except Exception as exc:
+        if not _malformed(exc):
+            raise
         detail = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise ScenarioError(where, str(path), f"not a {kind} fabric: {detail}") from None
     if g.number_of_nodes() > MAX_GRAPH_NODES or g.number_of_edges() > MAX_GRAPH_LINKS:
         raise ScenarioError(where, str(path), _too_many(g.number_of_nodes(), g.number_of_edges()))
     return g
+
+
+def _malformed(exc: Exception) -> bool:
+    """Whether a reader's exception says the file is malformed (not a bug of ours)."""
+    if isinstance(exc, ValueError | KeyError | TypeError | IndexError | AttributeError):
+        return True
+    nx = sys.modules.get("networkx")  # only its readers raise its errors
+    return nx is not None and isinstance(exc, nx.NetworkXError)
 
 
 def _too_many(nodes: int, links: int) -> str:
@@ -248,6 +262,12 @@ def _read_text(path: Path, where: str) -> str:
 
 
 def _parse_graphml(text: str, where: str) -> nx.Graph:
+    import xml.etree.ElementTree as ET
+
+    import defusedxml
+    import defusedxml.ElementTree as SafeET
+    import networkx as nx
+
     try:
         root = SafeET.fromstring(text, forbid_dtd=True, forbid_entities=True, forbid_external=True)
     except defusedxml.DTDForbidden:
@@ -277,6 +297,8 @@ def _parse_graphml(text: str, where: str) -> nx.Graph:
 
 
 def _parse_gml(text: str, where: str) -> nx.Graph:
+    import networkx as nx
+
     depth = 0
     # GML nests with brackets; strings (double-quoted) may hold brackets of their own.
     for match in re.finditer(r"[\[\]]", re.sub(r'"[^"]*"', "", text)):
@@ -302,7 +324,11 @@ def _parse_json(text: str, where: str) -> nx.Graph:
     for item in (*data["nodes"], *data.get(edges, [])):
         if not isinstance(item, dict):
             raise ScenarioError(where, item, "not node-link JSON: nodes and edges are objects")
-    g: nx.Graph = nx.node_link_graph(data, edges=edges)
+    g: nx.Graph = plain_graph(data, edges)
+    if g is None:  # not plainly a simple graph: networkx reads it
+        import networkx as nx
+
+        g = nx.node_link_graph(data, edges=edges)
     listed = data.get(edges, [])
     if not g.is_multigraph() and g.number_of_edges() < len(listed):
         seen: set[Any] = set()

@@ -24,6 +24,13 @@ forest (sums in another order), then every pair within a relative 1e-9 of the
 estimate is walked and summed route by route, as the per-pair path sums them
 (``numpy.add.reduceat``), so the maximum is the per-route one to the last bit.
 
+**Two hops through one node.** A pair whose source has a single link out, to the
+node that holds the destination's single link in, routes over those two links
+whatever the tables say (a star's or a leaf switch's chips): its counts are
+bincounts of the sources' up-links and the destinations' down-links, and its
+latency the sum of the two, as its route sums them. Only the other pairs go
+through the tables.
+
 Where a table cannot serve (a torus graph with a link down takes its preferred
 path and the fallback; a pair cut off) :func:`route_loads` returns None and the
 caller routes pair by pair.
@@ -40,7 +47,7 @@ from numpy.typing import NDArray
 
 from clustersim.network.fabric import Int64s, Topology, ecmp_hash
 
-__all__ = ["NextHops", "route_loads"]
+__all__ = ["Hub", "NextHops", "route_loads"]
 
 NextHops: TypeAlias = Callable[
     [int], tuple[NDArray[np.int32], NDArray[np.int32], NDArray[np.int32]]
@@ -56,6 +63,22 @@ _WALK_PAIRS = 1 << 16
 """Pairs walked at once to sum their latencies route by route."""
 _LATENCY_RTOL = 1e-9
 """Pairs whose estimated latency is this close to the longest are summed exactly."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hub:
+    """Each chip's only link out (``up``) and only link in (``down``) over the links
+    routes take; -1 where a chip has several (or none)."""
+
+    up: Int64s
+    down: Int64s
+
+    def pairs(self, topo: Topology, src: Int64s, dst: Int64s) -> NDArray[np.bool_]:
+        """Which pairs (``src != dst``) route over ``up[src]`` then ``down[dst]``: those
+        two links meet at one node."""
+        up, down = self.up[src], self.down[dst]
+        meet: NDArray[np.bool_] = (up >= 0) & (down >= 0) & (topo.link_v[up] == topo.link_u[down])
+        return meet
 
 
 class _Chunk:
@@ -153,12 +176,13 @@ def _walk_latencies(topo: Topology, chunk: _Chunk, g: Int64s, number: Int64s) ->
 
 
 def route_loads(
-    topo: Topology, next_hops: NextHops, src: Int64s, dst: Int64s
+    topo: Topology, next_hops: NextHops, src: Int64s, dst: Int64s, hub: Hub | None = None
 ) -> tuple[Int64s, Floats, float] | None:
     """The distinct links the routes of pairs ``(src[i], dst[i])`` cross (sorted), the flows
     on each, and the longest route's latency: what routing every pair and counting its
     links gives, to the last bit, where every pair follows ``next_hops``; None where a
-    pair is cut off (its per-pair route names the cut)."""
+    pair is cut off (its per-pair route names the cut). ``hub`` names the chips' single
+    links, whose pairs two hops apart are counted without the tables."""
     n, n_links = topo.n_nodes, topo.n_links
     total = np.zeros(n_links)
     latency = 0.0
@@ -168,6 +192,14 @@ def route_loads(
         total += np.bincount(local, minlength=n_links)
         latency = float(topo.latency_s[local].max())
         src, dst = src[~same], dst[~same]
+    if hub is not None and src.size:
+        two = hub.pairs(topo, src, dst)
+        if two.any():
+            up, down = hub.up[src[two]], hub.down[dst[two]]
+            total += np.bincount(up, minlength=n_links)
+            total += np.bincount(down, minlength=n_links)
+            latency = max(latency, float((topo.latency_s[up] + topo.latency_s[down]).max()))
+            src, dst = src[~two], dst[~two]
     if not src.size:
         links = np.flatnonzero(total).astype(np.int64)
         return links, total[links], latency
