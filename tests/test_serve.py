@@ -27,7 +27,7 @@ from clustersim.serve.iteration import (
     IterationModel,
     kv_bytes_per_token,
 )
-from clustersim.serve.run import serve
+from clustersim.serve.run import budget_warning, serve, serving_of
 from clustersim.serve.sched import BLOCK_TOKENS, bucket
 from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
@@ -395,6 +395,30 @@ def test_trtllm_schedules_a_context_whole_where_vllm_chunks_it() -> None:
         firsts[engine] = [c for call in cost.calls for c in call[0] if c[0] > 500]
     assert firsts["vllm"][0] == (999, 0)
     assert firsts["trtllm"] == [(1000, 0)]
+
+
+def test_a_trtllm_budget_with_no_room_for_a_prompt_is_warned_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prompt of the whole budget never joins a running batch (the test above), so
+    prompts would run one batch at a time: the run says so and how to change it."""
+
+    def warning(**keys: object) -> str | None:
+        return budget_warning(serving_of(load_scenario(scenario(**keys))))
+
+    tight = {"engine": "trtllm", "max_num_seqs": 4, "input_tokens": 8192}
+    assert warning(**tight) == (
+        "serving.max_num_batched_tokens: 8192 leaves no room for a prompt of 8,192 tokens "
+        "beside 3 decodes; TensorRT-LLM schedules a prompt whole, so it waits until the "
+        "running batch drains (set it to at least 8,195 to admit prompts into a running batch)"
+    )
+    assert warning(**tight, max_num_batched_tokens=8195) is None
+    assert warning(**(tight | {"engine": "vllm"})) is None  # chunked prefill fills the budget
+    assert warning(**(tight | {"max_num_seqs": 1})) is None  # nothing else runs beside it
+    path = tmp_path / "s.yaml"
+    path.write_text(scenario(**tight, requests=4))
+    assert main(["serve", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert "warning: serving.max_num_batched_tokens: 8192" in capsys.readouterr().err
 
 
 # -- disaggregated prefill and decode ------------------------------------------------

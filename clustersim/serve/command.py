@@ -11,6 +11,7 @@ atomically (:mod:`clustersim.trace.io`), so a directory with a summary is comple
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from rich.table import Table
 
 from clustersim.scenario import Resolved
-from clustersim.serve.run import ServeResult, serve
+from clustersim.serve.run import ServeResult, budget_warning, serve, serving_of
 from clustersim.trace import atomic_write_text, write_parquet
 from clustersim.trace.serving import write_serving_trace
 
@@ -151,6 +152,9 @@ def serve_command(
     from clustersim.terminal import console
 
     output = res.scenario.output
+    warning = budget_warning(serving_of(res))
+    if warning is not None and not quiet:
+        print(f"clustersim serve: warning: {warning}", file=sys.stderr)
     result = serve(res, record=output.trace or (output.html and report is not None))
     write_results(res, result, out, report)
     if as_json:

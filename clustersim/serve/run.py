@@ -36,7 +36,7 @@ from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 from clustersim.units import format_bytes
 
-__all__ = ["ServeResult", "check_serving", "kv_capacity", "serve", "serving_of"]
+__all__ = ["ServeResult", "budget_warning", "check_serving", "kv_capacity", "serve", "serving_of"]
 
 GIB = 2.0**30
 
@@ -182,6 +182,26 @@ def check_serving(res: Resolved) -> str:
         f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
         f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
         f"{model.iteration_s((), 1, typical(cfg.input_tokens)) * 1e3:.2f} ms"
+    )
+
+
+def budget_warning(cfg: ServingCfg) -> str | None:
+    """A line saying that TensorRT-LLM's token budget leaves no room for the longest
+    prompt beside a full batch's decodes, or None. With chunked context off (its
+    default) a waiting prompt joins an iteration only whole (:mod:`.sched`), so such a
+    prompt waits for the running batch to drain: prompts run one batch at a time,
+    which is what the engine does with that budget, but rarely what a user meant."""
+    if cfg.engine != "trtllm" or cfg.batching != "continuous" or cfg.max_num_seqs < 2:
+        return None
+    prompt = longest(cfg.input_tokens)
+    need = prompt + cfg.max_num_seqs - 1
+    if need <= cfg.max_num_batched_tokens:
+        return None
+    return (
+        f"serving.max_num_batched_tokens: {cfg.max_num_batched_tokens} leaves no room for a "
+        f"prompt of {prompt:,} tokens beside {cfg.max_num_seqs - 1} decodes; TensorRT-LLM "
+        f"schedules a prompt whole, so it waits until the running batch drains (set it to "
+        f"at least {need:,} to admit prompts into a running batch)"
     )
 
 
