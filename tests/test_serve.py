@@ -421,6 +421,36 @@ def test_a_trtllm_budget_with_no_room_for_a_prompt_is_warned_of(
     assert "warning: serving.max_num_batched_tokens: 8192" in capsys.readouterr().err
 
 
+def test_gpu_tp_allreduce_is_the_engines_measured_kernel_inside_a_node() -> None:
+    """A replica inside one NVLink node all-reduces with its engine's own kernel, as
+    measured (vLLM's custom all-reduce, TensorRT-LLM's); across nodes, or past the
+    largest size measured, NCCL's model over the fabric times it."""
+    from clustersim.hardware.kernels import allreduce_table
+
+    def replica(engine: str, tp: int, count: int = 1) -> TpAllReduce:
+        text = (
+            f"name: ar\ncluster: {{instance: p5.48xlarge, count: {count}}}\nmodel: llama3-70b\n"
+            f"parallelism: {{tp: {tp}}}\nserving: {{engine: {engine}, "
+            "arrival: {kind: poisson, rate_per_s: 5}}\n"
+        )
+        return TpAllReduce(load_scenario(text), tp, engine=engine)
+
+    decode = 4 * 8192 * 2.0  # four sequences' activations, BF16
+    for engine, framework in (("vllm", "vllm"), ("trtllm", None)):
+        table = allreduce_table("h100", framework)
+        assert table is not None
+        ar = replica(engine, 4)
+        assert ar.measured is table and ar.covers(decode)
+        assert ar(decode) == table.time_s(4, decode)
+        assert ar(decode) < ar.simulated_s(decode)  # under NCCL's protocol latencies
+        assert not ar.covers(2.0 * table.max_bytes)
+        assert ar(2.0 * table.max_bytes) == ar.simulated_s(2.0 * table.max_bytes)
+    across = replica("vllm", 16, count=2)
+    assert across.measured is None and across(decode) == across.simulated_s(decode)
+    neuron = TpAllReduce(load_scenario(scenario()), 8, engine="neuron")
+    assert neuron.measured is None
+
+
 # -- disaggregated prefill and decode ------------------------------------------------
 
 

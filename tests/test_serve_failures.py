@@ -165,3 +165,23 @@ def test_a_failed_replica_in_a_disaggregated_run_is_refused() -> None:
     with pytest.raises(ScenarioError) as info:
         serve(load_scenario(text))
     assert info.value.path == "failures.inject.0.target.chip"
+
+
+def test_a_measured_allreduce_on_a_failed_fabric_scales_by_the_simulated_slowdown() -> None:
+    """A GPU replica's healthy all-reduce is its engine's measured kernel; on a fabric
+    with failures it is that kernel's time times the simulated slowdown (with nothing
+    failed, the measured time itself), so a failure never makes it faster."""
+    from clustersim.serve.faults import LinkStateAllReduce
+
+    text = (
+        "name: nvl\ncluster: {instance: p5.48xlarge}\nmodel: llama3-8b\n"
+        "parallelism: {tp: 8}\n"
+        "serving: {engine: vllm, arrival: {kind: poisson, rate_per_s: 5}}\n"
+    )
+    res = load_scenario(text)
+    measured = TpAllReduce(res, 8, engine="vllm")
+    assert measured.measured is not None
+    nbytes = 4096 * 2.0
+    same = LinkStateAllReduce(res, measured, 0, [], detect_delay_s=0.0)
+    assert same(nbytes) == pytest.approx(measured(nbytes), rel=1e-12)
+    assert same(nbytes) < measured.simulated_s(nbytes)

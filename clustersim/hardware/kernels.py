@@ -58,7 +58,15 @@ from importlib import resources
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["PRECISIONS", "AttentionTable", "GemmTable", "attention_table", "gemm_table"]
+__all__ = [
+    "PRECISIONS",
+    "AllReduceTable",
+    "AttentionTable",
+    "GemmTable",
+    "allreduce_table",
+    "attention_table",
+    "gemm_table",
+]
 
 F64 = NDArray[np.float64]
 
@@ -409,3 +417,46 @@ def attention_table(chip: str) -> AttentionTable | None:
     """The chip's measured attention forward table, or None for chips without one."""
     arrays = _arrays(chip.lower())
     return None if arrays is None else AttentionTable(chip.lower(), arrays)
+
+
+class AllReduceTable:
+    """A serving framework's measured all-reduce of BF16 activations inside one NVLink
+    node, by GPU count and message size (``allreduce.*`` of a kernel file)."""
+
+    def __init__(self, chip: str, arrays: dict[str, NDArray[np.generic]]) -> None:
+        self.chip = chip
+        self.gpus = tuple(int(g) for g in arrays["allreduce.gpus"])
+        elements = np.asarray(arrays["allreduce.elements"], dtype=np.int64)
+        self._log_elements = np.log(elements.astype(np.float64))
+        self.max_bytes = 2.0 * float(elements[-1])
+        """The largest message measured, in bytes (2 per BF16 element)."""
+        self._log_latency = np.log(np.asarray(arrays["allreduce.latency_s"], dtype=np.float64))
+        self.source = str(np.asarray(arrays["allreduce.source"]).ravel()[0])
+
+    def measures(self, gpus: int) -> bool:
+        return gpus in self.gpus
+
+    def time_s(self, gpus: int, nbytes: float) -> float:
+        """Seconds of one all-reduce of ``nbytes`` of BF16 over ``gpus`` GPUs: log-log
+        interpolation between measured sizes, the smallest size's latency below it (a
+        launch and a barrier, whatever the message); ``gpus`` must be measured and
+        ``nbytes`` at most :attr:`max_bytes`."""
+        if not self.measures(gpus) or nbytes > self.max_bytes:
+            raise ValueError(
+                f"no measured all-reduce of {nbytes:g} bytes over {gpus} GPUs on {self.chip}"
+            )
+        row = self._log_latency[self.gpus.index(gpus)]
+        ok = ~np.isnan(row)
+        x = np.log(max(nbytes / 2.0, 1.0))
+        return float(np.exp(np.interp(x, self._log_elements[ok], row[ok])))
+
+
+@cache
+def allreduce_table(chip: str, framework: str | None = None) -> AllReduceTable | None:
+    """The all-reduce a serving ``framework`` runs on ``chip`` (``"vllm"``: its custom
+    all-reduce; None: TensorRT-LLM's), or None where none was measured."""
+    name = chip.lower()
+    arrays = _arrays(f"{name}-{framework}" if framework else name)
+    if arrays is None or "allreduce.latency_s" not in arrays:
+        return None
+    return AllReduceTable(name, arrays)

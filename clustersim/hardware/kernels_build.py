@@ -26,6 +26,14 @@ What is kept, and why:
   FP8), in the same layout. Its attention tables are left out: they measure BF16
   KV caches only, so the engine takes attention from the chip's default file.
 
+* All-reduce: each framework's own all-reduce kernels for its tensor-parallel
+  activations (BF16), by GPU count and message size, measured inside one NVLink
+  node: TensorRT-LLM's (its one-shot, two-shot and NCCL strategies as ``AUTO``
+  picks them) in ``<chip>.npz``, vLLM's custom all-reduce as its CUDA graphs run it
+  in ``<chip>-vllm.npz`` (the eager variant's extra ~16 us is the host's launch,
+  which an iteration's queued kernels hide). The serving engines' tensor-parallel
+  all-reduces take their time from these.
+
 Latencies are stored as float32 rounded to nearest at ``MANTISSA_BITS``
 significant bits (relative error at most 2^-11, about 5e-4: far below the
 run-to-run spread of the measured kernels, which is percents), which lets the
@@ -107,6 +115,9 @@ VLLM_GEMM_SOURCES: dict[str, tuple[str, tuple[str, ...]]] = {
 ``scaled_mm``, vLLM's ``CutlassFP8ScaledMMLinearKernel``) and block-scaled FP8."""
 
 ATTENTION_DTYPES: dict[str, str] = {"bf16": "bfloat16", "fp8": "fp8"}
+
+ALLREDUCE_KERNELS: dict[str, str] = {"trtllm": "TRTLLM", "vllm": "vLLM_custom_graph"}
+"""Each framework's all-reduce kernel_source in the tables (module doc)."""
 
 
 def _round(latency_s: NDArray[np.float64]) -> NDArray[np.float32]:
@@ -197,6 +208,33 @@ def attention_arrays(
     return arrays, Table(what, source, shape, measured, grid.size)
 
 
+def allreduce_arrays(
+    df: pd.DataFrame, device: str, framework: str
+) -> tuple[dict[str, NDArray[np.generic]], Table]:
+    """The framework's all-reduce: latency [GPUs, message elements] (BF16)."""
+    kernel = ALLREDUCE_KERNELS[framework]
+    rows = df[(df["kernel_source"] == kernel) & (df["allreduce_dtype"] == "bfloat16")]
+    if rows.duplicated(["num_gpus", "message_size"]).any():
+        raise SystemExit(f"kernels_build: duplicate all-reduce sizes in {device} {kernel}")
+    gpus = np.unique(rows["num_gpus"].to_numpy())
+    sizes = np.unique(rows["message_size"].to_numpy())
+    grid = np.full((len(gpus), len(sizes)), np.nan)
+    grid[
+        np.searchsorted(gpus, rows["num_gpus"].to_numpy()),
+        np.searchsorted(sizes, rows["message_size"].to_numpy()),
+    ] = rows["latency"].to_numpy() * 1e-3
+    source = f"{framework} {rows['version'].iloc[0]} all_reduce kernel_source={kernel} bfloat16"
+    arrays: dict[str, NDArray[np.generic]] = {
+        "allreduce.gpus": gpus.astype(np.int32),
+        "allreduce.elements": sizes.astype(np.int64),
+        "allreduce.latency_s": _round(grid),
+        "allreduce.source": np.array(f"{source} ({device})"),
+    }
+    shape = f"GPUs x elements = {len(gpus)} x {len(sizes)}"
+    measured = int(np.count_nonzero(~np.isnan(grid)))
+    return arrays, Table("all-reduce", source, shape, measured, grid.size)
+
+
 def chip_arrays(
     data: Path, chip: str, framework: str = FRAMEWORK
 ) -> tuple[dict[str, NDArray[np.generic]], list[Table]]:
@@ -214,7 +252,12 @@ def chip_arrays(
             arrays.update(got[0])
             tables.append(got[1])
     arrays["gemm.precisions"] = np.array(sorted({k.split(".")[1] for k in arrays}))
-    if framework != FRAMEWORK:  # GEMMs only (module doc)
+    comm = base / "comm" / framework / version / "custom_allreduce_perf.parquet"
+    if comm.is_file():
+        a, t = allreduce_arrays(_read(comm), device, framework)
+        arrays.update(a)
+        tables.append(t)
+    if framework != FRAMEWORK:  # GEMMs and the all-reduce only (module doc)
         return arrays, tables
     attn = _read(base / "attention" / framework / src.version / "context_attention_perf.parquet")
     attn = attn[(attn["window_size"] == 0) & (attn["attn_dtype"] == attn["kv_cache_dtype"])]
@@ -282,7 +325,9 @@ def sources_md(report: dict[str, list[Table]], ceilings: dict[str, list[str]]) -
         "",
         "Each `<chip>.npz` holds, per precision `p`, `gemm.<p>.{m,n,k}` (grid axes),",
         "`gemm.<p>.latency_s` (float32 [m, n, k], seconds, NaN where not measured) and",
-        "`gemm.<p>.source`; and per attention precision and head dimension `d`,",
+        "`gemm.<p>.source`; `allreduce.{gpus,elements}` and `allreduce.latency_s` (float32",
+        "[GPUs, BF16 elements], seconds) where the framework's all-reduce was measured;",
+        "and per attention precision and head dimension `d`,",
         "`attn.<p>.d<d>.{seq,problems}` (sequence length; batch x heads) and",
         "`attn.<p>.d<d>.latency_s` (float32 [layer, seq, problems], layer 0: KV heads equal",
         "to heads, 1: fewer). Latencies are rounded to nearest at "
@@ -295,8 +340,8 @@ def sources_md(report: dict[str, list[Table]], ceilings: dict[str, list[str]]) -
         "",
         f"`<chip>.npz` holds {FRAMEWORK}'s kernels: what training (cuBLAS through torch)",
         "and the `trtllm` serving engine run. `<chip>-vllm.npz` holds vLLM's own GEMMs",
-        "(its CUTLASS FP8 `scaled_mm`), which the `vllm` serving engine runs, with",
-        "attention from `<chip>.npz`.",
+        "(its CUTLASS FP8 `scaled_mm`) and its custom all-reduce, which the `vllm` serving",
+        "engine runs, with attention from `<chip>.npz`.",
         "",
     ]
     for stem, tables in report.items():

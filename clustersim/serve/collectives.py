@@ -30,9 +30,16 @@ trigger from inside it over DMA rings the runtime built at load
   (``aws-neuron-sdk:libraries/nxd-inference/tutorials/llama70b_perf_comparison.csv``).
 
 The handshake per round, the posting cost per message and the wire are the
-runtime's fitted costs unchanged. NCCL (GPUs) keeps its own model: its kernels are
-launched per collective (CUDA graphs replay them, each kernel still running its
-protocol's latencies).
+runtime's fitted costs unchanged.
+
+On GPUs the serving engines do not all-reduce through NCCL inside a node: vLLM runs
+its custom all-reduce (``vllm/distributed/device_communicators/custom_all_reduce.py``:
+one-shot or two-shot over NVLink peer buffers, inside its CUDA graphs) and
+TensorRT-LLM its own (one-shot, two-shot or NCCL, as its ``AUTO`` strategy picks by
+size). A replica within one node whose GPU count and message size the engine's
+measured all-reduce covers (:func:`~clustersim.hardware.kernels.allreduce_table`,
+NVIDIA's measurements of each engine's kernel) takes its time from it; elsewhere
+(across nodes, or past the largest size measured) NCCL's model times it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from dataclasses import replace
 import simpy
 
 from clustersim.catalog.schema import ChipSpec
+from clustersim.hardware.kernels import AllReduceTable, allreduce_table
 from clustersim.network import Network
 from clustersim.network.fabric import build_topology
 from clustersim.network.runtimes import (
@@ -73,9 +81,13 @@ class TpAllReduce:
     """``self(nbytes)``: seconds of one all-reduce of ``nbytes`` over a replica's ranks.
 
     ``overheads=False`` leaves the runtime's fixed costs out (the wire time alone, as
-    the collective microbenchmark's ``overheads=False``): a diagnostic, not a scenario key."""
+    the collective microbenchmark's ``overheads=False``): a diagnostic, not a scenario key.
+    ``engine`` names the serving engine, whose measured all-reduce a GPU replica inside one
+    node runs (module doc)."""
 
-    def __init__(self, res: Resolved, tp: int, *, overheads: bool = True) -> None:
+    def __init__(
+        self, res: Resolved, tp: int, *, overheads: bool = True, engine: str | None = None
+    ) -> None:
         per_node = res.ranks_per_node
         instances = max(1, math.ceil(tp / per_node))
         us = res.instance.ultraserver
@@ -88,6 +100,12 @@ class TpAllReduce:
         if overheads and res.chip.runtime == "neuron":
             self.runtime = NeuronRuntime(in_program_protocol(res.chip, res.lnc))
             self.launch_s = res.chip.collectives.launch_s if tp > 1 else 0.0
+        self.measured: AllReduceTable | None = None
+        """The engine's measured all-reduce, where it covers this replica's GPUs."""
+        if overheads and engine in ("vllm", "trtllm") and res.chip.family == "gpu":
+            table = allreduce_table(res.chip.name, "vllm" if engine == "vllm" else None)
+            if table is not None and table.measures(tp) and tp <= per_node:
+                self.measured = table
         self.rank_chip = [r // res.ranks_per_chip for r in range(tp)]
         self.group = list(range(tp))
         self.algorithms = dict(res.scenario.cluster.collectives)
@@ -102,7 +120,19 @@ class TpAllReduce:
         other._cache, other._net = {}, None
         return other
 
+    def covers(self, nbytes: float) -> bool:
+        """Whether an all-reduce of ``nbytes`` takes its time from the measured table."""
+        return self.measured is not None and nbytes <= self.measured.max_bytes
+
     def __call__(self, nbytes: float) -> float:
+        if len(self.group) < 2:
+            return 0.0
+        if self.measured is not None and self.covers(nbytes):
+            return self.measured.time_s(len(self.group), nbytes)
+        return self.simulated_s(nbytes)
+
+    def simulated_s(self, nbytes: float) -> float:
+        """The all-reduce as the flow model and the runtime's costs time it."""
         if len(self.group) < 2:
             return 0.0
         cached = self._cache.get(nbytes)

@@ -88,6 +88,7 @@ class LinkStateAllReduce:
             injector.apply(act)
         env.run(until=env.now + detect_delay_s + 1.0)  # routing has noticed
         self._cache: dict[float, float] = {}
+        self._healthy = healthy.fresh()
 
     def __call__(self, nbytes: float) -> float:
         if len(self.group) < 2:
@@ -97,7 +98,12 @@ class LinkStateAllReduce:
             env = self.network.env
             start = env.now
             env.run(until=self.network.collective("all_reduce", self.group, nbytes))
-            cached = self._cache[nbytes] = float(env.now - start)
+            cached = float(env.now - start)
+            if self._healthy.covers(nbytes):
+                # The engine's measured all-reduce, slowed as the failure slows the
+                # simulated one (the healthy replica's time is the measured kernel's).
+                cached *= self._healthy(nbytes) / self._healthy.simulated_s(nbytes)
+            self._cache[nbytes] = cached
         return cached
 
 

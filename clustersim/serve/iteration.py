@@ -18,10 +18,10 @@ replica's ``tp`` ranks a layer is one pipelined op (the chip model's roofline,
 and lasts ``max(compute, HBM)`` plus the chip's per-op overhead
 (``calibration.op_overhead_s``, 5 ops per layer) plus two tensor-parallel
 all-reduces of the ``T x hidden`` activations (after attention and after the MLP,
-Megatron's layout) timed by the project's collective model
-(:mod:`clustersim.serve.collectives`), plus ``fixed_per_layer_s`` (0: no published
-per-layer serving overhead was found to take it from). The LM head runs once per
-iteration on the sequences that produce a token.
+Megatron's layout): on a GPU node the engine's measured all-reduce kernel, elsewhere
+the project's collective model (:mod:`clustersim.serve.collectives`), plus
+``fixed_per_layer_s`` (0: no published per-layer serving overhead was found to take
+it from). The LM head runs once per iteration on the sequences that produce a token.
 
 Not modelled: norms, rotary embeddings, sampling, the logits' gather, CPU-side
 scheduling and the KV block tables' indirection.

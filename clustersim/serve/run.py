@@ -135,7 +135,7 @@ def iteration_model(
             raise ScenarioError(f"parallelism.{key}", 0, "serving models tensor parallelism only")
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
-    healthy = TpAllReduce(res, tp, overheads=overheads)
+    healthy = TpAllReduce(res, tp, overheads=overheads, engine=cfg.engine)
     return IterationModel(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,

@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clustersim.hardware.kernels import GemmTable, attention_table, gemm_table
+from clustersim.hardware.kernels import (
+    GemmTable,
+    _arrays,
+    allreduce_table,
+    attention_table,
+    gemm_table,
+)
 from clustersim.hardware.kernels_build import CHIPS, peak_tflops, write_npz
 
 BIG = 8192
@@ -197,3 +203,35 @@ def test_vllm_runs_its_own_gemms_where_they_were_measured() -> None:
     fallback = gemm_table("h100", "no-such-framework")
     assert fallback is not None and fallback.source("fp8") == default.source("fp8")
     assert gemm_table("trn2", "vllm") is None
+
+
+@pytest.mark.parametrize(("chip", "framework"), [("h100", None), ("h200", "vllm"), ("b200", None)])
+def test_allreduce_lookup_is_the_measured_kernel(chip: str, framework: str | None) -> None:
+    """At every measured size the engine's all-reduce is the measurement; between two,
+    log-log interpolation; below the smallest its latency; past the largest, refused."""
+    table = allreduce_table(chip, framework)
+    assert table is not None and table.gpus == (2, 4, 8)
+    arrays = _arrays(f"{chip}-{framework}" if framework else chip)
+    assert arrays is not None
+    elements = arrays["allreduce.elements"]
+    latency = arrays["allreduce.latency_s"].astype(np.float64)
+    for g, gpus in enumerate(table.gpus):
+        for e, size in enumerate(elements):
+            assert table.time_s(gpus, 2.0 * size) == pytest.approx(latency[g, e], rel=1e-12)
+        mid = table.time_s(gpus, 2.0 * np.sqrt(elements[3] * elements[4]))
+        assert mid == pytest.approx(np.sqrt(latency[g, 3] * latency[g, 4]), rel=1e-9)
+        assert table.time_s(gpus, 2.0) == pytest.approx(latency[g, 0], rel=1e-12)
+    with pytest.raises(ValueError, match="no measured all-reduce"):
+        table.time_s(8, 2.0 * table.max_bytes)
+    with pytest.raises(ValueError, match="over 16 GPUs"):
+        table.time_s(16, 1024.0)
+    assert table.source.startswith("vllm" if framework else "trtllm")
+
+
+def test_allreduce_tables_are_each_engines_own() -> None:
+    vllm, trt = allreduce_table("h100", "vllm"), allreduce_table("h100")
+    assert vllm is not None and trt is not None
+    assert "vLLM_custom_graph" in vllm.source and "TRTLLM" in trt.source
+    # a decode step's 64 KiB message: a few microseconds, well under NCCL's latency floor
+    assert 2e-6 < trt.time_s(8, 65536.0) < 1e-5 and 2e-6 < vllm.time_s(8, 65536.0) < 1e-5
+    assert allreduce_table("trn2") is None
