@@ -36,9 +36,10 @@ On GPUs the serving engines do not all-reduce through NCCL inside a node: vLLM r
 its custom all-reduce (``vllm/distributed/device_communicators/custom_all_reduce.py``:
 one-shot or two-shot over NVLink peer buffers, inside its CUDA graphs) and
 TensorRT-LLM its own (one-shot, two-shot or NCCL, as its ``AUTO`` strategy picks by
-size). A replica within one node whose GPU count and message size the engine's
-measured all-reduce covers (:func:`~clustersim.hardware.kernels.allreduce_table`,
-NVIDIA's measurements of each engine's kernel) takes its time from it; elsewhere
+size; vLLM only up to 8 MiB, NCCL above). A replica within one node whose GPU count
+and message size the engine's measured all-reduce covers
+(:func:`~clustersim.hardware.kernels.allreduce_table`, NVIDIA's measurements of each
+engine's kernel) takes its time from it; elsewhere
 (across nodes, or past the largest size measured) NCCL's model times it.
 """
 
@@ -63,7 +64,12 @@ from clustersim.network.runtimes import (
 )
 from clustersim.scenario import Resolved
 
-__all__ = ["TpAllReduce", "in_program_protocol"]
+__all__ = ["VLLM_CUSTOM_MAX_BYTES", "TpAllReduce", "in_program_protocol"]
+
+VLLM_CUSTOM_MAX_BYTES = 8 * 2**20
+"""The largest message vLLM's custom all-reduce takes (``CustomAllreduce``'s default
+``max_size``, 8 MiB, ``vllm/distributed/device_communicators/custom_all_reduce.py``);
+larger ones go through NCCL."""
 
 
 def in_program_protocol(chip: ChipSpec, lnc: int) -> Protocol:
@@ -102,10 +108,15 @@ class TpAllReduce:
             self.launch_s = res.chip.collectives.launch_s if tp > 1 else 0.0
         self.measured: AllReduceTable | None = None
         """The engine's measured all-reduce, where it covers this replica's GPUs."""
+        self.measured_max_bytes = 0.0
+        """The largest message it takes (vLLM's custom all-reduce stops at 8 MiB)."""
         if overheads and engine in ("vllm", "trtllm") and res.chip.family == "gpu":
             table = allreduce_table(res.chip.name, "vllm" if engine == "vllm" else None)
             if table is not None and table.measures(tp) and tp <= per_node:
                 self.measured = table
+                self.measured_max_bytes = table.max_bytes
+                if engine == "vllm":
+                    self.measured_max_bytes = min(table.max_bytes, VLLM_CUSTOM_MAX_BYTES)
         self.rank_chip = [r // res.ranks_per_chip for r in range(tp)]
         self.group = list(range(tp))
         self.algorithms = dict(res.scenario.cluster.collectives)
@@ -122,7 +133,7 @@ class TpAllReduce:
 
     def covers(self, nbytes: float) -> bool:
         """Whether an all-reduce of ``nbytes`` takes its time from the measured table."""
-        return self.measured is not None and nbytes <= self.measured.max_bytes
+        return self.measured is not None and nbytes <= self.measured_max_bytes
 
     def __call__(self, nbytes: float) -> float:
         if len(self.group) < 2:
