@@ -39,6 +39,7 @@ from clustersim import (
     dochardware,
     docmodels,
     docperf,
+    docserving,
     docstudies,
 )
 from clustersim.docvalidation import (
@@ -304,6 +305,7 @@ FIGURES: tuple[Figure, ...] = (
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in dochardware.FIGURES),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in doccalibration.FIGURES),
     *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docperf.FIGURES),
+    *(Figure(n, r, f, noise=z, what=w, pages=p) for n, r, f, z, w, p in docserving.FIGURES),
 )
 
 
