@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import simpy
 from numpy.typing import NDArray
+from simpy.events import PENDING
 
 from clustersim.hardware.chip import RESOURCES
 from clustersim.network import Network
@@ -53,6 +54,36 @@ _Rows = NDArray[np.int64] | NDArray[np.int32]
 
 def _succeed(event: simpy.Event) -> None:
     event.succeed()
+
+
+def _all_of(env: simpy.Environment, events: list[simpy.Event]) -> simpy.Event:
+    """``simpy.AllOf(env, events)`` for a process that only waits for it: an event that
+    fires at the same point of the schedule (succeeded, or failed with the first failure
+    it meets, when ``AllOf`` would be), so every event keeps its place in SimPy's order,
+    without the condition's value and its bookkeeping (a detailed step waits on some
+    hundred thousand of them)."""
+    done = env.event()
+    left = len(events)
+
+    def check(event: simpy.Event) -> None:
+        nonlocal left
+        if done._value is not PENDING:
+            return
+        left -= 1
+        if not event._ok:
+            event._defused = True
+            done.fail(event._value)
+        elif not left:
+            done.succeed()
+
+    if not left:
+        done.succeed()
+    for event in events:
+        if event.callbacks is None:
+            check(event)
+        else:
+            event.callbacks.append(check)
+    return done
 
 
 def _record_end(ends: np.ndarray, index: int, env: simpy.Environment) -> Callable[[Any], None]:
@@ -308,10 +339,10 @@ class StepSim:
                         window = windows[(ins.group, ins.collective)]
                         due = len(window) - ins.tag
                         if due > 0:
-                            yield simpy.AllOf(env, window[:due])
+                            yield _all_of(env, window[:due])
                             del window[:due]
                     elif pending:
-                        yield simpy.AllOf(env, pending)
+                        yield _all_of(env, pending)
                         pending = []
                         for window in windows.values():
                             window.clear()
@@ -331,7 +362,7 @@ class StepSim:
                 if report is not None and j % 64 == 0:
                     report((step + j / nseg) / self.steps)
             if pending:  # a program that never waits still finishes its collectives
-                yield simpy.AllOf(env, pending)
+                yield _all_of(env, pending)
             for window in windows.values():
                 window.clear()
             acc.compute_s += compiled.compute_s
