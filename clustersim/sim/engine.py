@@ -160,6 +160,8 @@ class StepSim:
         self._mail: dict[tuple[int, int, int], _Slot] = {}
         # The end of the collective issued last on each communicator (group name, ranks).
         self._last: dict[tuple[str, tuple[int, ...]], simpy.Event] = {}
+        # Per stage: what its program's segments name (``_program_keys``).
+        self._keys: dict[int, tuple[tuple[int, ...], tuple[tuple[str, str], ...]]] = {}
         self._barrier_count = 0
         self._barrier = self.env.event()
 
@@ -269,10 +271,27 @@ class StepSim:
 
     # -- processes -----------------------------------------------------------------
 
+    def _program_keys(self, stage: int) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...]]:
+        """The pipeline offsets ``stage``'s program sends to or receives from, and the
+        (group, collective) pairs its WAIT_ASYNC instructions wait on: one scan of the
+        program a stage, not one a rank (some thousand segments each)."""
+        keys = self._keys.get(stage)
+        if keys is None:
+            segments = self.programs[stage].steps_view
+            offsets = {ins.peer for _, _, ins in segments if ins is not None and ins.peer}
+            waited = dict.fromkeys(
+                (ins.group, ins.collective)
+                for kind, _, ins in segments
+                if kind == Kind.WAIT_ASYNC and ins is not None and ins.group
+            )
+            keys = self._keys[stage] = (tuple(offsets), tuple(waited))
+        return keys
+
     def rank_process(self, pos: int) -> Generator[simpy.Event, Any, None]:
         env = self.env
         rank = self.ranks[pos]
-        compiled = self.programs[self.layout.stage(rank)]
+        stage = self.layout.stage(rank)
+        compiled = self.programs[stage]
         seg_start, seg_end, acc = self.seg_start[pos], self.seg_end[pos], self.times[pos]
         report = self.progress if pos == 0 else None
         segments = compiled.steps_view
@@ -280,15 +299,11 @@ class StepSim:
         hbm = self.hbm
         nseg = len(segments)
         groups = {name: self._group(name, rank) for name in GROUP_NAMES}
-        offsets = {ins.peer for _, _, ins in segments if ins is not None and ins.peer}
+        offsets, waits = self._program_keys(stage)
         peer = {d: self._peer(rank, d) for d in offsets}
         seq = dict.fromkeys(groups, 0)
         # Async collectives that a WAIT_ASYNC of their group and collective waits for.
-        windows: dict[tuple[str, str], list[simpy.Event]] = {
-            (ins.group, ins.collective): []
-            for kind, _, ins in segments
-            if kind == Kind.WAIT_ASYNC and ins is not None and ins.group
-        }
+        windows: dict[tuple[str, str], list[simpy.Event]] = {key: [] for key in waits}
         slow = self.slowdown.get(self.layout.chip_of(rank)) if self.slowdown else None
         stretch = 0.0
         COMPUTE, COLLECTIVE, ASYNC, WAIT, SEND, RECV = (
