@@ -426,11 +426,10 @@ class AllReduceTable:
     def __init__(self, chip: str, arrays: dict[str, NDArray[np.generic]]) -> None:
         self.chip = chip
         self.gpus = tuple(int(g) for g in arrays["allreduce.gpus"])
-        elements = np.asarray(arrays["allreduce.elements"], dtype=np.int64)
-        self._log_elements = np.log(elements.astype(np.float64))
-        self.max_bytes = 2.0 * float(elements[-1])
+        self._elements = np.asarray(arrays["allreduce.elements"], dtype=np.float64)
+        self.max_bytes = 2.0 * float(self._elements[-1])
         """The largest message measured, in bytes (2 per BF16 element)."""
-        self._log_latency = np.log(np.asarray(arrays["allreduce.latency_s"], dtype=np.float64))
+        self._latency = np.asarray(arrays["allreduce.latency_s"], dtype=np.float64)
         self.source = str(np.asarray(arrays["allreduce.source"]).ravel()[0])
 
     def measures(self, gpus: int) -> bool:
@@ -445,10 +444,8 @@ class AllReduceTable:
             raise ValueError(
                 f"no measured all-reduce of {nbytes:g} bytes over {gpus} GPUs on {self.chip}"
             )
-        row = self._log_latency[self.gpus.index(gpus)]
-        ok = ~np.isnan(row)
-        x = np.log(max(nbytes / 2.0, 1.0))
-        return float(np.exp(np.interp(x, self._log_elements[ok], row[ok])))
+        row = self._latency[self.gpus.index(gpus)]
+        return _problems_interp(self._elements, row, max(nbytes / 2.0, 1.0))
 
 
 @cache
