@@ -281,6 +281,11 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule
         par = scenario.parallelism.model_copy(update={"tp_comm_overlap": software.tp_comm_overlap})
         scenario = scenario.model_copy(update={"parallelism": par})
+    par = scenario.parallelism
+    if par.recompute == "selective" and par.recompute_policy is None:  # the stack's rule
+        policy = "modules" if par.recompute_modules else software.recompute_policy
+        par = par.model_copy(update={"recompute_policy": policy})
+        scenario = scenario.model_copy(update={"parallelism": par})
     if cl.domain_fill is not None:
         inst = _filled(inst, cl.domain_fill)
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})

@@ -123,9 +123,10 @@ def _shapes(
 def layouts_of(res: Resolved, *, domain_ranks: int | None = None) -> list[Candidate]:
     """``enumerate_layouts`` for a resolved scenario: its model, settings, ranks and HBM."""
     sc = res.scenario
+    policy = sc.parallelism.recompute_policy or res.software.recompute_policy
     return enumerate_layouts(
         res.model,
-        sc.parallelism,
+        sc.parallelism.model_copy(update={"recompute_policy": policy}),
         sc.training,
         ranks=res.ranks,
         ranks_per_chip=res.ranks_per_chip,
@@ -154,6 +155,7 @@ def enumerate_layouts(
     ``reserve``: the runtime's reserve, added to the counted state (none: nothing).
     """
     out: list[Candidate] = []
+    policy = base.recompute_policy
     experts = model.moe.experts if model.moe is not None else 0
     for tp, cp, pp, dp, ep, etp, mb in _shapes(ranks, train, experts):
         layout = Layout(
@@ -196,6 +198,8 @@ def enumerate_layouts(
                             "zero": zero,
                             "dp_shard": shard,
                             "recompute": recompute,
+                            # what selective keeps is the stack's (layouts_of)
+                            "recompute_policy": policy if recompute == "selective" else None,
                             "schedule": schedule,
                         }
                     )

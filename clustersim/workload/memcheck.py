@@ -143,7 +143,9 @@ def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list
             ("recompute: selective", par.model_copy(update={"recompute": "selective"}), layout)
         )
     if par.recompute != "full":
-        full = par.model_copy(update={"recompute": "full", "recompute_modules": None})
+        full = par.model_copy(
+            update={"recompute": "full", "recompute_modules": None, "recompute_policy": None}
+        )
         out.append(("recompute: full", full, layout))
     if par.microbatch_size > 1:
         out.append(("microbatch_size: 1", par.model_copy(update={"microbatch_size": 1}), layout))

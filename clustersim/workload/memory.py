@@ -42,8 +42,9 @@ from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layout import Layout
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
+from clustersim.workload.op_policy import op_activation_bytes
 from clustersim.workload.overlap import a2a_overlap, recompute_beside
-from clustersim.workload.recompute import DEFAULT_MODULES, modules_of
+from clustersim.workload.recompute import DEFAULT_MODULES, OP_POLICY, modules_of
 from clustersim.workload.schedules import peak_in_flight, stage_order
 from clustersim.workload.sharding import adam_bytes, sharded_state
 from clustersim.workload.templates import ACT_BYTES
@@ -167,11 +168,14 @@ def layer_activation_bytes(
 
     ``selective`` recompute reruns ``modules`` (``workload.recompute``): ``core_attn``
     does not keep O and the log-sum-exp, ``mlp`` keeps only the MLP's input. ``full``
-    keeps only the layer's input, 2*T_sp*h.
+    keeps only the layer's input, 2*T_sp*h. torchtitan's op policy (``modules`` is
+    ``OP_POLICY``) keeps what ``workload.op_policy`` counts.
     """
     T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
     if recompute == "full":
         return 2 * Ts * h
+    if recompute == "selective" and modules == OP_POLICY:
+        return op_activation_bytes(dm)
     mods = modules if recompute == "selective" else frozenset()
     mlp = _mlp_activation_bytes(dm, recompute, mods)
     if dm.mla is not None:
