@@ -3,6 +3,7 @@ that refuses only what cannot fit (``workload.memcheck``, ``catalog.reserve``)."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,28 @@ def test_check_prints_the_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_bad_memory_keys_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     check_refuses(tmp_path, capsys, TINY, ["cluster.chip.memory.fragmentation=1.5"], "memory")
     check_refuses(tmp_path, capsys, TINY, ["cluster.chip.memory.reserve_bytes=-1"], "memory")
+
+
+def test_a_run_that_fits_only_without_fragmentation_warns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(TINY)
+    res = load_scenario(path)
+    sc = res.scenario
+    lay = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
+    rpc = res.ranks_per_chip
+    mc = memory_check(res.model, sc.parallelism, sc.training, lay, res.chip.hbm_bytes / rpc)
+    # all of the activations again as fragmentation; HBM halfway between
+    hbm = mc.counted_bytes + mc.per_rank.activations * rpc / 2
+    sets = ["--set", "cluster.chip.memory.fragmentation=1.0"]
+    sets += ["--set", f"cluster.chip.hbm_bytes={hbm:.0f}"]
+    assert main(["check", str(path), *sets]) == 0
+    assert "may not fit" in capsys.readouterr().err
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--quiet", *sets]) == 0
+    assert "may not fit" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert "may not fit" in summary["memory_check"]["warning"]
+    sets[-1] = f"cluster.chip.hbm_bytes={mc.counted_bytes * 0.9:.0f}"
+    assert main(["check", str(path), *sets]) == 2
