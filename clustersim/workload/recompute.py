@@ -53,6 +53,7 @@ from typing import get_args
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario.models import ParallelismCfg, RecomputeModule
+from clustersim.scenario.op_policy import op_policy_problem
 from clustersim.workload.program import Phase
 from clustersim.workload.templates import Tpl
 
@@ -101,28 +102,9 @@ def check_op_policy(model: ModelSpec, par: ParallelismCfg, precision: str) -> No
         raise ScenarioError(key, policy, why)
     if policy != "op":
         return
-    if par.recompute_modules is not None:
-        raise ScenarioError(
-            key, policy, "op decides per op, not per module: leave out recompute_modules"
-        )
-    stay = "; use recompute_policy: modules, or recompute: full or none"
-    if model.moe is not None or model.mla is not None:
-        kind = "a mixture of experts" if model.moe is not None else "multi-head latent attention"
-        why = f"torchtitan's op policy is modelled for dense layers; {model.name} has {kind}"
-        raise ScenarioError(key, policy, why + stay)
-    if par.attention != "flash":
-        raise ScenarioError(
-            key,
-            policy,
-            "torchtitan's op policy saves SDPA's output: needs "
-            f"attention: flash (attention is {par.attention}){stay}",
-        )
-    if par.cp > 1:
-        why = "torchtitan's context parallelism (ring attention over SDPA) under the op policy is "
-        raise ScenarioError(key, policy, f"{why}not modelled (cp is {par.cp}){stay}")
-    if precision == "fp8":
-        why = "torchtitan's FP8 linears run _scaled_mm, which the op policy's mm count does not"
-        raise ScenarioError(key, policy, f"{why} model (unconfirmed){stay}")
+    problem = op_policy_problem(model, par, precision)
+    if problem is not None:
+        raise ScenarioError(key, policy, problem)
 
 
 def check_modules(model: ModelSpec, par: ParallelismCfg) -> None:

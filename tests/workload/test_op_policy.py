@@ -91,14 +91,31 @@ def test_the_stack_picks_the_policy(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "update",
+    [
+        {"parallelism.attention": "unfused"},
+        {"training.precision": "fp8"},
+        {"parallelism.cp": 2},
+        {"model": "qwen3-30b-a3b"},
+    ],
+)
+def test_the_stack_default_falls_back_where_op_is_not_modelled(update: dict[str, object]) -> None:
+    """A torchtitan run left at ``recompute: selective`` is not refused where the per-op
+    policy is not modelled: it runs Megatron's module rule (a named ``op`` is refused)."""
+    sets = [f"{k}={v}" for k, v in update.items()]
+    res = load_scenario(TORCHTITAN, tuple(sets))
+    assert res.scenario.parallelism.recompute_policy == "modules"
+
+
+@pytest.mark.parametrize(
     "sets",
     [
         ["parallelism.recompute=full", "parallelism.recompute_policy=op"],
         ["parallelism.recompute_modules=[mlp]", "parallelism.recompute_policy=op"],
-        ["parallelism.attention=unfused"],
-        ["training.precision=fp8"],
-        ["parallelism.cp=2"],
-        ["model=qwen3-30b-a3b"],
+        ["parallelism.attention=unfused", "parallelism.recompute_policy=op"],
+        ["training.precision=fp8", "parallelism.recompute_policy=op"],
+        ["parallelism.cp=2", "parallelism.recompute_policy=op"],
+        ["model=qwen3-30b-a3b", "parallelism.recompute_policy=op"],
         ["parallelism.recompute_policy=per_op"],
     ],
 )
