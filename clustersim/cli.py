@@ -117,6 +117,9 @@ def _run(args: argparse.Namespace) -> int:
         if progress is not None:
             progress.close()
     summary = result.summary
+    warning = (summary.get("memory_check") or {}).get("warning")
+    if warning:
+        err.print(f"[yellow]warning[/]: {warning}")
     out.mkdir(parents=True, exist_ok=True)
     # The summary is written last: its presence marks a complete result directory.
     (out / "summary.json").unlink(missing_ok=True)

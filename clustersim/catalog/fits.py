@@ -205,11 +205,15 @@ class Stack(Strict):
     schedules it; a release (``base``) takes its base's. Absent: blocking."""
     tp_comm_overlap_source: str = ""
     """Where the stack's code or documentation shows its ``tp_comm_overlap``."""
+    recompute_policy: Literal["modules", "op"] | None = None
+    """``parallelism.recompute_policy`` under the stack (a release: its base's; absent: modules)."""
+    recompute_policy_source: str = ""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Stack:
-        if self.tp_comm_overlap is not None and not self.tp_comm_overlap_source:
-            raise ValueError("a stack's tp_comm_overlap names its source (tp_comm_overlap_source)")
+        for rule in ("tp_comm_overlap", "recompute_policy"):  # each rule names its source
+            if getattr(self, rule) is not None and not getattr(self, f"{rule}_source"):
+                raise ValueError(f"a stack's {rule} names its source ({rule}_source)")
         if self.base is not None and self.prior is not None:
             raise ValueError("a stack has a base or a prior, not both")
         if (self.base or self.prior) and not self.why:

@@ -37,6 +37,7 @@ __all__ = [
     "FabricSpec",
     "InstanceSpec",
     "MLASpec",
+    "MemoryOverride",
     "MoESpec",
     "ModelSpec",
     "OwnedCost",
@@ -238,6 +239,17 @@ class CollectiveCosts(Strict):
     nvls_efficiency: Fraction = 1.0
 
 
+class MemoryOverride(Strict):
+    """A chip's HBM overheads, replacing its family's in ``memory.yaml``
+    (``clustersim.catalog.reserve``): what every rank holds besides the counted state,
+    and the allocator's fragmentation as a fraction of the dynamic memory."""
+
+    reserve_bytes: Bytes | None = Field(default=None, ge=0)
+    """Bytes each rank holds besides weights, gradients, optimizer state and activations."""
+    fragmentation: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    """What the allocator reserves beyond the dynamic memory, as a fraction of it."""
+
+
 class ChipSpec(Strict):
     name: str
     vendor: Literal["aws", "nvidia", "google"]
@@ -261,6 +273,8 @@ class ChipSpec(Strict):
     """The tile-level description for ``chip_model: engines``; chips without one run
     the roofline model only."""
     collectives: CollectiveCosts = CollectiveCosts()
+    memory: MemoryOverride = MemoryOverride()
+    """Overrides of the family's HBM overheads (``memory.yaml``); empty: the family's."""
     sources: dict[str, str]
 
     @property

@@ -32,6 +32,7 @@ __all__ = [
     "StackFit",
     "default_stack",
     "describe_stack",
+    "recompute_policy",
     "stack_fit",
     "stack_lines",
     "stack_names",
@@ -56,6 +57,9 @@ class StackFit:
     tp_comm_overlap: str = "blocking"
     """The stack's TP overlap rule (``parallelism.tp_comm_overlap`` when the scenario
     sets none)."""
+    recompute_policy: str = "modules"
+    """What the stack's ``recompute: selective`` keeps (``parallelism.recompute_policy``
+    when the scenario sets none)."""
     scaled: str | None = None
     """How the efficiencies reached a chip the fit's rows did not run on (the family's
     ``transfer``), e.g. ``from trn1 by the engine model, x1.031``; None when they did not
@@ -83,9 +87,22 @@ class StackFit:
             "lent": self.lent,
             "constants": dict(self.constants),
             "tp_comm_overlap": self.tp_comm_overlap,
+            "recompute_policy": self.recompute_policy,
             "scaled": self.scaled,
             "note": self.describe(),
         }
+
+
+def recompute_policy(stack: str | None, cal: CalibrationFile | None = None) -> str:
+    """What ``recompute: selective`` keeps under ``stack`` (``Stack.recompute_policy``): its
+    own, else the nearest base's that declares one, else ``modules``."""
+    cal = cal or calibration()
+    while stack is not None and stack in cal.stacks:
+        entry = cal.stacks[stack]
+        if entry.recompute_policy is not None:
+            return entry.recompute_policy
+        stack = entry.base
+    return "modules"
 
 
 def stack_names(cal: CalibrationFile | None = None) -> list[str]:
@@ -125,7 +142,13 @@ def stack_fit(
     name = default_stack(chip, cal) if stack is None else stack
     if family is None or name is None:
         return StackFit(
-            stack, default, None, None, None, tp_comm_overlap=tp_comm_overlap(name, cal)
+            stack,
+            default,
+            None,
+            None,
+            None,
+            tp_comm_overlap=tp_comm_overlap(name, cal),
+            recompute_policy=recompute_policy(name, cal),
         )
     fitted = fit_stack(name, cal)
     key = fit_source(chip, name, cal)
@@ -137,7 +160,16 @@ def stack_fit(
         elif of not in (fitted, "all"):
             lent = f"stack prior {of}"
     constants = fit_overrides(chip, name, cal)
-    return StackFit(name, default, fitted, key, lent, constants, tp_comm_overlap(name, cal))
+    return StackFit(
+        name,
+        default,
+        fitted,
+        key,
+        lent,
+        constants,
+        tp_comm_overlap(name, cal),
+        recompute_policy=recompute_policy(name, cal),
+    )
 
 
 def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, object]:
@@ -187,6 +219,9 @@ def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, o
     out["tp_comm_overlap"] = tp_comm_overlap(name, cal)
     if entry.tp_comm_overlap_source:
         out["tp_comm_overlap_source"] = entry.tp_comm_overlap_source
+    out["recompute_policy"] = recompute_policy(name, cal)
+    if entry.recompute_policy_source:
+        out["recompute_policy_source"] = entry.recompute_policy_source
     if releases:
         out["releases"] = releases
     if entry.source:

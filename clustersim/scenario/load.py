@@ -31,6 +31,7 @@ from clustersim.catalog.stacks import StackFit
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.hardware.kernel_tiling import roofline_efficiency
 from clustersim.scenario.models import Scenario
+from clustersim.scenario.op_policy import op_policy_problem
 from clustersim.scenario.overlay import load_overlay
 from clustersim.scenario.workload import TRACE_TRAINING_KEYS, trace_paths
 from clustersim.scenario.yamlsafe import (
@@ -281,6 +282,12 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule
         par = scenario.parallelism.model_copy(update={"tp_comm_overlap": software.tp_comm_overlap})
         scenario = scenario.model_copy(update={"parallelism": par})
+    par = scenario.parallelism
+    stack_policy = par.recompute == "selective" and par.recompute_policy is None
+    if stack_policy:  # the stack's rule
+        policy = "modules" if par.recompute_modules else software.recompute_policy
+        par = par.model_copy(update={"recompute_policy": policy})
+        scenario = scenario.model_copy(update={"parallelism": par})
     if cl.domain_fill is not None:
         inst = _filled(inst, cl.domain_fill)
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})
@@ -304,12 +311,26 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
             except ValidationError as exc:
                 raise catalog.pydantic_error(exc, "model") from None
 
+    if stack_policy and model is not None:
+        scenario = _policy_runs(scenario, model)
     lnc = cl.lnc if cl.lnc is not None else chip.lnc_default
     if lnc not in chip.lnc_options:
         raise ScenarioError(
             "cluster.lnc", lnc, f"{chip.name} supports lnc {', '.join(map(str, chip.lnc_options))}"
         )
     return Resolved(scenario, chip, inst, model, lnc, data, software)
+
+
+def _policy_runs(scenario: Scenario, model: ModelSpec) -> Scenario:
+    """``scenario`` with Megatron's module rule where the stack's per-op policy (torchtitan's)
+    is not modelled for it (MoE, MLA, unfused attention, CP, FP8): a run left at the stack's
+    default is not refused for it, as one that names ``recompute_policy: op`` is."""
+    par = scenario.parallelism
+    precision = scenario.training.precision if scenario.training is not None else "bf16"
+    if par.recompute_policy != "op" or op_policy_problem(model, par, precision) is None:
+        return scenario
+    par = par.model_copy(update={"recompute_policy": "modules"})
+    return scenario.model_copy(update={"parallelism": par})
 
 
 def _transferred(software: StackFit, chip: str) -> StackFit:

@@ -186,6 +186,14 @@ class ParallelismCfg(Strict):
     )
     """With `recompute: selective`, the modules rerun in the backward (Megatron-Core's names);
     absent: `[core_attn]`."""
+    # With recompute: selective, how the software stack decides what is kept: modules
+    # (Megatron-Core: the modules of recompute_modules rerun) or op (torchtitan's
+    # selective_ac_option "op": per op; clustersim.workload.recompute). Absent: the
+    # software stack's rule (`clustersim catalog stacks`), modules where it names none.
+    recompute_policy: Literal["modules", "op"] | None = None
+    """With `recompute: selective`, what is kept: `modules` (Megatron-Core: the modules of
+    `recompute_modules` rerun) or `op` (torchtitan: the outputs of every other matmul and of
+    attention are kept, every other op reruns); absent: the software stack's rule."""
     sequence_parallel: bool = True
     """Sequence parallelism with tp > 1: TP collectives are reduce-scatter and all-gather, and
     activations outside the matmuls are split over TP; false: all-reduce."""

@@ -17,9 +17,9 @@ candidates have one model chunk per stage (``virtual_stages: 1``).
 A layout is *valid* when ``workload.validate`` accepts it (heads and MLP width
 divisible by tp, layers by pp, the sequence by tp·cp, ...), and *fits* when the
 fullest chip's HBM holds it: the stage needing the most memory per rank, times
-the ranks per chip. That bound is never below what ``check_fits`` computes (a
-chip straddling two stages holds a mix of them), so every layout that fits here
-passes ``check_fits``.
+the ranks per chip, plus the runtime's reserve (``workload.memcheck``). That bound
+is never below what ``check_fits`` computes (a chip straddling two stages holds a mix
+of them), so every layout that fits here passes ``check_fits``.
 """
 
 from __future__ import annotations
@@ -28,11 +28,13 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from clustersim.catalog.reserve import RuntimeReserve, runtime_reserve
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario import Resolved
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload import Layout, memory_per_rank, validate
+from clustersim.workload.memcheck import reserve_per_chip
 
 __all__ = [
     "MAX_MICROBATCH",
@@ -121,14 +123,16 @@ def _shapes(
 def layouts_of(res: Resolved, *, domain_ranks: int | None = None) -> list[Candidate]:
     """``enumerate_layouts`` for a resolved scenario: its model, settings, ranks and HBM."""
     sc = res.scenario
+    policy = sc.parallelism.recompute_policy or res.software.recompute_policy
     return enumerate_layouts(
         res.model,
-        sc.parallelism,
+        sc.parallelism.model_copy(update={"recompute_policy": policy}),
         sc.training,
         ranks=res.ranks,
         ranks_per_chip=res.ranks_per_chip,
         hbm_bytes_per_chip=res.chip.hbm_bytes,
         domain_ranks=domain_ranks,
+        reserve=runtime_reserve(res.chip),
     )
 
 
@@ -141,14 +145,17 @@ def enumerate_layouts(
     ranks_per_chip: int,
     hbm_bytes_per_chip: float,
     domain_ranks: int | None = None,
+    reserve: RuntimeReserve | None = None,
 ) -> list[Candidate]:
     """Every layout of ``ranks`` ranks (see the module doc), valid or not.
 
     ``base`` supplies what the search does not vary (sequence parallelism,
     gradient bucket size, uneven stages, the FSDP unit and prefetch).
     ``domain_ranks``: the ranks of one scale-up domain, for hybrid sharding.
+    ``reserve``: the runtime's reserve, added to the counted state (none: nothing).
     """
     out: list[Candidate] = []
+    policy = base.recompute_policy
     experts = model.moe.experts if model.moe is not None else 0
     for tp, cp, pp, dp, ep, etp, mb in _shapes(ranks, train, experts):
         layout = Layout(
@@ -191,6 +198,8 @@ def enumerate_layouts(
                             "zero": zero,
                             "dp_shard": shard,
                             "recompute": recompute,
+                            # what selective keeps is the stack's (layouts_of)
+                            "recompute_policy": policy if recompute == "selective" else None,
                             "schedule": schedule,
                         }
                     )
@@ -201,6 +210,7 @@ def enumerate_layouts(
                             train,
                             lay,
                             hbm_bytes_per_chip=hbm_bytes_per_chip,
+                            reserve=reserve,
                             invalid=reason,
                         )
                     )
@@ -223,13 +233,16 @@ def _judge(
     *,
     hbm_bytes_per_chip: float,
     invalid: str,
+    reserve: RuntimeReserve | None = None,
 ) -> Candidate:
     if invalid:
         return Candidate(par, layout, False, False, float("nan"), invalid)
     need = chip_memory_bytes(model, par, train, layout)
-    fits = need <= hbm_bytes_per_chip
+    held = 0.0 if reserve is None else reserve_per_chip(reserve, layout)
+    fits = need + held <= hbm_bytes_per_chip
     cap = hbm_bytes_per_chip / GIB
-    reason = "" if fits else f"needs {need / GIB:.1f} GiB per chip, more than its {cap:.1f} GiB"
+    total = (need + held) / GIB
+    reason = "" if fits else f"needs {total:.1f} GiB per chip, more than its {cap:.1f} GiB"
     return Candidate(par, layout, True, fits, need / GIB, reason)
 
 

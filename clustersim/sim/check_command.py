@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from clustersim.scenario import Resolved
     from clustersim.sim import Plan
+    from clustersim.workload import MemoryCheck
 
-__all__ = ["check_command", "sharding_line", "span"]
+__all__ = ["check_command", "memory_check_line", "sharding_line", "span"]
 
 
 def check_command(res: Resolved) -> int:
@@ -63,20 +64,38 @@ def check_command(res: Resolved) -> int:
     mem.add_row(*(f"{v:.2f}" for v in gib.values()))
     con.print(mem)
     con.print(sharding_line(res, pl))
+    from clustersim.catalog.reserve import runtime_reserve
     from clustersim.workload import check_fits
 
     sc = res.scenario
-    check_fits(
+    mc = check_fits(
         res.model,
         sc.parallelism,
         sc.training,
         lay,
         pl.chip.hbm_bytes_per_rank,
+        reserve=runtime_reserve(res.chip),
         moe=sc.moe,
         seed=sc.seed,
     )
+    con.print(memory_check_line(mc))
+    if mc.warning:
+        console(stderr=True).print(f"[yellow]warning[/]: {mc.warning}")
+        con.print("[yellow]ok[/]: the scenario is valid; it fits in HBM only without fragmentation")
+        return 0
     con.print("[green]ok[/]: the scenario is valid and fits in HBM")
     return 0
+
+
+def memory_check_line(mc: MemoryCheck) -> str:
+    """The check's rule in GiB per chip: counted state, runtime reserve, fragmentation."""
+    g = mc.gib()
+    return (
+        f"memory check (GiB per chip): counted {g['counted']:.2f} + runtime reserve "
+        f"{g['reserve']:.2f} = {g['counted'] + g['reserve']:.2f} must fit in {g['capacity']:.2f}; "
+        f"+ allocator fragmentation {g['fragmentation']:.2f} = {g['with_fragmentation']:.2f} "
+        "(over HBM only with it: a warning)"
+    )
 
 
 def sharding_line(res: Resolved, pl: Plan) -> str:

@@ -107,6 +107,7 @@ def failed_summary(
         "breakdown_s": None,
         "uncertainty": None,
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
+        "memory_check": pl.memory_check_summary(),
         "cost": None,
         **simulation_keys(sim, network, wall_s),
         "injections": injector.records if injector is not None else [],

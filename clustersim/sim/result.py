@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved
-from clustersim.workload import Layout, MemoryBreakdown
+from clustersim.workload import Layout, MemoryBreakdown, MemoryCheck
 from clustersim.workload.program import Program
 
 if TYPE_CHECKING:
@@ -38,6 +38,8 @@ class Plan:
     chip: ChipModel
     programs: list[Program]
     memory: list[MemoryBreakdown]  # per stage, bytes per rank
+    memory_check: MemoryCheck | None = None
+    """The fullest chip's counted state, runtime reserve and fragmentation against HBM."""
 
     @property
     def peak_memory(self) -> MemoryBreakdown:
@@ -53,6 +55,14 @@ class Plan:
             "total": mem.total * rpc / GIB,
             "capacity": self.resolved.chip.hbm_bytes / GIB,
         }
+
+    def memory_check_summary(self) -> dict[str, object] | None:
+        """``summary.json``'s ``memory_check``: the check's lines in GiB per chip and its
+        warning (null when the run fits with the allocator's fragmentation)."""
+        mc = self.memory_check
+        if mc is None:
+            return None
+        return {**mc.gib(), "warning": mc.warning}
 
 
 @dataclass

@@ -11,6 +11,7 @@ import simpy
 
 from clustersim import cost
 from clustersim.catalog.fits import interval
+from clustersim.catalog.reserve import runtime_reserve
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.failures.injection import StepFailure, fold_with
 from clustersim.failures.jobs import needs_degraded_step
@@ -38,6 +39,7 @@ from clustersim.workload import (
     build_programs,
     check_fits,
     make_layout,
+    memory_check,
     memory_per_rank,
     model_flops_per_step,
     validate,
@@ -149,16 +151,17 @@ def plan(
         fabric_graph_topology(res)  # read and checked: a ScenarioError naming the key
     check_chip_model(res)
     chip = ChipModel(res.chip, res.lnc)
-    if check_memory:
-        check_fits(
-            res.model,
-            sc.parallelism,
-            sc.training,
-            layout,
-            chip.hbm_bytes_per_rank,
-            moe=sc.moe,
-            seed=sc.seed,
-        )
+    fits = check_fits if check_memory else memory_check
+    mem_check = fits(
+        res.model,
+        sc.parallelism,
+        sc.training,
+        layout,
+        chip.hbm_bytes_per_rank,
+        reserve=runtime_reserve(res.chip),
+        moe=sc.moe,
+        seed=sc.seed,
+    )
     memory = [
         memory_per_rank(
             res.model, sc.parallelism, sc.training, layout, stage, moe=sc.moe, seed=sc.seed
@@ -170,7 +173,7 @@ def plan(
     programs = build_programs(
         res.model, sc.parallelism, sc.training, layout, moe=sc.moe, seed=sc.seed
     )
-    return Plan(res, layout, chip, programs, memory)
+    return Plan(res, layout, chip, programs, memory, mem_check)
 
 
 def compile_programs(pl: Plan) -> list[CompiledProgram]:
@@ -326,6 +329,7 @@ def summarise(
             "basis": basis,
         },
         "memory_gib_per_chip": pl.memory_gib_per_chip(),
+        "memory_check": pl.memory_check_summary(),
         "cost": {
             "pricing": sc.cost.pricing,
             "usd_per_hour": usd_hour,

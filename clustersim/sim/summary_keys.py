@@ -60,8 +60,11 @@ def simulation_keys(sim: StepSim, network: Network, wall_s: float) -> dict[str, 
 
 
 def _recompute(par: ParallelismCfg) -> str:
-    """``par.recompute``, with the modules selective recompute reruns when they are listed."""
+    """``par.recompute``, with the modules selective recompute reruns when they are listed,
+    or ``(op)`` under torchtitan's per-op policy."""
     mods = par.recompute_modules
+    if par.recompute == "selective" and par.recompute_policy == "op":
+        return "selective (op)"
     if par.recompute != "selective" or mods is None:
         return par.recompute
     return f"selective ({', '.join(dict.fromkeys(mods))})"

@@ -9,9 +9,9 @@ from clustersim.workload.flops import (
     model_matmul_params,
 )
 from clustersim.workload.layout import GROUP_NAMES, Layout, make_layout
+from clustersim.workload.memcheck import MemoryCheck, check_fits, memory_check
 from clustersim.workload.memory import (
     MemoryBreakdown,
-    check_fits,
     layer_activation_bytes,
     memory_per_rank,
     non_embedding_param_count,
@@ -42,6 +42,7 @@ __all__ = [
     "Kind",
     "Layout",
     "MemoryBreakdown",
+    "MemoryCheck",
     "Phase",
     "Program",
     "build_programs",
@@ -53,6 +54,7 @@ __all__ = [
     "layer_activation_bytes",
     "make_dims",
     "make_layout",
+    "memory_check",
     "memory_per_rank",
     "microbatches",
     "model_flops_per_step",

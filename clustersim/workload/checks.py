@@ -16,7 +16,7 @@ from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.scenario.models import ParallelismCfg, TrainingCfg
 from clustersim.workload.layout import Layout, divisors
-from clustersim.workload.recompute import check_modules
+from clustersim.workload.recompute import check_modules, check_op_policy
 
 __all__ = ["validate"]
 
@@ -30,6 +30,7 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
     """
     tp, pp, cp = layout.tp, layout.pp, layout.cp
     check_modules(model, par)
+    check_op_policy(model, par, train.precision)
     if train.param_dtype == "fp32" and par.zero >= 2:  # sharding.BYTES is bf16's
         why = "FP32 parameters are modelled for zero 0 and 1 (sharded ones are bf16)"
         raise ScenarioError("training.param_dtype", train.param_dtype, why)

@@ -17,7 +17,9 @@ Assumptions (mixed-precision training as in Megatron-LM and NeuronX Distributed)
   min(pp - stage, M); GPipe: M; interleaved, the peak of the model chunks whose
   forward has run and backward has not, each with its own layers), plus, for the
   layer being back-propagated, the intermediates that recompute regenerates;
-- not counted: framework workspace, communication buffers, fragmentation.
+- not counted here: the runtime's reserve (CUDA context, library workspaces,
+  communication buffers) and the allocator's fragmentation, which the memory check
+  adds (``workload.memcheck``, ``catalog.reserve``).
 """
 
 from __future__ import annotations
@@ -25,9 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ModelSpec
-from clustersim.errors import ScenarioError
 from clustersim.scenario.models import MoECfg, ParallelismCfg, TrainingCfg
-from clustersim.workload.checks import validate
 from clustersim.workload.dims import (
     Dims,
     chunk_layers,
@@ -42,8 +42,9 @@ from clustersim.workload.gradbuckets import param_bytes
 from clustersim.workload.layout import Layout
 from clustersim.workload.mla import mla_activation_bytes, mla_layer_params
 from clustersim.workload.moe import dispatch_buffer_bytes, moe_activation_bytes, stage_routing
+from clustersim.workload.op_policy import op_activation_bytes
 from clustersim.workload.overlap import a2a_overlap, recompute_beside
-from clustersim.workload.recompute import DEFAULT_MODULES, modules_of
+from clustersim.workload.recompute import DEFAULT_MODULES, OP_POLICY, modules_of
 from clustersim.workload.schedules import peak_in_flight, stage_order
 from clustersim.workload.sharding import adam_bytes, sharded_state
 from clustersim.workload.templates import ACT_BYTES
@@ -53,7 +54,6 @@ __all__ = [
     "OPTIMIZER_BYTES_PER_PARAM",
     "WEIGHT_BYTES_PER_PARAM",
     "MemoryBreakdown",
-    "check_fits",
     "layer_activation_bytes",
     "memory_per_rank",
     "non_embedding_param_count",
@@ -168,11 +168,14 @@ def layer_activation_bytes(
 
     ``selective`` recompute reruns ``modules`` (``workload.recompute``): ``core_attn``
     does not keep O and the log-sum-exp, ``mlp`` keeps only the MLP's input. ``full``
-    keeps only the layer's input, 2*T_sp*h.
+    keeps only the layer's input, 2*T_sp*h. torchtitan's op policy (``modules`` is
+    ``OP_POLICY``) keeps what ``workload.op_policy`` counts.
     """
     T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
     if recompute == "full":
         return 2 * Ts * h
+    if recompute == "selective" and modules == OP_POLICY:
+        return op_activation_bytes(dm)
     mods = modules if recompute == "selective" else frozenset()
     mlp = _mlp_activation_bytes(dm, recompute, mods)
     if dm.mla is not None:
@@ -313,183 +316,3 @@ def peak_memory(
     """The breakdown of the stage whose ranks need the most HBM."""
     per_stage = [memory_per_rank(model, par, train, layout, k) for k in range(layout.pp)]
     return max(per_stage, key=lambda m: m.total)
-
-
-def _chip_peak(
-    model: ModelSpec,
-    par: ParallelismCfg,
-    train: TrainingCfg,
-    layout: Layout,
-    route: _Route = (None, 0),
-) -> tuple[float, int, MemoryBreakdown]:
-    """Bytes on the fullest chip, the worst stage on it, and that stage's per-rank breakdown.
-
-    Ranks fill chips in order, so a chip may straddle two stages; only chips at
-    stage boundaries can differ from a chip inside a stage.
-    """
-    moe, seed = route
-    per_stage = [
-        memory_per_rank(model, par, train, layout, k, moe=moe, seed=seed) for k in range(layout.pp)
-    ]
-    rpc, size = layout.ranks_per_chip, layout.ranks_per_stage
-    candidates = {c for k in range(layout.pp) for c in (k * size // rpc, k * size // rpc + 1)}
-    best = (-1.0, 0, per_stage[0])
-    for chip in sorted(c for c in candidates if c * rpc < layout.ranks):
-        lo, hi = chip * rpc, min((chip + 1) * rpc, layout.ranks)
-        total = 0.0
-        worst = lo // size
-        for k in range(lo // size, (hi - 1) // size + 1):
-            n = min(hi, (k + 1) * size) - max(lo, k * size)
-            total += n * per_stage[k].total
-            if per_stage[k].total > per_stage[worst].total:
-                worst = k
-        if total > best[0]:
-            best = (total, worst, per_stage[worst])
-    return best
-
-
-Change = tuple[str, ParallelismCfg, Layout]
-_Route = tuple[MoECfg | None, int]  # MoE routing and the seed that draws its skew
-
-
-def _alternatives(model: ModelSpec, par: ParallelismCfg, layout: Layout) -> list[Change]:
-    """Single changes that lower memory, cheapest in step time first."""
-    out: list[Change] = []
-    if par.zero == 0 and layout.dp > 1:
-        out.append(("zero: 1", par.model_copy(update={"zero": 1}), layout))
-    if par.recompute == "none":
-        out.append(
-            ("recompute: selective", par.model_copy(update={"recompute": "selective"}), layout)
-        )
-    if par.recompute != "full":
-        full = par.model_copy(update={"recompute": "full", "recompute_modules": None})
-        out.append(("recompute: full", full, layout))
-    if par.microbatch_size > 1:
-        out.append(("microbatch_size: 1", par.model_copy(update={"microbatch_size": 1}), layout))
-    for dim in ("tp", "pp"):
-        if layout.dp % 2:
-            continue
-        size = 2 * getattr(layout, dim)
-        new_par = par.model_copy(update={dim: size, "dp": layout.dp // 2})
-        try:
-            new_layout = Layout(
-                tp=new_par.tp,
-                pp=new_par.pp,
-                dp=layout.dp // 2,
-                cp=layout.cp,
-                ep=layout.ep,
-                ranks=layout.ranks,
-                ranks_per_chip=layout.ranks_per_chip,
-                vp=layout.vp,
-                etp=new_par.etp if new_par.etp is not None else new_par.tp,
-            )
-        except ValueError:  # ep no longer divides what is left of dp x cp
-            continue
-        out.append((f"{dim}: {size} (dp: {layout.dp // 2})", new_par, new_layout))
-    return out
-
-
-def _valid(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: Layout) -> bool:
-    try:
-        validate(model, par, train, layout)
-    except ScenarioError:
-        return False
-    return True
-
-
-def check_fits(
-    model: ModelSpec,
-    par: ParallelismCfg,
-    train: TrainingCfg,
-    layout: Layout,
-    hbm_bytes_per_rank: float,
-    *,
-    moe: MoECfg | None = None,
-    seed: int = 0,
-) -> None:
-    """Raise ``ScenarioError`` at ``parallelism`` if the fullest chip overflows its HBM.
-
-    The message says by how much, and which changes would fit, found by
-    evaluating the memory of each alternative (ZeRO-1, recompute, a smaller
-    microbatch, doubling tp or pp at the expense of dp), alone and then combined.
-    """
-    rpc = layout.ranks_per_chip
-    capacity = hbm_bytes_per_rank * rpc
-    route = (moe, seed)
-    need, stage, mem = _chip_peak(model, par, train, layout, route)
-    if need <= capacity:
-        return
-    parts = ", ".join(
-        f"{k} {getattr(mem, k) / GIB:.1f}" for k in ("weights", "grads", "optimizer", "activations")
-    )
-    problem = (
-        f"needs {need / GIB:.1f} GiB per chip but the chip has {capacity / GIB:.1f} GiB of HBM "
-        f"(over by {(need - capacity) / GIB:.1f} GiB; stage {stage}, per rank: {parts} GiB); "
-    )
-    fits: list[str] = []
-    # Sharding the parameters too (FSDP) is tried alone, not in the combined path.
-    fsdp = [("zero: 3", par.model_copy(update={"zero": 3}), layout)]
-    fsdp = fsdp if layout.dp > 1 and par.zero < 3 else []
-    for label, p2, l2 in [*_alternatives(model, par, layout), *fsdp]:
-        if _valid(model, p2, train, l2):
-            need2 = _chip_peak(model, p2, train, l2, route)[0]
-            if need2 <= capacity:
-                fits.append(f"{label} ({need2 / GIB:.1f} GiB)")
-    if fits:
-        problem += "fits with " + " or ".join(fits)
-    else:
-        problem += _combined(model, par, train, layout, capacity, route=route)
-    value = {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "cp": layout.cp}
-    raise ScenarioError("parallelism", value, problem)
-
-
-def _combined(
-    model: ModelSpec,
-    par: ParallelismCfg,
-    train: TrainingCfg,
-    layout: Layout,
-    capacity: float,
-    *,
-    route: _Route,
-) -> str:
-    """Apply the alternatives one after another until the layout fits."""
-    new_par, new_layout = par, layout
-    need = float("inf")
-    changed = False
-    while True:
-        # Selective recompute is a step towards full recompute: skip straight to it.
-        options = [
-            c
-            for c in _alternatives(model, new_par, new_layout)
-            if c[0] != "recompute: selective" and _valid(model, c[1], train, c[2])
-        ]
-        if not options:
-            break
-        _, new_par, new_layout = options[0]
-        changed = True
-        need = _chip_peak(model, new_par, train, new_layout, route)[0]
-        if need <= capacity:
-            text = _describe(par, layout, new_par, new_layout)
-            return f"no single change fits; try together: {text} ({need / GIB:.1f} GiB)"
-    if not changed:
-        return "no change of the layout fits; use more chips or chips with more HBM"
-    text = _describe(par, layout, new_par, new_layout)
-    return (
-        f"no change of the layout fits (even {text} needs {need / GIB:.1f} GiB); "
-        "use more chips or chips with more HBM"
-    )
-
-
-def _describe(par: ParallelismCfg, layout: Layout, new_par: ParallelismCfg, new: Layout) -> str:
-    """The settings that differ between two layouts, as YAML-like ``key: value`` pairs."""
-    out = [
-        f"{key}: {getattr(new_par, key)}"
-        for key in ("zero", "recompute", "microbatch_size")
-        if getattr(new_par, key) != getattr(par, key)
-    ]
-    out += [
-        f"{key}: {getattr(new, key)}"
-        for key in ("tp", "pp", "dp")
-        if getattr(new, key) != getattr(layout, key)
-    ]
-    return ", ".join(out)

@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from clustersim.hardware.work import Work
 from clustersim.workload.cp_ring import attention_step, ring_core
 from clustersim.workload.dims import Dims
+from clustersim.workload.op_policy import op_split
 from clustersim.workload.program import Phase
 from clustersim.workload.recompute import DEFAULT_MODULES, recompute_templates
 from clustersim.workload.templates import ACT_BYTES, Tpl
@@ -77,6 +78,7 @@ from clustersim.workload.templates import coll as _coll
 from clustersim.workload.templates import compute as _compute
 from clustersim.workload.templates import twice as _twice
 from clustersim.workload.tp_comm import TPComm
+from clustersim.workload.unfused import unfused_core
 
 __all__ = [
     "ACT_BYTES",
@@ -292,7 +294,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         )
     else:
         works = (
-            _unfused_core(dm, core_prec)
+            unfused_core(dm, core_prec)
             if attention == "unfused"
             else flash_core(dm, core_prec, d, d, g)
         )
@@ -347,7 +349,20 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     mark("attn.qkv")
     bwd += [*tp.finish_reduce(), _compute("attn.norm", B, _twice(norm))]
     mark("attn.norm")
-    return Part(forward, tuple(bwd), ready, core, {"core_attn": core})
+
+    def op_rerun(phase: str) -> list[Tpl]:
+        """What torchtitan's op policy reruns (``workload.op_policy``): every op but the
+        saved GEMMs, the attention kernel and the reduce-scatter."""
+        gemms, row = _op_gemms(dm, precision, "attn.", phase)
+        return [
+            _compute("attn.norm", phase, norm),
+            *tp.column_fwd(phase, gemms),
+            *rope_fwd(phase),
+            *row,
+            _compute("attn.residual", phase, residual),
+        ]
+
+    return Part(forward, tuple(bwd), ready, core, {"core_attn": core, "op": op_rerun})
 
 
 def mlp_part(dm: Dims, precision: str) -> Part:
@@ -401,9 +416,31 @@ def mlp_part(dm: Dims, precision: str) -> Part:
     mark("mlp.up")
     bwd += [*tp.finish_reduce(), _compute("mlp.norm", B, _twice(norm))]
     mark("mlp.norm")
+
+    def op_rerun(phase: str) -> list[Tpl]:
+        """What torchtitan's op policy reruns, up to the down projection's input (the last
+        tensor the backward needs): the norm, the all-gather, the GEMMs of even count
+        (``workload.op_policy``) and the activation."""
+        gemms, row = _op_gemms(dm, precision, "mlp.", phase)
+        norm_op, act_op = _compute("mlp.norm", phase, norm), _compute("mlp.act", phase, act)
+        return [norm_op, *tp.column_fwd(phase, gemms), act_op, *row]
+
     # Megatron's ``mlp`` recompute reruns the MLP module: its fused norm, TP collectives
     # and linears, not the residual add after it.
-    return Part(forward, tuple(bwd), ready, pieces={"mlp": without(forward, "mlp.residual")})
+    pieces = {"mlp": without(forward, "mlp.residual"), "op": op_rerun}
+    return Part(forward, tuple(bwd), ready, pieces=pieces)
+
+
+def _op_gemms(dm: Dims, precision: str, prefix: str, phase: str) -> tuple[list[Tpl], list[Tpl]]:
+    """The forward GEMMs of one sublayer (``prefix``) that torchtitan's op policy reruns:
+    the column-parallel ones, and the row-parallel one (its reduce-scatter's output kept)."""
+    col: list[Tpl] = []
+    row: list[Tpl] = []
+    for m in op_split(dm)[1]:
+        if m.name.startswith(prefix):
+            op = _compute(m.name, phase, _Linear.of(m.rows, m.k, m.n, precision).fwd)
+            (row if m.row_parallel else col).append(op)
+    return col, row
 
 
 def activation_work(elems: int, swiglu: bool) -> Work:
@@ -445,32 +482,3 @@ def layer_block(dm: Dims, precision: str, recompute: str, attention: str = "flas
     return compose(
         attention_part(dm, precision, recompute, attention), mlp_part(dm, precision), recompute
     )
-
-
-def _unfused_core(dm: Dims, prec: str) -> tuple[Work, Work, Work, Work, Work, Work, Work]:
-    """The attention core without flash attention: scores and probabilities in HBM.
-
-    Returns (qk, softmax, pv, dP, softmax backward, dQ, dK and dV); see the module doc.
-    """
-    s, q, d, b = dm.seq, dm.q_rows, dm.head_dim, dm.micro
-    a, g = dm.heads_local, dm.kv_heads_local
-    heads = b * a
-    q_bytes = ACT_BYTES * dm.tokens * a * d  # Q, O, dO or dQ on this rank
-    kv_bytes = ACT_BYTES * b * s * g * d  # K or V of the whole sequence
-    scores = heads * q * s
-    sb = ACT_BYTES * scores  # one bf16 pass over the scores
-    qk = Work((q, d, s), heads, prec, hbm_bytes=float(q_bytes + kv_bytes + sb))
-    # scale-mask-softmax reads and writes; dropout reads, writes and writes its mask
-    softmax = Work(
-        scalar_ops=float(scores),
-        vector_ops=float(4 * scores),
-        hbm_bytes=float(4 * sb + scores),
-    )
-    pv = Work((q, s, d), heads, prec, hbm_bytes=float(sb + kv_bytes + q_bytes))
-    dp = Work((q, d, s), heads, prec, hbm_bytes=float(q_bytes + kv_bytes + sb))
-    # reads dP, the mask and the probabilities, writes dS
-    softmax_b = Work(vector_ops=float(5 * scores), hbm_bytes=float(3 * sb + scores))
-    dq = Work((q, s, d), heads, prec, hbm_bytes=float(sb + kv_bytes + q_bytes))
-    # dK = dS^T Q and dV = P^T dO: each reads a pass of scores and writes K or V
-    dkv = Work((s, q, d), 2 * heads, prec, hbm_bytes=float(2 * (sb + q_bytes + kv_bytes)))
-    return qk, softmax, pv, dp, softmax_b, dq, dkv
