@@ -211,11 +211,20 @@ def collective_s(
         flows = sharing * (levels[0].size if levels[0].shared_link else 1)
         wire = all_to_all_s(nbytes, levels, flows, p)
         info = GroupInfo.flat(p)
-        algo, proto = runtime.choose(op, p, nbytes, info, "auto")
         if isinstance(runtime, NcclRuntime):
-            return wire * proto.wire_factor + runtime.predict_s(
-                op, p, 0.0, info, (algo, proto.name)
-            )
+            # across nodes one group of sends and receives: the proxy's posting and the
+            # wire overlap (NcclRuntime.grouped_protocol)
+            nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
+            if nodes > 1:
+                local = p // nodes
+                info = GroupInfo(tuple(range(p)), tuple(i // local for i in range(p)))
+            algo, proto = runtime.choose(op, p, nbytes, info, "auto")
+            if nodes > 1:
+                post = runtime.posting_s(p, nbytes, info)
+                return max(wire * proto.wire_factor, post) + runtime.grouped_latency_s(proto.name)
+            latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
+            return wire * proto.wire_factor + latency
+        algo, proto = runtime.choose(op, p, nbytes, info, "auto")
         # One mesh round: each message of n/p no faster than its DMA queues, a rank
         # posting one to each peer (an EFA one to each peer in another domain).
         cap = proto.message_cap_Bps(pipelined=False, reduces=False)

@@ -44,6 +44,23 @@ CollNet on) an all-reduce across nodes may also run ``sharp`` (CollNet) or, with
 NVLS, ``nvls_sharp`` (NVLS across nodes), priced as their flows run (the node's NICs
 carry the buffer once each way; :mod:`~clustersim.network.collectives.algorithms.innetwork`)
 with NCCL's NVLS latency: one NVLink hop and one network hop.
+An all-to-all whose group spans nodes runs as NCCL runs torch's ``all_to_all_single``:
+a send and a receive per peer posted as one group (ncclGroupStart/End), which NCCL
+schedules as rounds of (send to rank + d, receive from rank - d) but whose kernel runs
+many peers at once on its channels, so the flow model moves every pair in one step
+(``mesh``). It pays NCCL's base latency once, one network hop with its post overhead
+and the route's latency, and the proxy's posting: each rank's proxy thread posts a
+message per chunk (``NCCL_P2P_NET_CHUNKSIZE``) of every block bound for another node to
+the network plugin, one after another, while earlier messages are on the wire, so the
+step lasts the slower of the posting and the wire (a bound on every flow's rate,
+:meth:`NcclRuntime.grouped_protocol`). Sends of up to 16 KiB run LL, larger ones Simple.
+With PXN (on by default) a message to a remote GPU leaves by the NIC of the local GPU on
+the destination's rail; in a balanced all-to-all every NIC still carries one GPU's share
+of the traffic that crosses nodes, which the flow model's routes (each GPU's own NIC)
+give too. Inside one node ``auto`` keeps ``pairwise``, NCCL's rounds priced with the
+ring's NVLink hop each (unmeasured here); an explicit ``pairwise`` runs its rounds on any
+group. The chunk size, the posting cost and the LL threshold are
+``catalog/runtimes.yaml``'s ``p2p`` block (the posting cost has no measurement).
 Not modelled: NCCL's per-channel bandwidth caps and channel counts (they cannot
 move the turn to NVLS-tree, above), CollNet's own tuning rows (not in the sources:
 ``catalog/runtimes.yaml`` says what stands in for them) and PAT.
@@ -52,7 +69,7 @@ move the turn to NVLS-tree, above), CollNet's own tuning rows (not in the source
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -64,7 +81,7 @@ from clustersim.errors import ScenarioError
 from clustersim.network.collectives import GroupInfo, busbw_factor
 from clustersim.network.runtimes.costs import Protocol
 
-__all__ = ["PROTOCOLS", "NcclRuntime", "NcclTables", "nccl_tables"]
+__all__ = ["PROTOCOLS", "NcclP2p", "NcclRuntime", "NcclTables", "nccl_tables"]
 
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 
@@ -99,6 +116,17 @@ _IN_NETWORK = ("sharp", "nvls_sharp")
 """Algorithms that reduce in the scale-out switches (InfiniBand SHARP: NCCL's CollNet)."""
 
 
+class NcclP2p(Strict):
+    """How NCCL moves a group of sends and receives across nodes (``catalog/runtimes.yaml``)."""
+
+    chunk_bytes: float = Field(gt=0)
+    """The most bytes one network message carries (``NCCL_P2P_NET_CHUNKSIZE``)."""
+    message_us: float = Field(ge=0)
+    """The proxy's cost to post one message to the network plugin, serial per GPU."""
+    ll_threshold_bytes: float = Field(ge=0)
+    """Sends of at most this many bytes run LL, larger ones Simple (``NCCL_P2P_LL_THRESHOLD``)."""
+
+
 class NcclTables(Strict):
     """NCCL's tuning tables (microseconds; factors), from ``catalog/runtimes.yaml``."""
 
@@ -110,7 +138,15 @@ class NcclTables(Strict):
     """The protocols NCCL runs by default on a group that spans nodes (over EFA)."""
     bandwidth_factor: dict[str, dict[str, float]]
     bus_to_alg: dict[str, float]
+    p2p: NcclP2p
     sources: dict[str, str]
+
+
+def _grouped(op: str, algo: str, info: GroupInfo) -> bool:
+    """Whether ``algo`` runs ``op`` as NCCL's group of sends and receives across nodes:
+    an all-to-all (``auto`` or ``mesh``) over a group that spans nodes. Inside one node
+    ``auto`` keeps ``pairwise``, an explicit ``pairwise`` runs its rounds anywhere."""
+    return op == "all_to_all" and algo == "mesh" and len(info.domain_sizes()) > 1
 
 
 @cache
@@ -134,6 +170,9 @@ class NcclRuntime:
     sharp: bool = False
     """The scale-out switches reduce in the network (InfiniBand SHARP) and CollNet is on:
     an all-reduce across nodes may run ``sharp``, or ``nvls_sharp`` with ``nvls``."""
+    message_s: float | None = None
+    """The proxy's cost per network message of a send (None: ``p2p.message_us`` of
+    ``catalog/runtimes.yaml``; a GPU chip's ``collectives.efa_message_s`` overrides it)."""
 
     @classmethod
     def of(
@@ -146,7 +185,16 @@ class NcclRuntime:
         sharp: bool = False,
     ) -> NcclRuntime:
         c = chip.collectives
-        return cls(intra_Bps, inter_Bps, net_latency_s, c.nvls, c.nvls_efficiency, sharp=sharp)
+        message = c.efa_message_s if c.efa_message_s > 0 else None
+        return cls(
+            intra_Bps,
+            inter_Bps,
+            net_latency_s,
+            c.nvls,
+            c.nvls_efficiency,
+            sharp=sharp,
+            message_s=message,
+        )
 
     def candidates(
         self, op: str, info: GroupInfo, *, defaults: bool = True
@@ -180,6 +228,8 @@ class NcclRuntime:
     ) -> float:
         """NCCL's predicted time of ``op`` with ``choice = (algorithm, protocol)``."""
         algo, proto = choice
+        if _grouped(op, algo, info):
+            return self._grouped_s(p, nbytes, info, proto)
         t = nccl_tables()
         table = _TABLE.get(algo, "ring")
         sizes = info.domain_sizes()
@@ -241,6 +291,8 @@ class NcclRuntime:
     ) -> tuple[str, Protocol]:
         """The fastest (algorithm, protocol) by the tuning model; with an algorithm
         given, the fastest protocol for it (as ``NCCL_ALGO`` leaves the protocol free)."""
+        if _grouped(op, "mesh" if algorithm == "auto" else algorithm, info):
+            return "mesh", self.grouped_protocol(p, nbytes, info)
         if algorithm in ("nvls", "nvls_tree", "nvls_sharp") and not self.nvls:
             raise ScenarioError(
                 f"cluster.collectives.{op}",
@@ -315,6 +367,53 @@ class NcclRuntime:
             wire_factor=1.0 / factor,
             switch_Bps=switch * t.bandwidth_factor[table][proto],
         )
+
+    def grouped_protocol(self, p: int, nbytes: float, info: GroupInfo) -> Protocol:
+        """The costs of an all-to-all across nodes run as one group of sends and receives
+        (see :func:`_grouped`): one launch, one network hop and the route's latency once
+        (every peer's transfer runs at once, so the step waits for the slowest, a network
+        one), and the proxy's posting as a bound on each flow's rate, so that no transfer
+        ends before its rank has posted every message that crosses nodes."""
+        proto = self._p2p_protocol(p, nbytes)
+        base = self.protocol("mesh", proto)
+        post_s = self.posting_s(p, nbytes, info)
+        wire = nbytes / p * base.wire_factor
+        cap = wire / post_s if post_s > 0 and wire > 0 else math.inf
+        return replace(base, step_s=base.net_step_s, route_intra=base.route_inter, message_Bps=cap)
+
+    def posting_s(self, p: int, nbytes: float, info: GroupInfo) -> float:
+        """The proxy's time to post one rank's messages of an all-to-all across nodes:
+        a message per chunk of each peer's block, for every peer on another node (the
+        most any rank has), one after another."""
+        q = nccl_tables().p2p
+        cross = p - min(info.domain_sizes())
+        per_peer = max(1, math.ceil(nbytes / p / q.chunk_bytes))
+        message_s = q.message_us * 1e-6 if self.message_s is None else self.message_s
+        return cross * per_peer * message_s
+
+    def _p2p_protocol(self, p: int, nbytes: float) -> str:
+        """The protocol of a send of ``nbytes / p``: LL up to NCCL's threshold, else Simple."""
+        if self.only_protocol is not None:
+            return self.only_protocol
+        return "LL" if nbytes / p <= nccl_tables().p2p.ll_threshold_bytes else "Simple"
+
+    def _grouped_s(self, p: int, nbytes: float, info: GroupInfo, proto: str) -> float:
+        """The grouped all-to-all's time by hand: launch, a network hop with the route's
+        latency, then the slower of the proxy's posting and the wire (each rank's NIC
+        carries its blocks for other nodes, its NVLink those for its own)."""
+        t = nccl_tables()
+        sizes = info.domain_sizes()
+        factor = t.bandwidth_factor["ring"][proto]
+        wire = max(
+            (p - min(sizes)) / p * nbytes / (self.inter_Bps * factor),
+            (max(sizes) - 1) / p * nbytes / (self.intra_Bps * factor),
+        )
+        return self.grouped_latency_s(proto) + max(wire, self.posting_s(p, nbytes, info))
+
+    def grouped_latency_s(self, proto: str) -> float:
+        """The fixed part of a grouped all-to-all: NCCL's base latency and one network
+        hop with its post overhead and the route's latency (twice for Simple)."""
+        return nccl_tables().base_us["ring"][proto] * 1e-6 + self._net_hop_s("ring", proto)
 
     def _net_hop_s(self, table: str, proto: str) -> float:
         t = nccl_tables()
