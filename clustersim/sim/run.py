@@ -172,7 +172,7 @@ def plan(
     if sc.failures.reliability:
         validate_reliability(res)
     # torchtitan's eager or compiled elementwise kernels where its stack has the switch
-    lowering = lowering_of(sc.software.compile if res.software.compile is not None else None)
+    lowering = lowering_of(sc.software.compile, res.software.compile)
     programs = build_programs(
         res.model, sc.parallelism, sc.training, layout, moe=sc.moe, seed=sc.seed, lowering=lowering
     )

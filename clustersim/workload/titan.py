@@ -195,10 +195,11 @@ def titan_elementwise(dm: Dims, compiled: bool) -> Elementwise:
     return _compiled(dm) if compiled else _eager(dm)
 
 
-def lowering_of(compile: bool | None) -> str:
-    """The lowering ``software.compile`` as resolved asks for: None (a stack with no
-    torch.compile switch) is the fused kernels."""
-    if compile is None:
+def lowering_of(compile: bool | None, stack_rule: bool | None) -> str:
+    """The lowering a scenario's resolved ``software.compile`` asks for under a stack whose
+    rule is ``stack_rule`` (``StackFit.compile``): a stack with no torch.compile switch
+    (None) runs its fused kernels whatever the scenario says."""
+    if stack_rule is None or compile is None:
         return "fused"
     return "compiled" if compile else "eager"
 

@@ -11,6 +11,7 @@ from clustersim.cli import main
 from clustersim.errors import ScenarioError
 from clustersim.hardware.work import Work
 from clustersim.scenario import load_scenario
+from clustersim.search.estimate import estimate_resolved
 from clustersim.sim import simulate
 from clustersim.sim.result import Result
 from clustersim.workload.dims import Dims
@@ -147,11 +148,17 @@ def test_other_layer_kinds_keep_the_fused_lowering() -> None:
     assert elementwise_for("eager", llama, DM, "bf16", "flash") is not FUSED
 
 
+SOFTWARE = ("stack: torchtitan", "stack: torchtitan, compile: true")
+
+
 def test_torchtitan_is_eager_by_default_and_slower_than_compiled() -> None:
     assert load_scenario(_scenario()).scenario.software.compile is False
     eager = _step(_scenario())
-    compiled = _step(_scenario("stack: torchtitan, compile: true"))
+    compiled = _step(_scenario(SOFTWARE[1]))
     assert eager > compiled
+    # ``clustersim search``'s estimate runs the same kernels
+    est = [estimate_resolved(load_scenario(_scenario(sw))).step_time_s for sw in SOFTWARE]
+    assert est[0] > est[1]
     megatron = load_scenario(_scenario("stack: megatron-core")).scenario.software.compile
     assert megatron is None  # no switch: the fused kernels
 
