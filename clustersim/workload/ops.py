@@ -34,6 +34,9 @@ per rank, V vocabulary per rank):
   for LayerNorm, one scalar rsqrt per row; HBM reads and writes the activation.
 - Elementwise backward costs twice its forward (engine ops and HBM bytes): it
   reads the saved input and the output gradient and writes the input gradient.
+  Each elementwise op is one kernel (``elementwise``); under torchtitan a dense
+  Llama block runs PyTorch's eager kernels or Inductor's fused ones instead, and w1
+  and w3 as two linears (``titan``).
   The cross-entropy backward is the exception: softmax minus one-hot, 2 ops per
   logit.
 - TP with sequence parallelism: all-gather (T*h*2 bytes) before each

@@ -1,6 +1,4 @@
-"""torchtitan's elementwise kernels of a dense Llama block, eager or compiled.
-
-``software.compile`` chooses.
+"""torchtitan's elementwise kernels of a dense Llama block: eager or compiled (software.compile).
 
 torchtitan runs its model eagerly unless ``compile.enable`` is set
 (pytorch/torchtitan@v0.3.0:torchtitan/config/configs.py ``CompileConfig.enable = False``;
@@ -22,11 +20,14 @@ FP32 4 B. Per-row reads and writes (the norm's FP32 rstd), the weights' reads an
 RoPE table's (complex64, s*d/2 per kernel, shared by the batch and the heads) are left out
 where noted. Every kernel pays the chip's per-op overhead (``calibration.op_overhead_s``).
 
-Eager (PyTorch 2.9, whose ``rms_norm`` has a CUDA kernel of its own:
-torchgen/packaged/ATen/native/native_functions.yaml ``_fused_rms_norm`` dispatches CUDA
-to ``_fused_rms_norm_cuda``, its backward ``_fused_rms_norm_backward``; PyTorch 2.8 and
-earlier ran the composite of about eight kernels and 36 B an element, FP32 upcast
-included, which torchtitan 0.3.0, built on later PyTorch, does not):
+Eager, on PyTorch 2.9 (torchtitan 0.3.0's wheel pins no PyTorch; a release of 2.9 or
+later is assumed, unconfirmed), whose ``rms_norm`` has a CUDA kernel of its own
+(torch 2.9.0's torchgen/packaged/ATen/native/native_functions.yaml: ``_fused_rms_norm``
+dispatches CUDA to ``_fused_rms_norm_cuda``; derivatives.yaml: its backward is
+``_fused_rms_norm_backward``). PyTorch 2.8 and earlier ran ``rms_norm`` as a composite
+of about eight kernels (upcast to FP32, square, mean, add eps, rsqrt, multiply, cast
+back, multiply by the weight: about 36 B an element; recalled, not read here), which
+this module does not model:
 
 - RMSNorm forward: one kernel, reads x, writes y (4 B; the fused lowering's).
   Backward: the layer-norm family's two kernels: dx (reads dy and x, writes dx: 6 B) and
