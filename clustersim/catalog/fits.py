@@ -208,10 +208,13 @@ class Stack(Strict):
     recompute_policy: Literal["modules", "op"] | None = None
     """``parallelism.recompute_policy`` under the stack (a release: its base's; absent: modules)."""
     recompute_policy_source: str = ""
+    compile: bool | None = None
+    """``software.compile`` under the stack (a release: its base's; absent: no switch)."""
+    compile_source: str = ""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Stack:
-        for rule in ("tp_comm_overlap", "recompute_policy"):  # each rule names its source
+        for rule in ("tp_comm_overlap", "recompute_policy", "compile"):  # each names its source
             if getattr(self, rule) is not None and not getattr(self, f"{rule}_source"):
                 raise ValueError(f"a stack's {rule} names its source ({rule}_source)")
         if self.base is not None and self.prior is not None:
@@ -305,18 +308,6 @@ def fit_stack(stack: str, cal: CalibrationFile | None = None) -> str:
     while stack in cal.stacks and (base := cal.stacks[stack].base) is not None:
         stack = base
     return stack
-
-
-def tp_comm_overlap(stack: str | None, cal: CalibrationFile | None = None) -> str:
-    """The TP overlap rule ``stack`` runs (``Stack.tp_comm_overlap``): its own, else the
-    nearest base's that declares one, else ``blocking``."""
-    cal = cal or calibration()
-    while stack is not None and stack in cal.stacks:
-        entry = cal.stacks[stack]
-        if entry.tp_comm_overlap is not None:
-            return entry.tp_comm_overlap
-        stack = entry.base
-    return "blocking"
 
 
 def fit_source(chip: str, stack: str, cal: CalibrationFile | None = None) -> str | None:

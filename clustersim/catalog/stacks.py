@@ -23,19 +23,20 @@ from clustersim.catalog.fits import (
     fit_overrides,
     fit_source,
     fit_stack,
-    tp_comm_overlap,
 )
 from clustersim.errors import ScenarioError
 from clustersim.names import closest
 
 __all__ = [
     "StackFit",
+    "compile_rule",
     "default_stack",
     "describe_stack",
     "recompute_policy",
     "stack_fit",
     "stack_lines",
     "stack_names",
+    "tp_comm_overlap",
 ]
 
 
@@ -60,6 +61,9 @@ class StackFit:
     recompute_policy: str = "modules"
     """What the stack's ``recompute: selective`` keeps (``parallelism.recompute_policy``
     when the scenario sets none)."""
+    compile: bool | None = None
+    """Whether the stack compiles its model by default (``software.compile`` when the
+    scenario sets none); None: it has no such switch and runs its fused kernels."""
     scaled: str | None = None
     """How the efficiencies reached a chip the fit's rows did not run on (the family's
     ``transfer``), e.g. ``from trn1 by the engine model, x1.031``; None when they did not
@@ -88,9 +92,22 @@ class StackFit:
             "constants": dict(self.constants),
             "tp_comm_overlap": self.tp_comm_overlap,
             "recompute_policy": self.recompute_policy,
+            "compile": self.compile,
             "scaled": self.scaled,
             "note": self.describe(),
         }
+
+
+def tp_comm_overlap(stack: str | None, cal: CalibrationFile | None = None) -> str:
+    """The TP overlap rule ``stack`` runs (``Stack.tp_comm_overlap``): its own, else the
+    nearest base's that declares one, else ``blocking``."""
+    cal = cal or calibration()
+    while stack is not None and stack in cal.stacks:
+        entry = cal.stacks[stack]
+        if entry.tp_comm_overlap is not None:
+            return entry.tp_comm_overlap
+        stack = entry.base
+    return "blocking"
 
 
 def recompute_policy(stack: str | None, cal: CalibrationFile | None = None) -> str:
@@ -103,6 +120,19 @@ def recompute_policy(stack: str | None, cal: CalibrationFile | None = None) -> s
             return entry.recompute_policy
         stack = entry.base
     return "modules"
+
+
+def compile_rule(stack: str | None, cal: CalibrationFile | None = None) -> bool | None:
+    """Whether ``stack`` compiles its model by default (``Stack.compile``): its own rule,
+    else the nearest base's that declares one, else None: the stack has no such switch and
+    runs its fused kernels (``workload.titan``)."""
+    cal = cal or calibration()
+    while stack is not None and stack in cal.stacks:
+        entry = cal.stacks[stack]
+        if entry.compile is not None:
+            return entry.compile
+        stack = entry.base
+    return None
 
 
 def stack_names(cal: CalibrationFile | None = None) -> list[str]:
@@ -149,6 +179,7 @@ def stack_fit(
             None,
             tp_comm_overlap=tp_comm_overlap(name, cal),
             recompute_policy=recompute_policy(name, cal),
+            compile=compile_rule(name, cal),
         )
     fitted = fit_stack(name, cal)
     key = fit_source(chip, name, cal)
@@ -169,6 +200,7 @@ def stack_fit(
         constants,
         tp_comm_overlap(name, cal),
         recompute_policy=recompute_policy(name, cal),
+        compile=compile_rule(name, cal),
     )
 
 
@@ -222,6 +254,9 @@ def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, o
     out["recompute_policy"] = recompute_policy(name, cal)
     if entry.recompute_policy_source:
         out["recompute_policy_source"] = entry.recompute_policy_source
+    out["compile"] = compile_rule(name, cal)
+    if entry.compile_source:
+        out["compile_source"] = entry.compile_source
     if releases:
         out["releases"] = releases
     if entry.source:

@@ -282,6 +282,7 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule
         par = scenario.parallelism.model_copy(update={"tp_comm_overlap": software.tp_comm_overlap})
         scenario = scenario.model_copy(update={"parallelism": par})
+    scenario = _compiled(scenario, software)
     par = scenario.parallelism
     stack_policy = par.recompute == "selective" and par.recompute_policy is None
     if stack_policy:  # the stack's rule
@@ -319,6 +320,20 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
             "cluster.lnc", lnc, f"{chip.name} supports lnc {', '.join(map(str, chip.lnc_options))}"
         )
     return Resolved(scenario, chip, inst, model, lnc, data, software)
+
+
+def _compiled(scenario: Scenario, software: StackFit) -> Scenario:
+    """``software.compile`` as the stack's rule where the scenario sets none; ``false`` is
+    refused under a stack with no eager path (only its fused kernels)."""
+    given = scenario.software.compile
+    if software.compile is None and given is False:
+        name = software.stack or "a chip with no software stack"
+        problem = f"{name} runs fused kernels only (no eager path); leave it unset or true"
+        raise ScenarioError("software.compile", given, problem)
+    if software.compile is None or given is not None:
+        return scenario
+    sw = scenario.software.model_copy(update={"compile": software.compile})
+    return scenario.model_copy(update={"software": sw})
 
 
 def _policy_runs(scenario: Scenario, model: ModelSpec) -> Scenario:

@@ -354,6 +354,11 @@ class SoftwareCfg(Strict):
     stack: str | None = Field(default=None, min_length=1, max_length=100)
     """The software stack (`clustersim catalog stacks`): its collective rules, overlap and fitted
     constants; default: the chip family's."""
+    compile: bool | None = None
+    """Whether the model runs compiled (torch.compile, Inductor's fused elementwise kernels) or
+    eagerly (one PyTorch kernel per elementwise op), for a stack with that switch (torchtitan:
+    eager by default); a stack with only fused kernels (Megatron-Core, NeMo, NxD) refuses
+    `false`. Default: the stack's rule."""
 
 
 @register_model

@@ -96,6 +96,7 @@ from clustersim.workload.ops import Tpl
 from clustersim.workload.overlap import a2a_overlap, recompute_beside
 from clustersim.workload.program import Kind
 from clustersim.workload.recompute import modules_of
+from clustersim.workload.titan import lowering_of
 from clustersim.workload.transformer import adam_work, pipeline_message_bytes
 
 __all__ = [
@@ -126,9 +127,10 @@ class Estimator:
         *,
         moe: MoECfg | None = None,
         seed: int = 0,
+        lowering: str = "fused",
     ):
         self.model, self.train, self.chip, self.net = model, train, chip, net
-        self.moe, self.seed = moe, seed
+        self.moe, self.seed, self.lowering = moe, seed, lowering
         self._work: dict[Work, float] = {}
         self._blocks: dict[tuple[int, ...] | tuple[object, ...], Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
@@ -205,6 +207,7 @@ class Estimator:
                 attention=par.attention,
                 moe_part=moe,
                 bf16_layers=self.train.fp8.bf16_layers,
+                lowering=self.lowering,  # ``workload.titan``
             )
             layer = blocks.dense
             bf16 = blocks.bf16 if blocks.bf16 is not None else layer
@@ -469,4 +472,5 @@ def estimate_resolved(res: Resolved) -> Estimate:
     validate(res.model, sc.parallelism, sc.training, layout)
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
-    return Estimator(res.model, sc.training, chip, net)(sc.parallelism, layout)
+    lowering = lowering_of(sc.software.compile, res.software.compile)
+    return Estimator(res.model, sc.training, chip, net, lowering=lowering)(sc.parallelism, layout)

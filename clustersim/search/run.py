@@ -28,6 +28,7 @@ from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved, resolve
 from clustersim.search.estimate import Estimator, NetModel
 from clustersim.search.space import Candidate, layouts_of
+from clustersim.workload.titan import lowering_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -125,7 +126,10 @@ def search(
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
     tokens = sc.training.global_batch_size * sc.training.seq_len
     rows = [_row(i, c, sc.training.global_batch_size) for i, c in enumerate(cands)]
-    estimator = Estimator(res.model, sc.training, chip, net, moe=sc.moe, seed=sc.seed)
+    lowering = lowering_of(sc.software.compile, res.software.compile)
+    estimator = Estimator(
+        res.model, sc.training, chip, net, moe=sc.moe, seed=sc.seed, lowering=lowering
+    )
     t_est = time.perf_counter()
     for cand, row in zip(cands, rows, strict=True):
         if cand.fits:

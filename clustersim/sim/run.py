@@ -44,6 +44,7 @@ from clustersim.workload import (
     model_flops_per_step,
     validate,
 )
+from clustersim.workload.titan import lowering_of
 
 if TYPE_CHECKING:
     from clustersim.sim.chakra_run import TraceResult
@@ -170,8 +171,10 @@ def plan(
     ]
     if sc.failures.reliability:
         validate_reliability(res)
+    # torchtitan's eager or compiled elementwise kernels where its stack has the switch
+    lowering = lowering_of(sc.software.compile, res.software.compile)
     programs = build_programs(
-        res.model, sc.parallelism, sc.training, layout, moe=sc.moe, seed=sc.seed
+        res.model, sc.parallelism, sc.training, layout, moe=sc.moe, seed=sc.seed, lowering=lowering
     )
     return Plan(res, layout, chip, programs, memory, mem_check)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from clustersim.hardware.work import Work
 from clustersim.workload.dims import Dims
-from clustersim.workload.ops import Block, _Linear, _norm
+from clustersim.workload.elementwise import norm_work as _norm
+from clustersim.workload.ops import Block, _Linear
 from clustersim.workload.program import Phase
 from clustersim.workload.templates import ACT_BYTES, Tpl
 from clustersim.workload.templates import coll as _coll

@@ -21,6 +21,7 @@ from clustersim.workload.mla import mla_attention_part
 from clustersim.workload.moe import moe_part, stage_routing
 from clustersim.workload.ops import Block, Part, attention_part, compose, mlp_part
 from clustersim.workload.recompute import DEFAULT_MODULES
+from clustersim.workload.titan import elementwise_for
 
 __all__ = ["LayerBlocks", "bf16_layer_count", "moe_sublayer"]
 
@@ -56,14 +57,19 @@ class LayerBlocks:
         attention: str = "flash",
         moe_part: Part | None = None,
         bf16_layers: int = 0,
+        lowering: str = "fused",
     ) -> None:
+        # torchtitan's eager or compiled kernels for a dense Llama-style block, else the
+        # fused lowering (``workload.titan``)
+        ew = elementwise_for(lowering, model, dm, precision, attention)
+
         def attn(prec: str) -> Part:
             if model.mla is not None:
                 return mla_attention_part(dm, model.mla, prec, recompute)
-            return attention_part(dm, prec, recompute, attention)
+            return attention_part(dm, prec, recompute, attention, ew)  # FUSED under FP8
 
         main = attn(precision)
-        self.dense = compose(main, mlp_part(dm, precision), recompute, modules)
+        self.dense = compose(main, mlp_part(dm, precision, ew), recompute, modules)
         self.moe = compose(main, moe_part, recompute, modules) if moe_part is not None else None
         self.dense_layers = model.moe.dense_layers if model.moe is not None else model.layers
         self.layers = model.layers

@@ -29,13 +29,13 @@ from clustersim.catalog.schema import MLASpec, ModelSpec
 from clustersim.hardware.work import Work
 from clustersim.workload.cp_ring import ring_core
 from clustersim.workload.dims import Dims
+from clustersim.workload.elementwise import norm_work as _norm
+from clustersim.workload.elementwise import residual_work as _residual
 from clustersim.workload.ops import (
     ACT_BYTES,
     Part,
     Tpl,
     _Linear,
-    _norm,
-    _residual,
     core_templates,
     flash_core,
     only,

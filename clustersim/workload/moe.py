@@ -49,6 +49,9 @@ from dataclasses import dataclass
 from clustersim.catalog.schema import MoESpec
 from clustersim.hardware.work import Work
 from clustersim.workload.dims import Dims
+from clustersim.workload.elementwise import activation_work
+from clustersim.workload.elementwise import norm_work as _norm
+from clustersim.workload.elementwise import residual_work as _residual
 from clustersim.workload.moe_routing import (
     ROW_TILE,
     Routing,
@@ -63,9 +66,6 @@ from clustersim.workload.ops import (
     Tpl,
     _casts,
     _Linear,
-    _norm,
-    _residual,
-    activation_work,
     only,
     without,
 )

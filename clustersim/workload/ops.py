@@ -34,6 +34,9 @@ per rank, V vocabulary per rank):
   for LayerNorm, one scalar rsqrt per row; HBM reads and writes the activation.
 - Elementwise backward costs twice its forward (engine ops and HBM bytes): it
   reads the saved input and the output gradient and writes the input gradient.
+  Each elementwise op is one kernel (``elementwise``); under torchtitan a dense
+  Llama block runs PyTorch's eager kernels or Inductor's fused ones instead, and w1
+  and w3 as two linears (``titan``).
   The cross-entropy backward is the exception: softmax minus one-hot, 2 ops per
   logit.
 - TP with sequence parallelism: all-gather (T*h*2 bytes) before each
@@ -70,13 +73,15 @@ from dataclasses import dataclass, field
 from clustersim.hardware.work import Work
 from clustersim.workload.cp_ring import attention_step, ring_core
 from clustersim.workload.dims import Dims
+from clustersim.workload.elementwise import FUSED, Elementwise, activation_work, rope_work
+from clustersim.workload.elementwise import norm_work as _norm
+from clustersim.workload.elementwise import residual_work as _residual
 from clustersim.workload.op_policy import op_split
 from clustersim.workload.program import Phase
 from clustersim.workload.recompute import DEFAULT_MODULES, recompute_templates
 from clustersim.workload.templates import ACT_BYTES, Tpl
 from clustersim.workload.templates import coll as _coll
 from clustersim.workload.templates import compute as _compute
-from clustersim.workload.templates import twice as _twice
 from clustersim.workload.tp_comm import TPComm
 from clustersim.workload.unfused import unfused_core
 
@@ -172,22 +177,6 @@ def _casts(precision: str, scaling: str = "delayed") -> Callable[[str, str, int,
     return cast
 
 
-def _norm(dm: Dims, rows: int) -> Work:
-    elems = rows * dm.hidden
-    ops_per_elem = 5 if dm.layernorm else 3
-    weights = dm.hidden * (2 if dm.layernorm else 1)
-    return Work(
-        vector_ops=float(ops_per_elem * elems),
-        scalar_ops=float(rows),
-        hbm_bytes=float(ACT_BYTES * (2 * elems + weights)),
-    )
-
-
-def _residual(rows: int, hidden: int) -> Work:
-    elems = rows * hidden
-    return Work(vector_ops=float(elems), hbm_bytes=float(3 * ACT_BYTES * elems))
-
-
 @dataclass(frozen=True)
 class Part:
     """Half a transformer layer: the attention or the feed-forward sublayer.
@@ -273,8 +262,15 @@ def core_templates(
     return core, bwd
 
 
-def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "flash") -> Part:
-    """Grouped-query attention: norm, QKV, RoPE, the core, the output projection."""
+def attention_part(
+    dm: Dims,
+    precision: str,
+    recompute: str,
+    attention: str = "flash",
+    ew: Elementwise = FUSED,
+) -> Part:
+    """Grouped-query attention: norm, QKV, RoPE, the core, the output projection; its
+    elementwise ops as ``ew`` runs them (``workload.elementwise``)."""
     T, Ts, h, d = dm.tokens, dm.sp_tokens, dm.hidden, dm.head_dim
     a, g = dm.heads_local, dm.kv_heads_local
     core_prec = "bf16" if precision == "fp8" else precision
@@ -283,11 +279,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
     residual = _residual(Ts, h)
     qkv = _Linear.of(T, h, dm.qkv_cols, precision)
     out = _Linear.of(T, dm.attn_cols, h, precision)
-    rope_elems = T * (a + g) * d
-    rope = Work(
-        vector_ops=float(3 * rope_elems),  # x*cos + rotate(x)*sin
-        hbm_bytes=float(ACT_BYTES * (2 * rope_elems + 2 * T * d)),  # q, k in and out; cos, sin
-    )
+    rope = rope_work(dm)
     if attention == "flash" and dm.cp > 1 and dm.cp_comm_type == "p2p":  # ``cp_ring``
         core, core_bwd = ring_core(
             dm.micro, dm.seq, dm.cp, a, prec=core_prec, qk_dim=d, v_dim=d, kv_heads=g
@@ -303,13 +295,15 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
 
     def rope_fwd(phase: str) -> list[Tpl]:
         """RoPE on Q and K; none with learned positions (they are added at the embedding)."""
-        return [] if dm.learned_positions else [_compute("attn.rope", phase, rope)]
+        if dm.learned_positions:
+            return []
+        return [*ew.forward("attn.split", phase, None), *ew.forward("attn.rope", phase, rope)]
 
     cast = _casts(precision, dm.fp8_scaling)
 
     def forward(phase: str) -> list[Tpl]:
         return [
-            _compute("attn.norm", phase, norm),
+            *ew.forward("attn.norm", phase, norm),
             *tp.column_fwd(
                 phase, [*cast("attn.qkv", phase, T, h), _compute("attn.qkv", phase, qkv.fwd)]
             ),
@@ -319,7 +313,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
                 phase,
                 [*cast("attn.out", phase, T, dm.attn_cols), _compute("attn.out", phase, out.fwd)],
             ),
-            _compute("attn.residual", phase, residual),
+            *ew.forward("attn.residual", phase, residual),
         ]
 
     B = Phase.BACKWARD
@@ -330,7 +324,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         ready[len(bwd) - 1] = (piece,)
 
     out_wgrad = _compute("attn.out.wgrad", B, out.wgrad)
-    bwd += [_compute("attn.residual", B, _twice(residual)), *tp.grad_gather()]
+    bwd += [*ew.backward("attn.residual", B, residual), *tp.grad_gather()]
     bwd += tp.regather_early()
     bwd += cast("attn.out.grad", B, T, h)
     bwd += [*tp.grad_ring([_compute("attn.out.dgrad", B, out.dgrad)]), *tp.grad_gathered()]
@@ -339,7 +333,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         mark("attn.out")
     bwd += core_bwd
     if not dm.learned_positions:
-        bwd += [_compute("attn.rope", B, _twice(rope))]
+        bwd += [*ew.backward("attn.rope", B, rope), *ew.backward("attn.split", B, None)]
     bwd += cast("attn.qkv.grad", B, T, dm.qkv_cols)
     bwd += [*tp.regather_late(), _compute("attn.qkv.dgrad", B, qkv.dgrad), *tp.start_reduce()]
     if tp.defers_wgrad:
@@ -347,7 +341,7 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         mark("attn.out")
     bwd += [_compute("attn.qkv.wgrad", B, qkv.wgrad)]
     mark("attn.qkv")
-    bwd += [*tp.finish_reduce(), _compute("attn.norm", B, _twice(norm))]
+    bwd += [*tp.finish_reduce(), *ew.backward("attn.norm", B, norm)]
     mark("attn.norm")
 
     def op_rerun(phase: str) -> list[Tpl]:
@@ -355,23 +349,28 @@ def attention_part(dm: Dims, precision: str, recompute: str, attention: str = "f
         saved GEMMs, the attention kernel and the reduce-scatter."""
         gemms, row = _op_gemms(dm, precision, "attn.", phase)
         return [
-            _compute("attn.norm", phase, norm),
+            *ew.forward("attn.norm", phase, norm),
             *tp.column_fwd(phase, gemms),
             *rope_fwd(phase),
             *row,
-            _compute("attn.residual", phase, residual),
+            *ew.forward("attn.residual", phase, residual),
         ]
 
     return Part(forward, tuple(bwd), ready, core, {"core_attn": core, "op": op_rerun})
 
 
-def mlp_part(dm: Dims, precision: str) -> Part:
-    """The dense MLP: norm, up (gate and up under SwiGLU), activation, down."""
+def mlp_part(dm: Dims, precision: str, ew: Elementwise = FUSED) -> Part:
+    """The dense MLP: norm, up (gate and up under SwiGLU, one linear unless ``ew`` splits
+    them), activation, down; its elementwise ops as ``ew`` runs them."""
     T, Ts, h = dm.tokens, dm.sp_tokens, dm.hidden
     tp = TPComm(dm)
     norm = _norm(dm, Ts)
     residual = _residual(Ts, h)
-    up = _Linear.of(T, h, dm.up_cols, precision)
+    if ew.split_up and dm.swiglu:  # w1 (gate) and w3 (up), each f wide
+        w = _Linear.of(T, h, dm.ffn_local, precision)
+        ups = [("mlp.up.w1", w), ("mlp.up.w3", w)]
+    else:
+        ups = [("mlp.up", _Linear.of(T, h, dm.up_cols, precision))]
     down = _Linear.of(T, dm.ffn_local, h, precision)
     act = activation_work(T * dm.ffn_local, dm.swiglu)
 
@@ -379,16 +378,16 @@ def mlp_part(dm: Dims, precision: str) -> Part:
 
     def forward(phase: str) -> list[Tpl]:
         return [
-            _compute("mlp.norm", phase, norm),
+            *ew.forward("mlp.norm", phase, norm),
             *tp.column_fwd(
-                phase, [*cast("mlp.up", phase, T, h), _compute("mlp.up", phase, up.fwd)]
+                phase, [*cast("mlp.up", phase, T, h), *(_compute(n, phase, u.fwd) for n, u in ups)]
             ),
-            _compute("mlp.act", phase, act),
+            *ew.forward("mlp.act", phase, act),
             *tp.row_fwd(
                 phase,
                 [*cast("mlp.down", phase, T, dm.ffn_local), _compute("mlp.down", phase, down.fwd)],
             ),
-            _compute("mlp.residual", phase, residual),
+            *ew.forward("mlp.residual", phase, residual),
         ]
 
     B = Phase.BACKWARD
@@ -399,22 +398,23 @@ def mlp_part(dm: Dims, precision: str) -> Part:
         ready[len(bwd) - 1] = (piece,)
 
     down_wgrad = _compute("mlp.down.wgrad", B, down.wgrad)
-    bwd += [_compute("mlp.residual", B, _twice(residual)), *tp.grad_gather()]
+    bwd += [*ew.backward("mlp.residual", B, residual), *tp.grad_gather()]
     bwd += tp.regather_early()
     bwd += cast("mlp.down.grad", B, T, h)
     bwd += [*tp.grad_ring([_compute("mlp.down.dgrad", B, down.dgrad)]), *tp.grad_gathered()]
     if not tp.defers_wgrad:
         bwd += [down_wgrad]
         mark("mlp.down")
-    bwd += [_compute("mlp.act", B, _twice(act))]
+    bwd += ew.backward("mlp.act", B, act)
     bwd += cast("mlp.up.grad", B, T, dm.up_cols)
-    bwd += [*tp.regather_late(), _compute("mlp.up.dgrad", B, up.dgrad), *tp.start_reduce()]
+    bwd += [*tp.regather_late(), *(_compute(f"{n}.dgrad", B, u.dgrad) for n, u in ups)]
+    bwd += [*ew.backward("mlp.up.sum", B, None), *tp.start_reduce()]
     if tp.defers_wgrad:
         bwd += [down_wgrad]
         mark("mlp.down")
-    bwd += [_compute("mlp.up.wgrad", B, up.wgrad)]
+    bwd += [_compute(f"{n}.wgrad", B, u.wgrad) for n, u in ups]
     mark("mlp.up")
-    bwd += [*tp.finish_reduce(), _compute("mlp.norm", B, _twice(norm))]
+    bwd += [*tp.finish_reduce(), *ew.backward("mlp.norm", B, norm)]
     mark("mlp.norm")
 
     def op_rerun(phase: str) -> list[Tpl]:
@@ -422,8 +422,8 @@ def mlp_part(dm: Dims, precision: str) -> Part:
         tensor the backward needs): the norm, the all-gather, the GEMMs of even count
         (``workload.op_policy``) and the activation."""
         gemms, row = _op_gemms(dm, precision, "mlp.", phase)
-        norm_op, act_op = _compute("mlp.norm", phase, norm), _compute("mlp.act", phase, act)
-        return [norm_op, *tp.column_fwd(phase, gemms), act_op, *row]
+        norm_op, act_op = ew.forward("mlp.norm", phase, norm), ew.forward("mlp.act", phase, act)
+        return [*norm_op, *tp.column_fwd(phase, gemms), *act_op, *row]
 
     # Megatron's ``mlp`` recompute reruns the MLP module: its fused norm, TP collectives
     # and linears, not the residual add after it.
@@ -441,17 +441,6 @@ def _op_gemms(dm: Dims, precision: str, prefix: str, phase: str) -> tuple[list[T
             op = _compute(m.name, phase, _Linear.of(m.rows, m.k, m.n, precision).fwd)
             (row if m.row_parallel else col).append(op)
     return col, row
-
-
-def activation_work(elems: int, swiglu: bool) -> Work:
-    """The MLP activation over ``elems`` outputs of the up projection's width."""
-    if swiglu:  # silu(gate) on the scalar engine, times up on the vector engine
-        return Work(
-            scalar_ops=float(elems),
-            vector_ops=float(elems),
-            hbm_bytes=float(3 * ACT_BYTES * elems),
-        )
-    return Work(scalar_ops=float(elems), hbm_bytes=float(2 * ACT_BYTES * elems))
 
 
 def compose(

@@ -118,10 +118,12 @@ def build_programs(
     *,
     moe: MoECfg | None = None,
     seed: int = 0,
+    lowering: str = "fused",
 ) -> list[Program]:
     """One program per pipeline stage; raises ``ScenarioError`` for an invalid layout.
 
-    ``moe`` and ``seed`` set the token routing of MoE layers (``workload.moe``).
+    ``moe`` and ``seed`` set the token routing of MoE layers (``workload.moe``);
+    ``lowering`` how the elementwise ops run (``workload.titan``: fused, eager, compiled).
     """
     validate(model, par, train, layout)
     # Hundreds of thousands of small acyclic objects: the cyclic collector would
@@ -129,7 +131,7 @@ def build_programs(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build(model, par, train, layout, moe=moe, seed=seed)
+        return _build(model, par, train, layout, moe=moe, seed=seed, lowering=lowering)
     finally:
         if enabled:
             gc.enable()
@@ -143,6 +145,7 @@ def _build(
     *,
     moe: MoECfg | None,
     seed: int,
+    lowering: str = "fused",
 ) -> list[Program]:
     dm = make_dims(model, par, train, layout)
     n_mb = microbatches(par, train, layout)
@@ -155,6 +158,7 @@ def _build(
         attention=par.attention,
         moe_part=moe_sublayer(model, par, train, layout, cfg=moe, seed=seed),
         bf16_layers=train.fp8.bf16_layers,
+        lowering=lowering,
     )
     embed = embed_block(dm)
     head = head_block(dm)
