@@ -16,6 +16,14 @@ keeps, per microbatch and rank, in BF16 (2 B an element):
 
 With T = b*s/cp tokens, T_sp = T/tp under sequence parallelism, a and g the query and
 key-value heads on the rank, d the head width, f the MLP width on the rank.
+
+The matmul order is that of torchtitan's Llama blocks with separate ``wq``, ``wk`` and
+``wv`` linears, as its published runs of 2024-2025 built them: wq, wk, wv, wo, w1, w3, w2,
+so wk, wo and w3 rerun. torchtitan 0.3.0 builds one fused ``wqkv`` by default
+(``pytorch/torchtitan@v0.3.0:torchtitan/models/llama3/__init__.py``, ``fuse_qkv``): its
+count is wqkv, wo, w1, w3, w2, so wo and w3 rerun and the saved projection is all of
+q, k and v (a few percent of a block's recomputed FLOPs and kept bytes apart); not
+modelled apart.
 """
 
 from __future__ import annotations
