@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import (
     BeforeValidator,
     Field,
+    PrivateAttr,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -322,12 +323,29 @@ class FabricSpec(Strict):
 
 
 class UltraServerSpec(Strict):
-    """Instances joined by NeuronLink into one UltraServer (a 3D torus on Trn2)."""
+    """Instances joined by NeuronLink into one UltraServer (a 3D torus on Trn2).
+
+    :attr:`last_partial` (a scenario's ``cluster.domain_fill: last``, not a catalog field):
+    the cluster's last domain may hold fewer than ``instances``: it is built at full size
+    and its empty slots hold no ranks.
+    """
 
     instances: int = Field(ge=1)
     topology: str
     link_bw_Bps: LinkRate
     link_latency_s: Duration
+    _last_partial: bool = PrivateAttr(default=False)
+
+    @property
+    def last_partial(self) -> bool:
+        """Whether the cluster's last domain may be partly filled."""
+        return self._last_partial
+
+    def partly_filled(self) -> UltraServerSpec:
+        """This UltraServer with its cluster's last domain allowed to be partly filled."""
+        out = self.model_copy()
+        out._last_partial = True
+        return out
 
 
 class EfaSpec(Strict):

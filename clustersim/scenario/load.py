@@ -30,6 +30,7 @@ from clustersim.catalog.schema import ChipSpec, InstanceSpec, ModelSpec
 from clustersim.catalog.stacks import StackFit
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.hardware.kernel_tiling import roofline_efficiency
+from clustersim.scenario.domainfill import filled
 from clustersim.scenario.models import Scenario
 from clustersim.scenario.op_policy import op_policy_problem
 from clustersim.scenario.overlay import load_overlay
@@ -290,7 +291,7 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
         par = par.model_copy(update={"recompute_policy": policy})
         scenario = scenario.model_copy(update={"parallelism": par})
     if cl.domain_fill is not None:
-        inst = _filled(inst, cl.domain_fill)
+        inst = filled(inst, cl.domain_fill, cl.fabric_file)
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})
     if software.constants:
         chip_over = catalog.deep_merge({"calibration": dict(software.constants)}, chip_over)
@@ -365,29 +366,6 @@ def _transferred(software: StackFit, chip: str) -> StackFit:
     }
     how = f"from {transfer.fitted_on} by the engine model, x{ratio:.3f}"
     return replace(software, constants=constants, scaled=how)
-
-
-def _filled(inst: InstanceSpec, fill: int) -> InstanceSpec:
-    """``inst`` with ``fill`` instances in each scale-up domain (``cluster.domain_fill``)."""
-    us = inst.ultraserver
-    if us is None:
-        raise ScenarioError(
-            "cluster.domain_fill", fill, f"{inst.name} forms no UltraServer: nothing to fill"
-        )
-    if fill > us.instances:
-        raise ScenarioError(
-            "cluster.domain_fill",
-            fill,
-            f"one {us.topology} domain holds 1 to {us.instances} {inst.name} instances",
-        )
-    if us.topology != "nvl72" and fill != us.instances:
-        raise ScenarioError(
-            "cluster.domain_fill",
-            fill,
-            f"a {us.topology} UltraServer is built whole; only NVLink switch domains (nvl72) "
-            "may be partly filled",
-        )
-    return inst.model_copy(update={"ultraserver": us.model_copy(update={"instances": fill})})
 
 
 # -- checks on raw values ---------------------------------------------------------------

@@ -49,7 +49,9 @@ class ClusterCfg(Strict):
     ``collectives`` picks an algorithm per collective type (``auto`` by default).
     ``fabric_file`` names a fabric graph that replaces the built fabric.
     ``domain_fill`` puts that many instances in every scale-up domain of an UltraServer
-    (a GB200 NVL72 rack filled with fewer trays, say), from 1 to the full domain.
+    (a GB200 NVL72 rack filled with fewer trays, say), from 1 to the full domain; ``last``
+    fills whole domains and leaves the last one partly filled (64 trays: 3 racks of 18
+    and one of 10).
     """
 
     instance: str
@@ -72,9 +74,11 @@ class ClusterCfg(Strict):
     ultraserver: Overrides = Field(default_factory=dict)
     """UltraServer fields merged over the instance's entry: `instances`, `topology`,
     `link_bw_Bps`, `link_latency_s`."""
-    domain_fill: int | None = Field(default=None, ge=1, le=100_000)
+    domain_fill: Annotated[int, Field(ge=1, le=100_000)] | Literal["last"] | None = None
     """Instances in each scale-up domain of an UltraServer, from 1 to the full domain (a GB200
-    NVL72 rack with fewer trays); default: full."""
+    NVL72 rack with fewer trays), or `last`: whole domains, the last one partly filled when
+    `count` is not a multiple of the domain (64 GB200 trays: 3 racks of 18 and one of 10);
+    default: full. Only NVLink switch domains (nvl72) may be partly filled."""
     prices_usd_per_hour: Overrides = Field(default_factory=dict)
     """Prices in USD per instance-hour by pricing mode (`on_demand`, `reserved`,
     `capacity_block`), merged over the catalog's."""

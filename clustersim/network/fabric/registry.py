@@ -20,6 +20,7 @@ __all__ = [
     "Builder",
     "FabricBuilder",
     "build_topology",
+    "built_instances",
     "check_fabrics",
     "fabric_names",
     "register_fabric",
@@ -85,13 +86,16 @@ def check_fabrics(
         raise ScenarioError(where, name, f"unknown topology; valid: {', '.join(topology_names())}")
     if count < 1:
         raise ScenarioError(f"{path}.count", count, "must be at least 1")
-    if us is not None and count % us.instances:
+    if us is not None and count % us.instances and not us.last_partial:
+        fewer = (
+            " (cluster.domain_fill puts fewer in each; cluster.domain_fill: last fills the "
+            "last one partly)"
+        )
         raise ScenarioError(
             f"{path}.count",
             count,
             f"must be a multiple of {us.instances}: {us.instances} {instance.name} instances "
-            "form one UltraServer"
-            + (" (cluster.domain_fill puts fewer in each)" if us.topology == "nvl72" else ""),
+            "form one UltraServer" + (fewer if us.topology == "nvl72" else ""),
         )
     fabric = _FABRICS.get(instance.efa.fabric)
     if fabric is None:
@@ -103,6 +107,16 @@ def check_fabrics(
     return builder, fabric
 
 
+def built_instances(instance: InstanceSpec, count: int) -> int:
+    """The instances a topology of ``count`` is built with: ``count``, rounded up to whole
+    domains where the last UltraServer domain may be partly filled (its empty slots are
+    built and hold no ranks)."""
+    us = instance.ultraserver
+    if us is None or not us.last_partial:
+        return count
+    return -(-count // us.instances) * us.instances
+
+
 def build_topology(
     instance: InstanceSpec, chip: ChipSpec, count: int, *, path: str = "cluster"
 ) -> Topology:
@@ -110,12 +124,15 @@ def build_topology(
 
     The scale-up builder is named by ``instance.ultraserver.topology`` when the
     instance belongs to an UltraServer (``count`` must then fill whole
-    UltraServers), else by ``instance.fabric.topology``. When there is more than
+    UltraServers, or, with ``ultraserver.last_partial``, is rounded up to whole ones
+    whose last chips hold no ranks: :attr:`Topology.filled_chips`), else by
+    ``instance.fabric.topology``. When there is more than
     one scale-up domain, the fabric named by ``instance.efa.fabric`` joins them.
     ``path`` prefixes the key paths of errors.
     """
     builder, fabric = check_fabrics(instance, count, path=path)
-    topo = builder(instance, chip, count)
+    topo = builder(instance, chip, built_instances(instance, count))
+    topo.filled_chips = count * instance.chips
     if topo.n_domains > 1 and topo.scaleout is None:
         fabric(topo, instance.efa, chip.efa_link_efficiency, path)
     return topo

@@ -156,6 +156,9 @@ class Topology(Routes):
             chips_per_instance * domain_instances
         )
         """Scale-up domain of each chip."""
+        self.filled_chips = n
+        """Chips that hold instances: the first ones; a partly filled last domain's empty
+        slots (``cluster.domain_fill: last``) are built after them and carry no ranks."""
         self.chip_coords: Int64s | None = None
         """Torus coordinates of each chip within its domain (``n_chips x rank``), if a torus."""
         self.torus_dims: tuple[int, ...] = ()
