@@ -33,6 +33,7 @@ from clustersim.sim.fabric import fabric_graph_topology, scenario_topology
 from clustersim.sim.guard import Estimate, Limits, check_work, estimate
 from clustersim.sim.hbm import ComputeRuns
 from clustersim.sim.injected import build_injector, failed_summary
+from clustersim.sim.partialfold import partial_fold_refusal
 from clustersim.sim.result import Plan, Result
 from clustersim.sim.summary_keys import run_identity, simulation_keys
 from clustersim.workload import (
@@ -209,7 +210,8 @@ def simulate(
     ``fidelity``: ``detailed`` simulates every rank; ``folded`` one representative
     per pipeline stage, with every rank's traffic on the network (``sim.folding``);
     ``auto`` folds above ``FOLD_ABOVE_RANKS`` ranks, unless ``failures.inject`` breaks
-    the symmetry folding needs (``failures.injection.fold_with``). ``limits`` bounds
+    the symmetry folding needs (``failures.injection.fold_with``) or a partly filled
+    last NVLink domain splits groups unlike (``sim.partialfold``). ``limits`` bounds
     the work (default ``Limits()``): bigger runs are refused. A chip or instance
     injected down fails the step: the summary says so (``sim.injected``).
     """
@@ -225,6 +227,7 @@ def simulate(
     sc = res.scenario
     topology = None
     refused: str | None = None
+    summary_refusal: str | None = None
     if sc.cluster.fabric_file is not None:  # read first: its graph decides whether to fold
         topology = scenario_topology(res)
         if folded and isinstance(topology, GraphTopology) and topology.fold_refusal:
@@ -232,6 +235,13 @@ def simulate(
             if fidelity == "folded":
                 raise ScenarioError("--fidelity", fidelity, f"cannot fold: {refused}")
             folded = False
+    if folded and refused is None:
+        layout = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node)
+        partial = partial_fold_refusal(res, layout)
+        if partial is not None:
+            if fidelity == "folded":
+                raise ScenarioError("--fidelity", fidelity, f"cannot fold: {partial}")
+            summary_refusal, folded = partial, False
     pl = plan(res, limits=limits or Limits(), folded=folded)
     env = simpy.Environment()
     if topology is None:
@@ -263,6 +273,8 @@ def simulate(
         return Result(pl, summary, sim, compiled)
     wall = time.perf_counter() - t_wall
     summary = summarise(pl, sim, compiled, network, wall)
+    if summary_refusal is not None:
+        summary["fold_refused"] = summary_refusal
     if injector is not None:
         summary["step_times_s"] = [float(t) for t in sim.step_times_s]
         summary["injections"] = injector.records
