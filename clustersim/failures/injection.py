@@ -176,13 +176,16 @@ class _Names:
 
     def node(self, ref: int | str, where: str) -> int:
         topo = self.topo
+        filled = topo.filled_chips  # a partly filled last domain's empty slots are no chips
         if isinstance(ref, int):
-            if not 0 <= ref < topo.n_chips:
-                raise ScenarioError(where, ref, f"no chip {ref}; chips are 0..{topo.n_chips - 1}")
+            if not 0 <= ref < filled:
+                raise ScenarioError(where, ref, f"no chip {ref}; chips are 0..{filled - 1}")
             return ref
         found = self.ids.get(ref)
         if found is None:
             raise ScenarioError(where, ref, f"no node named {ref!r}; {self._hint(ref)}")
+        if filled <= found < topo.n_chips:
+            raise ScenarioError(where, ref, f"an empty slot; chips are 0..{filled - 1}")
         return found
 
     def _hint(self, ref: str) -> str:
@@ -191,7 +194,7 @@ class _Names:
         shown = ", ".join(switches[:8]) + (", ..." if len(switches) > 8 else "")
         valid = f"switches: {shown}" if switches else "this topology has no switches"
         return (f"did you mean {close[0]!r}? " if close else "") + (
-            f"chips are 0..{self.topo.n_chips - 1} or chipN, {valid}"
+            f"chips are 0..{self.topo.filled_chips - 1} or chipN, {valid}"
         )
 
 
@@ -232,10 +235,11 @@ def _target(topo: Topology, names: _Names, inj: Injection, where: str) -> Target
     if t.chip is not None:
         chip = names.node(t.chip, at)
         return Target(kind, f"chip{chip}", chips=(chip,))
+    instances = topo.filled_chips // topo.chips_per_instance
     if t.instance is not None:
-        if t.instance >= topo.instances:
+        if t.instance >= instances:
             raise ScenarioError(
-                at, t.instance, f"no instance {t.instance}; instances are 0..{topo.instances - 1}"
+                at, t.instance, f"no instance {t.instance}; instances are 0..{instances - 1}"
             )
         cpi = topo.chips_per_instance
         chips = tuple(range(t.instance * cpi, (t.instance + 1) * cpi))
@@ -246,8 +250,8 @@ def _target(topo: Topology, names: _Names, inj: Injection, where: str) -> Target
             raise ScenarioError(at, t.switch, "names a chip, not a switch; use target.chip")
         return Target(kind, t.switch, _node_links(topo, node))
     assert t.nic is not None
-    if t.nic >= topo.instances:
-        last = topo.instances - 1
+    if t.nic >= instances:
+        last = instances - 1
         raise ScenarioError(at, t.nic, f"no instance {t.nic}; instances are 0..{last}")
     cpi = topo.chips_per_instance
     lo, hi = t.nic * cpi, (t.nic + 1) * cpi

@@ -87,7 +87,12 @@ def component_counts(res: Resolved, kinds: set[str] | None = None) -> dict[str, 
             )
         )
         out["switch"] = topo.n_nodes - topo.n_chips
-        out["link"] = int((topo.kinds != "local").sum()) // 2
+        # The empty slots of a partly filled last domain are built but have no links.
+        u, v = topo.link_u, topo.link_v
+        empty = ((u >= topo.filled_chips) & (u < topo.n_chips)) | (
+            (v >= topo.filled_chips) & (v < topo.n_chips)
+        )
+        out["link"] = int(((topo.kinds != "local") & ~empty).sum()) // 2
     return out
 
 
