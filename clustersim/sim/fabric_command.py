@@ -42,8 +42,10 @@ def topology_command(args: argparse.Namespace) -> int:
     g = export_fabric(topo, args.out, fmt)
     size = args.out.stat().st_size
     switches = g.number_of_nodes() - topo.n_chips
+    empty = topo.n_chips - topo.filled_chips
+    slots = f" ({empty} in the empty slots of the partly filled last domain)" if empty else ""
     print(
-        f"wrote {args.out}: {topo.n_chips} chips, {switches} other nodes, "
+        f"wrote {args.out}: {topo.n_chips} chips{slots}, {switches} other nodes, "
         f"{g.number_of_edges()} links ({fmt}, {size / 1024:,.0f} KiB)"
     )
     return 0
