@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from clustersim.catalog.schema import ModelSpec
+from clustersim.network.collectives import GroupInfo
+from clustersim.network.runtimes import NcclRuntime, Runtime
 from clustersim.scenario.models import ParallelismCfg
 from clustersim.workload import Layout
 from clustersim.workload.dims import is_moe_layer
@@ -33,7 +35,14 @@ class Level(Protocol):
     def hop(self) -> int: ...
 
 
-__all__ = ["all_to_all_s", "grad_streams_s", "group_of", "layer_kinds", "ring_load"]
+__all__ = [
+    "all_to_all_cost_s",
+    "all_to_all_s",
+    "grad_streams_s",
+    "group_of",
+    "layer_kinds",
+    "ring_load",
+]
 
 Group = tuple[int, int]
 CollS = Callable[[int, int, str, float], float]
@@ -60,6 +69,34 @@ def all_to_all_s(nbytes: float, levels: Sequence[Level], flows: int, p: int) -> 
         worst = max(worst, wire + lv.latency_s)
         inner = outer
     return worst
+
+
+def all_to_all_cost_s(
+    nbytes: float, levels: Sequence[Level], flows: int, p: int, *, nodes: int, runtime: Runtime
+) -> float:
+    """One all-to-all over ``levels`` (``nodes`` of them scale-up domains over the network):
+    the wire (:func:`all_to_all_s`) with what ``runtime`` adds, as the simulator runs it."""
+    wire = all_to_all_s(nbytes, levels, flows, p)
+    info = GroupInfo.flat(p)
+    op = "all_to_all"
+    if isinstance(runtime, NcclRuntime):
+        if nodes > 1:
+            # one group of sends and receives: the proxy's posting and the wire overlap
+            # (NcclRuntime.grouped_protocol)
+            local = p // nodes
+            info = GroupInfo(tuple(range(p)), tuple(i // local for i in range(p)))
+            proto = runtime.choose(op, p, nbytes, info, "auto")[1]
+            post = runtime.posting_s(p, nbytes, info)
+            return max(wire * proto.wire_factor, post) + runtime.grouped_latency_s(proto.name)
+        algo, proto = runtime.choose(op, p, nbytes, info, "auto")
+        return wire * proto.wire_factor + runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
+    proto = runtime.choose(op, p, nbytes, info, "auto")[1]
+    # One mesh round: each message of n/p no faster than its DMA queues, a rank posting
+    # one to each peer (an EFA one to each peer in another domain).
+    cap = proto.message_cap_Bps(pipelined=False, reduces=False)
+    fixed = proto.launch_s + proto.step_s + (p - 1) * proto.message_s
+    fixed += (p - p // nodes) * proto.efa_message_s
+    return max(wire, nbytes / p / cap) + fixed
 
 
 def ring_load(d: int, hop: int = 1) -> float:

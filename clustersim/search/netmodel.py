@@ -24,7 +24,7 @@ from clustersim.network.collectives import (
 )
 from clustersim.network.fabric import local_path, torus_domain_coords
 from clustersim.network.runtimes import NO_COSTS, NcclRuntime, Protocol, Runtime, runtime_of
-from clustersim.search.experts import all_to_all_s
+from clustersim.search.experts import all_to_all_cost_s
 from clustersim.search.flatring import FlatRing, TorusDomain, flat_ring, flat_ring_s
 
 __all__ = ["TORUS", "Level", "NetModel", "collective_s", "collective_wire_s", "runtime_s", "wire_s"]
@@ -209,29 +209,8 @@ def collective_s(
         return 0.0
     if op == "all_to_all":
         flows = sharing * (levels[0].size if levels[0].shared_link else 1)
-        wire = all_to_all_s(nbytes, levels, flows, p)
-        info = GroupInfo.flat(p)
-        if isinstance(runtime, NcclRuntime):
-            # across nodes one group of sends and receives: the proxy's posting and the
-            # wire overlap (NcclRuntime.grouped_protocol)
-            nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
-            if nodes > 1:
-                local = p // nodes
-                info = GroupInfo(tuple(range(p)), tuple(i // local for i in range(p)))
-            algo, proto = runtime.choose(op, p, nbytes, info, "auto")
-            if nodes > 1:
-                post = runtime.posting_s(p, nbytes, info)
-                return max(wire * proto.wire_factor, post) + runtime.grouped_latency_s(proto.name)
-            latency = runtime.predict_s(op, p, 0.0, info, (algo, proto.name))
-            return wire * proto.wire_factor + latency
-        algo, proto = runtime.choose(op, p, nbytes, info, "auto")
-        # One mesh round: each message of n/p no faster than its DMA queues, a rank
-        # posting one to each peer (an EFA one to each peer in another domain).
-        cap = proto.message_cap_Bps(pipelined=False, reduces=False)
-        local = p // math.prod(lv.size for lv in levels if lv.tier == "efa")
-        fixed = proto.launch_s + proto.step_s + (p - 1) * proto.message_s
-        fixed += (p - local) * proto.efa_message_s
-        return max(wire, nbytes / p / cap) + fixed
+        nodes = math.prod(lv.size for lv in levels if lv.tier == "efa")
+        return all_to_all_cost_s(nbytes, levels, flows, p, nodes=nodes, runtime=runtime)
     if isinstance(runtime, NcclRuntime):
         return _nccl_s(op, nbytes, levels, sharing, runtime)
     proto = runtime.choose(op, p, nbytes, GroupInfo.flat(p), "auto")[1]
