@@ -1,10 +1,12 @@
-"""Whether a folded run may stand for a cluster whose last NVLink domain is partly filled.
+"""Whether a folded run may stand for every group: the groups split across domains alike.
 
 Folding (``sim.folding``) simulates one representative group of each kind per stage
-and takes every other group of the kind to run alike. A partly filled last domain
-(``cluster.domain_fill: last``) holds fewer ranks than the others, so that holds only
-where every group of a kind (and every pair of ranks a pipeline send joins) is split
-across domains alike: the same members share a domain in each. That is checked, not
+and takes every other group of the kind to run alike. That holds only where every
+group of a kind (and every pair of ranks a pipeline send joins) is split across the
+scale-up domains (an instance, an UltraServer, an NVL72 rack) alike: the same members
+share a domain in each. A tp of 16 on racks of 72 GPUs puts some TP groups in one rack
+and others across two, whose collectives cross the network; a partly filled last rack
+(``cluster.domain_fill: last``) holds fewer ranks than the others. That is checked, not
 assumed; where it fails, the run is not folded (``fidelity: auto`` simulates every rank,
 a forced ``folded`` is refused) and the summary says why (``fold_refused``).
 """
@@ -47,23 +49,22 @@ def _alike(rows: NDArray[np.int64], ranks_per_domain: int) -> bool:
 
 
 def partial_fold_refusal(res: Resolved, layout: Layout) -> str | None:
-    """Why a folded run of ``res`` would not stand for every group of its partly filled
-    last domain; None where the last domain is full or every group is split alike."""
+    """Why a folded run of ``res`` would not stand for every group (see the module doc);
+    None where every group is split across the scale-up domains alike."""
     us = res.instance.ultraserver
-    count = res.scenario.cluster.count
-    if us is None or not us.last_partial or count % us.instances == 0:
-        return None
-    per_domain = us.instances * res.instance.chips * res.ranks_per_chip
+    per_domain = (us.instances if us is not None else 1) * res.instance.chips * res.ranks_per_chip
+    partial = us is not None and us.last_partial and res.scenario.cluster.count % us.instances
+    why = " (the last one is partly filled)" if partial else ""
     for stage in range(layout.pp):
         for kind in GROUP_KINDS:
             if not _alike(replica_groups(layout, kind, stage), per_domain):
                 return (
-                    f"the {kind} groups of stage {stage} are not split across the NVLink "
-                    "domains alike (the last one is partly filled)"
+                    f"the {kind} groups of stage {stage} are not split across the scale-up "
+                    f"domains alike{why}"
                 )
         if stage + 1 < layout.pp and not _alike(replica_pairs(layout, stage, 1), per_domain):
             return (
-                f"the pipeline sends of stage {stage} are not split across the NVLink domains "
-                "alike (the last one is partly filled)"
+                f"the pipeline sends of stage {stage} are not split across the scale-up "
+                f"domains alike{why}"
             )
     return None

@@ -139,6 +139,15 @@ def test_groups_split_unlike_across_the_partial_rack_are_not_folded() -> None:
         load_scenario(LAST).scenario.parallelism, 256, 1, 4)) is None  # fmt: skip
 
 
+def test_groups_split_unlike_across_full_racks_are_not_folded() -> None:
+    """tp 16 on racks of 72 GPUs: some TP groups stay in a rack, others cross two and run
+    over the network; a folded step (one representative) would stand for the fast ones."""
+    whole = ["cluster.domain_fill=null", "cluster.count=72", "training.global_batch_size=72"]
+    with pytest.raises(ScenarioError, match="cannot fold: the tp groups of stage 0"):
+        _run(GB200, [*whole, "parallelism.tp=16"], "folded")
+    assert _run(GB200, whole, "folded")["fidelity"] == "folded"  # tp 4: every group alike
+
+
 @pytest.mark.parametrize(
     ("sets", "problem"),
     [
