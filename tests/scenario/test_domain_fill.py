@@ -116,7 +116,8 @@ def test_the_partial_cluster_runs_folded_as_detailed(sets: list[str]) -> None:
     detailed = _run(LAST, sets, "detailed")
     folded = _run(LAST, sets, "folded")
     assert detailed["fidelity"] == "detailed" and folded["fidelity"] == "folded"
-    assert folded["step_time_s"] == detailed["step_time_s"]
+    # folding's contract (detailed within 1%); here its coflows differ by under 0.1%
+    assert folded["step_time_s"] == pytest.approx(detailed["step_time_s"], rel=1e-3)
     assert detailed["chips"] == 256 and detailed["instances"] == 64
     assert _run(LAST, sets, "detailed")["step_time_s"] == detailed["step_time_s"]
 

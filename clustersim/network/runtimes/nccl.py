@@ -38,7 +38,8 @@ outside the built-in model (NCCL also takes a tuner plugin; which one the benchm
 ran is not published). Offered to ``auto``, NVLS-tree wins from about 4 MB and runs
 8 MiB and 128 MiB 25-30% faster than measured.
 Reduce-scatter and all-gather rings across nodes run one channel per rank of a
-node (``ring_channels``), so the tuning prices them at the node's NICs together.
+node (``ring_channels``; of the smallest node where they differ), so the tuning prices
+them at those NICs together.
 On an InfiniBand fabric whose switches reduce (``efa.sharp``: SHARP, with NCCL's
 CollNet on) an all-reduce across nodes may also run ``sharp`` (CollNet) or, with
 NVLS, ``nvls_sharp`` (NVLS across nodes), priced as their flows run (the node's NICs
@@ -255,16 +256,16 @@ class NcclRuntime:
         # traffic between them over every NIC), and beyond at the node's NICs together.
         if nodes == 1 or (algo == "double_tree" and nodes <= 2):
             bus = self.intra_Bps
-        elif algo == "double_tree":
-            bus = min(self.intra_Bps, self.inter_Bps * ppn)
+        elif algo == "double_tree":  # a rotation per rank of the smallest node
+            bus = min(self.intra_Bps, self.inter_Bps * min(sizes))
         elif algo == "nvls_tree":
             # the switch serves its share of NVLink (NVLS's efficiency), the node's NICs carry
             # its shards; beyond two nodes a tree's inner node halves the NICs' share
             nics = self.inter_Bps * ppn / (1 if nodes <= 2 else 2)
             bus = min(self.intra_Bps * self.nvls_efficiency, nics)
         elif algo in ("ring", "ring_channels") and self._channel_rings(op, info):
-            # a channel per rank of a node: every rank's NIC carries one ring's share
-            bus = min(self.intra_Bps, self.inter_Bps * ppn)
+            # a channel per rank of the smallest node: each carries one ring's share
+            bus = min(self.intra_Bps, self.inter_Bps * min(sizes))
         else:
             bus = min(self.intra_Bps, self.inter_Bps)
         bus *= t.bandwidth_factor[table][proto]
@@ -343,7 +344,7 @@ class NcclRuntime:
     def _channel_rings(op: str, info: GroupInfo) -> bool:
         """Whether NCCL's rings for ``op`` spread over every rank's NIC here."""
         sizes = info.domain_sizes()
-        return op in _CHANNEL_OPS and len(sizes) > 1 and len(set(sizes)) == 1 and sizes[0] > 1
+        return op in _CHANNEL_OPS and len(sizes) > 1 and min(sizes) > 1
 
     def protocol(self, algo: str, proto: str) -> Protocol:
         """The costs the flow model adds when ``algo`` runs with ``proto``."""

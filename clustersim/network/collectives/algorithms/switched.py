@@ -16,6 +16,9 @@ node's NICs: with ``L`` ranks per node there are ``L`` rotations, each with
 down, and a rank's link to the switch ``(L - 1) / L n`` in each phase, so with
 ``b`` seconds per byte an uncontended tree inside a node costs about ``2 n b``
 plus its latency, half a ring's algorithm bandwidth, as NCCL's tuning model says.
+On nodes of unequal sizes (a partly filled last NVL72 rack) there are as many
+rotations as the smallest node has ranks (NCCL runs one channel count on every rank),
+each with ``n / L_min`` of the buffer, and the longest chain sets the hops inside.
 Across nodes a NIC carries, each way, a half-shard ``n / 2L`` per tree edge it
 ends in, up and down: on two nodes 2 (``n / L``, the two trees' pair of sends
 each way at once), at the root of a heap over three or four nodes 3, at an inner
@@ -50,7 +53,11 @@ one NVLS hop and ``2 log2(nodes)`` network hops.
 the order rotated by ``k`` on channel ``k``, each ring carrying ``n / L`` one way
 round. Every rank leaves its node on exactly one channel, so the traffic between
 nodes spreads over every rank's NIC: a ring across nodes reaches ``L`` NICs'
-bandwidth, not one's (nccl-tests: 46-48 GB/s busbw per 400 Gb/s NIC).
+bandwidth, not one's (nccl-tests: 46-48 GB/s busbw per 400 Gb/s NIC). On nodes of
+unequal sizes (a partly filled last NVL72 rack) the channels are as many as the
+smallest node has ranks (NCCL runs one channel count on every rank): each channel
+enters and leaves every node by ranks of its own, so ``L = min`` NICs of each node
+carry the traffic between nodes.
 """
 
 from __future__ import annotations
@@ -79,12 +86,12 @@ def _equal_domains(p: int, info: GroupInfo) -> bool:
     return len(set(info.domain_sizes())) == 1
 
 
-@register_algorithm("double_tree", ops=("all_reduce",), applies=_equal_domains)
+@register_algorithm("double_tree", ops=("all_reduce",))
 def double_tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
     """A chain per node and two mirrored binary trees across nodes; see the module doc."""
     del op, p
     members = info.domain_members()
-    width = len(members[0])
+    width = min(len(m) for m in members)
     up: Pairs = []
     for k in range(width):
         heads = [m[k:] + m[:k] for m in members]
@@ -92,7 +99,7 @@ def double_tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
         # Each tree moves half of the rotation's share; a chain edge carries both halves.
         up += chain + chain + _tree_up([m[0] for m in heads])
     half = nbytes / 2 / width
-    hops = (2 * (width - 1), 2 * math.ceil(math.log2(len(members))))
+    hops = (2 * (max(len(m) for m in members) - 1), 2 * math.ceil(math.log2(len(members))))
     down = [(b, a) for a, b in reversed(up)]
     return [Step(tuple(up + down), half, pipelined=True, reduces=True, hops=hops)]
 
@@ -142,17 +149,18 @@ def nvls_tree(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
 
 
 def _several_domains_of_several(p: int, info: GroupInfo) -> bool:
-    return _several_equal_domains(p, info) and info.domain_sizes()[0] > 1
+    sizes = info.domain_sizes()
+    return len(sizes) > 1 and min(sizes) > 1
 
 
 @register_algorithm(
     "ring_channels", ops=("reduce_scatter", "all_gather"), applies=_several_domains_of_several
 )
 def ring_channels(op: str, p: int, nbytes: float, info: GroupInfo) -> list[Step]:
-    """One ring per rank of a node, rotated inside each node; see the module doc."""
+    """One ring per rank of the smallest node, rotated inside each node; see the module doc."""
     del op
     members = info.domain_members()
-    width = len(members[0])
+    width = min(len(m) for m in members)
     pairs: Pairs = []
     for k in range(width):
         order = [r for m in members for r in m[k:] + m[:k]]
