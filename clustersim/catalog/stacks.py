@@ -15,6 +15,7 @@ content run with the same constants. The stacks and fits are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from clustersim.catalog.fits import (
     CalibrationFile,
@@ -98,41 +99,38 @@ class StackFit:
         }
 
 
-def tp_comm_overlap(stack: str | None, cal: CalibrationFile | None = None) -> str:
-    """The TP overlap rule ``stack`` runs (``Stack.tp_comm_overlap``): its own, else the
-    nearest base's that declares one, else ``blocking``."""
+def _rule(stack: str | None, name: str, cal: CalibrationFile | None) -> Any:
+    """The stack entry's rule ``name``: its own, else the nearest base's that declares
+    one, else None."""
     cal = cal or calibration()
     while stack is not None and stack in cal.stacks:
         entry = cal.stacks[stack]
-        if entry.tp_comm_overlap is not None:
-            return entry.tp_comm_overlap
+        if getattr(entry, name) is not None:
+            return getattr(entry, name)
         stack = entry.base
-    return "blocking"
+    return None
+
+
+def tp_comm_overlap(stack: str | None, cal: CalibrationFile | None = None) -> str:
+    """The TP overlap rule ``stack`` runs (``Stack.tp_comm_overlap``): its own, else the
+    nearest base's that declares one, else ``blocking``."""
+    rule = _rule(stack, "tp_comm_overlap", cal)
+    return "blocking" if rule is None else str(rule)
 
 
 def recompute_policy(stack: str | None, cal: CalibrationFile | None = None) -> str:
     """What ``recompute: selective`` keeps under ``stack`` (``Stack.recompute_policy``): its
     own, else the nearest base's that declares one, else ``modules``."""
-    cal = cal or calibration()
-    while stack is not None and stack in cal.stacks:
-        entry = cal.stacks[stack]
-        if entry.recompute_policy is not None:
-            return entry.recompute_policy
-        stack = entry.base
-    return "modules"
+    rule = _rule(stack, "recompute_policy", cal)
+    return "modules" if rule is None else str(rule)
 
 
 def compile_rule(stack: str | None, cal: CalibrationFile | None = None) -> bool | None:
     """Whether ``stack`` compiles its model by default (``Stack.compile``): its own rule,
     else the nearest base's that declares one, else None: the stack has no such switch and
     runs its fused kernels (``workload.titan``)."""
-    cal = cal or calibration()
-    while stack is not None and stack in cal.stacks:
-        entry = cal.stacks[stack]
-        if entry.compile is not None:
-            return entry.compile
-        stack = entry.base
-    return None
+    rule = _rule(stack, "compile", cal)
+    return None if rule is None else bool(rule)
 
 
 def stack_names(cal: CalibrationFile | None = None) -> list[str]:
