@@ -81,6 +81,8 @@ class LinkTable:
         """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
         self._run_end = 0
         """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
+        self._top = (-1, -1)
+        """The largest source and the largest target of any link (-1: none yet)."""
         self._n_down = 0
         self._factors: dict[int, float] = {}
         self._names: NDArray[np.str_] | None = None
@@ -183,7 +185,17 @@ class LinkTable:
         ordered = keys[order]
         dup = np.zeros(m, dtype=bool)
         dup[order[1:][ordered[1:] == ordered[:-1]]] = True
-        dup[order] |= self._find(ordered, merge=False) >= 0
+        # Only a link whose source and target both have links from or to them already can
+        # repeat one: a builder's links to new switches are not searched for.
+        top_u, top_v = self._top
+        seen = (uu <= top_u) & (vv <= top_v)
+        if seen.all():
+            dup[order] |= self._find(ordered, merge=False) >= 0
+        elif seen.any():
+            seen = seen[order]
+            dup[order[seen]] |= self._find(ordered[seen], merge=False) >= 0
+        elif m > 64 and self._u.n > self._run_end:
+            self._add_run()  # the tail sorted, as the search would have (see _find)
         if dup.any():
             i = int(np.argmax(dup))
             raise SimulationError(
@@ -191,6 +203,8 @@ class LinkTable:
                 f"{self.node(int(vv[i]))}"
             )
         start = self._u.n
+        if m:
+            self._top = (max(top_u, int(uu.max())), max(top_v, int(vv.max())))
         self._u.extend(uu)
         self._v.extend(vv)
         self._nominal.extend(np.ascontiguousarray(cap))
