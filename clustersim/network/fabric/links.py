@@ -29,7 +29,16 @@ from clustersim.errors import SimulationError
 from clustersim.network.fabric._column import Column as _Column
 from clustersim.network.fabric._runs import Run, merge_runs, search_runs
 
-__all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
+__all__ = [
+    "FEW_LINKS",
+    "KINDS",
+    "Int64s",
+    "LinkKind",
+    "LinkState",
+    "LinkTable",
+    "Node",
+    "node_name",
+]
 
 Node: TypeAlias = tuple[str | int, ...]
 """A graph node: ``("chip", i)``, ``("switch", instance)``, ``("efa",)``, ..."""
@@ -45,6 +54,8 @@ _MAX_LANES = int(np.iinfo(np.int16).max)
 """Lanes of one link at most (16 bits)."""
 _UNSORTED_MAX = 256
 """Links added since the last sort are searched linearly up to this many."""
+FEW_LINKS = 64
+"""Links a lookup may ask for and have the sorted runs searched one by one, not merged."""
 
 
 def node_name(node: Node) -> str:
@@ -369,6 +380,16 @@ class LinkTable:
             )
         return found
 
+    def are_links(self, links: Int64s, u: Int64s, v: Int64s) -> NDArray[np.bool_]:
+        """Whether link ``links[i]`` runs from node ``u[i]`` to node ``v[i]`` (False where
+        ``links[i]`` is no link's index)."""
+        inside = (links >= 0) & (links < self.n_links)
+        at = np.where(inside, links, 0)
+        if not self.n_links:
+            return inside
+        out: NDArray[np.bool_] = inside & (self._u.view[at] == u) & (self._v.view[at] == v)
+        return out
+
     def endpoints(self, link: int) -> tuple[Node, Node]:
         return self.node(int(self._u.view[link])), self.node(int(self._v.view[link]))
 
@@ -401,7 +422,7 @@ class LinkTable:
     def _find(self, keys: Int64s, *, merge: bool = True) -> Int64s:
         """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
         keys added since the last one first (and, with ``merge``, merges the runs)."""
-        if keys.size > 64:
+        if keys.size > FEW_LINKS:
             if self._u.n > self._run_end:
                 self._add_run()  # cheaper than comparing the lookup with the unsorted tail
             if merge and self._runs:
