@@ -11,6 +11,7 @@ import pytest
 from clustersim import catalog
 from clustersim.errors import PartitionError, ScenarioError, SimulationError
 from clustersim.network.fabric import build_topology, snake_coords, topology_names, torus_path
+from clustersim.network.fabric._column import Column
 from clustersim.network.fabric.routes import row_sums
 from clustersim.network.fabric.topology import EFA_NODE, Topology, chip_node
 
@@ -198,6 +199,18 @@ def test_duplicate_links_are_refused_whether_or_not_their_ends_have_links(size: 
         topo.add_links([1, 1], [more[0], more[0]], capacity_Bps=1e9, latency_s=0.0, kind="efa")
     assert topo.links_between(chip, switches).tolist() == up.tolist()
     assert topo.links_between(switches, chip).tolist() == down.tolist()
+
+
+def test_a_column_reads_values_across_its_parts_as_its_joined_view() -> None:
+    column = Column(np.int32)
+    rng = np.random.default_rng(3)
+    for size in (5, 0, 17, 1, 40):
+        column.extend(rng.integers(0, 1000, size))
+    at = rng.integers(0, column.n, 300)
+    values = column.take(at)
+    assert column._parts  # read without joining them
+    assert values.dtype == np.int32 and values.tolist() == column.view[at].tolist()
+    assert column.take(at).tolist() == values.tolist()  # joined now
 
 
 @pytest.mark.parametrize("columns", range(1, 10))

@@ -387,7 +387,7 @@ class LinkTable:
         at = np.where(inside, links, 0)
         if not self.n_links:
             return inside
-        out: NDArray[np.bool_] = inside & (self._u.view[at] == u) & (self._v.view[at] == v)
+        out: NDArray[np.bool_] = inside & (self._u.take(at) == u) & (self._v.take(at) == v)
         return out
 
     def endpoints(self, link: int) -> tuple[Node, Node]:
