@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.network.fabric.links import FEW_LINKS
+from clustersim.network.fabric._runs import FEW_LINKS
 
 __all__ = ["LocalPaths", "distinct_pairs"]
 

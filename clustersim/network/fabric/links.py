@@ -26,19 +26,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from clustersim.errors import SimulationError
+from clustersim.network.fabric import _runs
 from clustersim.network.fabric._column import Column as _Column
-from clustersim.network.fabric._runs import Run, merge_runs, search_runs
+from clustersim.network.fabric._runs import FEW_LINKS, Run, merge_runs, search_runs
 
-__all__ = [
-    "FEW_LINKS",
-    "KINDS",
-    "Int64s",
-    "LinkKind",
-    "LinkState",
-    "LinkTable",
-    "Node",
-    "node_name",
-]
+__all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
 
 Node: TypeAlias = tuple[str | int, ...]
 """A graph node: ``("chip", i)``, ``("switch", instance)``, ``("efa",)``, ..."""
@@ -54,8 +46,6 @@ _MAX_LANES = int(np.iinfo(np.int16).max)
 """Lanes of one link at most (16 bits)."""
 _UNSORTED_MAX = 256
 """Links added since the last sort are searched linearly up to this many."""
-FEW_LINKS = 64
-"""Links a lookup may ask for and have the sorted runs searched one by one, not merged."""
 
 
 def node_name(node: Node) -> str:
@@ -92,8 +82,7 @@ class LinkTable:
         """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
         self._run_end = 0
         """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
-        self._top = (-1, -1)
-        """The largest source and the largest target of any link (-1: none yet)."""
+        self._top = (-1, -1)  # the largest source and the largest target of any link
         self._n_down = 0
         self._factors: dict[int, float] = {}
         self._names: NDArray[np.str_] | None = None
@@ -194,19 +183,13 @@ class LinkTable:
         # the search of the table (queries in order) and becomes their run (_add_run).
         order = np.argsort(keys, kind="stable")
         ordered = keys[order]
-        dup = np.zeros(m, dtype=bool)
-        dup[order[1:][ordered[1:] == ordered[:-1]]] = True
-        # Only a link whose source and target both have links from or to them already can
-        # repeat one: a builder's links to new switches are not searched for.
+        if m > FEW_LINKS and self._u.n > self._run_end:
+            self._add_run()  # the tail first: the new keys can then be a run of their own
+        # Only a link whose source and target both have links already can repeat one: a
+        # builder's links to new switches are not searched for.
         top_u, top_v = self._top
         seen = (uu <= top_u) & (vv <= top_v)
-        if seen.all():
-            dup[order] |= self._find(ordered, merge=False) >= 0
-        elif seen.any():
-            seen = seen[order]
-            dup[order[seen]] |= self._find(ordered[seen], merge=False) >= 0
-        elif m > 64 and self._u.n > self._run_end:
-            self._add_run()  # the tail sorted, as the search would have (see _find)
+        dup = _runs.repeats(ordered, order, seen, lambda found: self._find(found, merge=False))
         if dup.any():
             i = int(np.argmax(dup))
             raise SimulationError(
@@ -214,8 +197,7 @@ class LinkTable:
                 f"{self.node(int(vv[i]))}"
             )
         start = self._u.n
-        if m:
-            self._top = (max(top_u, int(uu.max())), max(top_v, int(vv.max())))
+        self._top = (max(top_u, int(uu.max(initial=-1))), max(top_v, int(vv.max(initial=-1))))
         self._u.extend(uu)
         self._v.extend(vv)
         self._nominal.extend(np.ascontiguousarray(cap))
@@ -381,14 +363,10 @@ class LinkTable:
         return found
 
     def are_links(self, links: Int64s, u: Int64s, v: Int64s) -> NDArray[np.bool_]:
-        """Whether link ``links[i]`` runs from node ``u[i]`` to node ``v[i]`` (False where
-        ``links[i]`` is no link's index)."""
-        inside = (links >= 0) & (links < self.n_links)
-        at = np.where(inside, links, 0)
-        if not self.n_links:
-            return inside
-        out: NDArray[np.bool_] = inside & (self._u.take(at) == u) & (self._v.take(at) == v)
-        return out
+        """Whether link ``links[i]`` runs from node ``u[i]`` to ``v[i]`` (False for no link)."""
+        ok: NDArray[np.bool_] = (links >= 0) & (links < self.n_links)
+        at = np.where(ok, links, 0)
+        return ok & (self._u.take(at) == u) & (self._v.take(at) == v) if self.n_links else ok
 
     def endpoints(self, link: int) -> tuple[Node, Node]:
         return self.node(int(self._u.view[link])), self.node(int(self._v.view[link]))
@@ -428,14 +406,7 @@ class LinkTable:
             if merge and self._runs:
                 self._merge_runs()
         out = search_runs([self._sorted, *self._runs], keys)
-        tail = self._keys_since(self._run_end)
-        if tail.size:
-            miss = np.flatnonzero(out < 0)
-            if miss.size:
-                eq = keys[miss, None] == tail[None, :]
-                found = eq.any(axis=1)
-                out[miss[found]] = self._run_end + np.argmax(eq[found], axis=1)
-        return out
+        return _runs.search_tail(keys, out, self._keys_since(self._run_end), self._run_end)
 
     # -- state ----------------------------------------------------------------------------------
 
