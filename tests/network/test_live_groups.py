@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from clustersim.network.flows import Component, FlowGroup, LiveGroups
+from clustersim.network.flows import live as live_module
 from clustersim.network.flows.live import BLOCK
 
 
@@ -15,8 +16,12 @@ def _group(links: np.ndarray) -> FlowGroup:
     return FlowGroup(links, np.ones(links.size), n_flows=1, latency_s=0.0)
 
 
+@pytest.mark.parametrize("whole", [True, False])  # every link compared, or those in blocks
 @pytest.mark.parametrize("size", [400, 40 * BLOCK])  # one block; groups over many blocks
-def test_shared_links_and_touched_components_match_a_brute_force(size: int) -> None:
+def test_shared_links_and_touched_components_match_a_brute_force(
+    monkeypatch: pytest.MonkeyPatch, size: int, whole: bool
+) -> None:
+    monkeypatch.setattr(live_module, "_WHOLE_UP_TO", 1 << 30 if whole else 0)
     rng = np.random.default_rng(7)
     wide = size > BLOCK
     groups = [

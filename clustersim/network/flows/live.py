@@ -33,6 +33,9 @@ BLOCK = 1 << BLOCK_SHIFT
 _MAX_STAMP = int(np.iinfo(np.uint8).max)
 """The last stamp before the marks are cleared and start over."""
 """Consecutive link ids per block of the pre-filter (see the module's note)."""
+_WHOLE_UP_TO = 1 << 14
+"""Links of a group and those it may meet up to which all of them are compared, not only
+those in the blocks they meet on."""
 
 
 class Shared:
@@ -206,10 +209,16 @@ class LiveGroups:
         # The group shares all of its links with itself: only the others are looked up,
         # and only at their links in the blocks the group has (the rest cannot meet it).
         rest = [other for other in maybe if other is not group]
-        block_mark = self._block_mark
-        mine = [b[block_mark[b] == stamp] for b in (self._blocks_of(other) for other in rest)]
-        spans = [_positions(other.links, b) for other, b in zip(rest, mine, strict=True)]
-        at_group = _positions(group.links, np.unique(np.concatenate(mine)) if mine else blocks[:0])
+        if group.links.size + sum(other.links.size for other in rest) <= _WHOLE_UP_TO:
+            spans = [np.arange(other.links.size) for other in rest]  # few: every link
+            at_group = np.arange(group.links.size)
+        else:
+            block_mark = self._block_mark
+            mine = [b[block_mark[b] == stamp] for b in (self._blocks_of(other) for other in rest)]
+            spans = [_positions(other.links, b) for other, b in zip(rest, mine, strict=True)]
+            at_group = _positions(
+                group.links, np.unique(np.concatenate(mine)) if mine else blocks[:0]
+            )
         mark = self._mark
         mark[group.links[at_group]] = stamp
         sizes = [at.size for at in spans]
