@@ -36,6 +36,7 @@ _ROWS_BY_DICT = 4096
 
 _MARK_FROM = 16
 """Entries above a sixteenth of the links: their distinct links are found by marks."""
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 Repeats = tuple[_IntArray, _IntArray, _IntArray]
 """The flows of a folded step's distinct rows of chips: sources, destinations, and how
@@ -101,10 +102,13 @@ class FoldedRoutes:
             links = np.flatnonzero(mark)
             mark[links] = False
         else:
-            # The last entry of each link wins its slot; only the distinct links are sorted.
+            # The last entry of each link wins its slot; only the distinct links are sorted,
+            # in 32 bits where the ids fit (numpy sorts those several times faster).
             at = np.arange(kept.size, dtype=np.int32)
             pos[kept] = at
             links = kept[pos[kept] == at]
+            if n <= _INT32_MAX:
+                links = links.astype(np.int32)
             links.sort()
         pos[links] = np.arange(links.size, dtype=np.int32)
         if kept is flat:
@@ -183,20 +187,25 @@ class FoldedRoutes:
             longest = float(latency.max()) if latency.size else 0.0
         if n_cross:
             s, d, t, offset = crossing_pairs(src, dst, times, cross, spread)
-            matrix, _ = tree.paths(s, d, None, offset)
-            real = matrix >= 0
-            hops = real.sum(axis=1)
-            longest = max(longest, self._longest_path(tree, matrix, real, hops))
+            matrix, _, turn = tree.paths_turning(s, d, None, offset)
+            hops = 2 * turn + 2  # a path up to level m and down has 2m + 2 links
+            longest = max(longest, self._longest_path(tree, matrix, hops))
             # The first link of a path is its source's up link, the last its target's down link.
-            far_src, far_dst = ~near[domain[s]], ~near[domain[d]]
-            last = hops - 1
-            real[far_src, 0] = False
-            real[np.flatnonzero(far_dst), last[far_dst]] = False
+            near_src, near_dst = near[domain[s]], near[domain[d]]
+            real = matrix >= 0
+            real[:, 0] = near_src
+            if hops.min() == matrix.shape[1]:  # every path in every column
+                real[:, -1] = near_dst
+            else:
+                far_dst = np.flatnonzero(~near_dst)
+                real[far_dst, hops[far_dst] - 1] = False
             flats.append(matrix[real])
             if t is None:
                 w = None if spread == 1 else np.full(flats[-1].size, 1.0 / spread)
             else:
-                w = np.broadcast_to(t[:, None], matrix.shape)[real].astype(np.float64)
+                # Each path's weight on each of its links kept, row after row.
+                kept = hops - (~near_src) - (~near_dst)
+                w = np.repeat(t.astype(np.float64), kept)
                 if spread > 1:
                     w *= 1.0 / spread
             weights.append(w)
@@ -206,10 +215,8 @@ class FoldedRoutes:
         filled = [np.ones(f.size) if w is None else w for f, w in zip(flats, weights, strict=True)]
         return flat, filled[0] if len(filled) == 1 else np.concatenate(filled), longest
 
-    def _longest_path(
-        self, tree: TreeFabric, matrix: _IntArray, real: NDArray[np.bool_], hops: _IntArray
-    ) -> float:
-        """The longest latency of the paths ``matrix`` (links where ``real``; ``hops`` each)
+    def _longest_path(self, tree: TreeFabric, matrix: _IntArray, hops: _IntArray) -> float:
+        """The longest latency of the paths ``matrix`` (links where not -1; ``hops`` each)
         of ``tree``, as their row sums give it. Where every link of each kind (a chip's up
         or down link, a tier's up or down links) has one latency, the paths that turn at
         one tier are rows of equal values: one of them per tier is summed."""
@@ -221,7 +228,8 @@ class FoldedRoutes:
             self._tier_latency = (version, alike)
         if self._tier_latency[1]:
             rows = [int(np.argmax(hops == n)) for n in np.flatnonzero(np.bincount(hops))]
-            matrix, real = matrix[rows], real[rows]
+            matrix = matrix[rows]
+        real = matrix >= 0
         if real.all():
             return float(row_sums(lat[matrix]).max())
         return float(row_sums(np.where(real, lat[matrix], 0.0)).max())

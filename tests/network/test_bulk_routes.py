@@ -8,6 +8,7 @@ import simpy
 
 from clustersim import catalog
 from clustersim.network.fabric import build_topology, distinct_pairs
+from clustersim.network.fabric.domainpaths import _strided
 from clustersim.network.flows import FlowNetwork, link_counts
 
 
@@ -24,6 +25,54 @@ def test_domain_table_routes_are_the_path_functions(instance: str, count: int) -
     flat, _, latency = topo.weighted_routes(src, dst)
     assert sorted(flat.tolist()) == sorted(x for r in routes for x in r)
     assert sorted(latency.tolist()) == sorted(topo._latencies(routes).tolist())
+
+
+@pytest.mark.parametrize(("instance", "count"), [("trn2.48xlarge", 12), ("trn2u.48xlarge", 40)])
+def test_domain_links_guessed_at_a_stride_are_the_links_between_their_chips(
+    instance: str, count: int
+) -> None:
+    inst = catalog.instance(instance)
+    topo = build_topology(inst, catalog.chip(inst.chip), count)
+    paths = topo.local_paths
+    assert paths is not None
+    domains = np.arange(1, topo.n_domains, 2)  # every other domain: a stride of two
+    table = paths.domain_links(domains, topo.links_between, topo.n_domains, check=topo.are_links)
+    cpd = topo.chips_per_domain
+    hop = paths.hop_of()
+    a, b = np.divmod(np.flatnonzero(hop >= 0), cpd)
+    for d in range(topo.n_domains):
+        expected = topo.links_between(d * cpd + a, d * cpd + b) if d % 2 else -1
+        assert (table[d, hop[a * cpd + b]] == expected).all()
+
+
+def test_strided_guesses_that_miss_are_looked_up() -> None:
+    """Domains whose links were not added alike (here: two with their hops reversed) are
+    looked up; a stride the first two domains do not share is not guessed."""
+    n_domains, hops = 9, 5
+    ids = np.arange(n_domains * hops).reshape(n_domains, hops)
+    ids[[4, 7]] = ids[[4, 7], ::-1]
+    ids[1, :2] = ids[1, 1::-1]
+    u = np.arange(n_domains)[:, None] * 100 + np.arange(hops)
+    v = u + 1
+    owner = {
+        (int(x), int(y)): int(i) for x, y, i in zip(u.ravel(), v.ravel(), ids.ravel(), strict=True)
+    }
+    asked: list[int] = []
+
+    def find(uu: np.ndarray, vv: np.ndarray) -> np.ndarray:
+        asked.append(uu.size)
+        return np.asarray([owner[int(x), int(y)] for x, y in zip(uu, vv, strict=True)])
+
+    def check(links: np.ndarray, uu: np.ndarray, vv: np.ndarray) -> np.ndarray:
+        return np.asarray(
+            [owner.get((int(x), int(y))) == i for i, x, y in zip(links, uu, vv, strict=True)]
+        )
+
+    domains = np.arange(n_domains)
+    assert _strided(domains, u, v, find, check) is None  # domains 0 and 1: no common stride
+    found = _strided(domains[2:], u[2:], v[2:], find, check)
+    assert found is not None and (found == ids[2:]).all()
+    assert asked[-1] == 2 * (hops - 1)  # domains 4 and 7 but their middle hops looked up
 
 
 @pytest.mark.parametrize(("domains", "n"), [(1, 700), (3, 150)])  # a count per pair; a sort

@@ -4,8 +4,11 @@ a joining group touches, against a brute-force intersection."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from clustersim.network.flows import Component, FlowGroup, LiveGroups
+from clustersim.network.flows import live as live_module
+from clustersim.network.flows.live import BLOCK
 
 
 def _group(links: np.ndarray) -> FlowGroup:
@@ -13,11 +16,20 @@ def _group(links: np.ndarray) -> FlowGroup:
     return FlowGroup(links, np.ones(links.size), n_flows=1, latency_s=0.0)
 
 
-def test_shared_links_and_touched_components_match_a_brute_force() -> None:
+@pytest.mark.parametrize("whole", [True, False])  # every link compared, or those in blocks
+@pytest.mark.parametrize("size", [400, 40 * BLOCK])  # one block; groups over many blocks
+def test_shared_links_and_touched_components_match_a_brute_force(
+    monkeypatch: pytest.MonkeyPatch, size: int, whole: bool
+) -> None:
+    monkeypatch.setattr(live_module, "_WHOLE_UP_TO", 1 << 30 if whole else 0)
     rng = np.random.default_rng(7)
-    size = 400
-    groups = [_group(rng.integers(0, size, rng.integers(0, 30))) for _ in range(60)]
+    wide = size > BLOCK
+    groups = [
+        _group(rng.integers(0, size, rng.integers(0, 30 * (1 + 30 * wide)))) for _ in range(60)
+    ]
     groups += [_group(np.arange(i * 5, i * 5 + 5)) for i in range(20)]  # disjoint runs
+    if wide:  # runs of whole blocks, some apart, some meeting
+        groups += [_group(np.arange(i * BLOCK // 2, i * BLOCK // 2 + BLOCK, 3)) for i in range(20)]
     live = LiveGroups(size)
     comps = [Component(i) for i in range(len(groups))]
     for g, c in zip(groups[::2], comps[::2], strict=True):

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clustersim.network.flows import maxmin_rates, maxmin_rates_reference
+from clustersim.network.flows.maxmin import _stable_order
 
 
 def solve(matrix: list[list[float]], capacity: list[float]) -> np.ndarray:
@@ -125,3 +126,9 @@ def test_explicit_zeros_are_ignored_and_the_input_is_untouched() -> None:
     csr = inc.tocsr()
     np.testing.assert_allclose(maxmin_rates(csr, np.array([1.0, 1.0])), [1.0, 1.0])
     assert csr.nnz == 3
+
+
+@pytest.mark.parametrize("size", [1, 50, 1 << 16, (1 << 16) + 1, 3_000_000])
+def test_the_order_by_link_is_the_stable_sort(size: int) -> None:
+    keys = np.random.default_rng(size).integers(0, size, 20_000)
+    assert np.array_equal(_stable_order(keys, size), np.argsort(keys, kind="stable"))

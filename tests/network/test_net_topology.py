@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from clustersim import catalog
-from clustersim.errors import PartitionError, ScenarioError
+from clustersim.errors import PartitionError, ScenarioError, SimulationError
 from clustersim.network.fabric import build_topology, snake_coords, topology_names, torus_path
+from clustersim.network.fabric._column import Column
 from clustersim.network.fabric.routes import row_sums
 from clustersim.network.fabric.topology import EFA_NODE, Topology, chip_node
 
@@ -175,6 +176,41 @@ def test_nodes_keep_their_ids_and_new_ones_follow_in_order() -> None:
         chip_node(0), chip_node(1), ("a",), ("b",), ("c",), ("d",)
     ]  # fmt: skip
     assert topo.node_id(("c",)) == 4
+
+
+@pytest.mark.parametrize("size", [3, 100])  # a linear search of the tail, then runs
+def test_duplicate_links_are_refused_whether_or_not_their_ends_have_links(size: int) -> None:
+    """Links to nodes that have no link yet are not searched for among the others (they
+    cannot repeat one); a batch with one that repeats a link is still refused."""
+    topo = Topology("dups", chips_per_instance=2, local_bw_Bps=1e9)
+    switches = topo.add_nodes([("s", i) for i in range(size)])
+    chip = np.zeros(size, dtype=np.int64)
+    up = topo.add_links(chip, switches, capacity_Bps=1e9, latency_s=0.0, kind="efa")
+    down = topo.add_links(switches, chip, capacity_Bps=1e9, latency_s=0.0, kind="efa")
+    more = topo.add_nodes([("t", i) for i in range(size)])
+    for u, v in [(switches[:1], switches[-1:]), (more, chip)]:
+        topo.add_links(u, v, capacity_Bps=1e9, latency_s=0.0, kind="efa")  # new: accepted
+    fresh = topo.add_nodes([("u",)])  # its link is not searched for, the other one is
+    mixed = (np.r_[fresh, more[:1]], chip[:2])
+    for u, v in [(chip, switches), (switches[::-1], chip[::-1]), mixed]:
+        with pytest.raises(SimulationError, match="duplicate link"):
+            topo.add_links(u, v, capacity_Bps=1e9, latency_s=0.0, kind="efa")
+    with pytest.raises(SimulationError, match="duplicate link"):  # repeated within the batch
+        topo.add_links([1, 1], [more[0], more[0]], capacity_Bps=1e9, latency_s=0.0, kind="efa")
+    assert topo.links_between(chip, switches).tolist() == up.tolist()
+    assert topo.links_between(switches, chip).tolist() == down.tolist()
+
+
+def test_a_column_reads_values_across_its_parts_as_its_joined_view() -> None:
+    column = Column(np.int32)
+    rng = np.random.default_rng(3)
+    for size in (5, 0, 17, 1, 40):
+        column.extend(rng.integers(0, 1000, size))
+    at = rng.integers(0, column.n, 300)
+    values = column.take(at)
+    assert column._parts  # read without joining them
+    assert values.dtype == np.int32 and values.tolist() == column.view[at].tolist()
+    assert column.take(at).tolist() == values.tolist()  # joined now
 
 
 @pytest.mark.parametrize("columns", range(1, 10))

@@ -19,9 +19,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from clustersim.network.fabric._runs import FEW_LINKS
+
 __all__ = ["LocalPaths", "distinct_pairs"]
 
 Int64s = NDArray[np.int64]
+Check = Callable[[Int64s, Int64s, Int64s], NDArray[np.bool_]]
+"""``check(links, u, v)``: whether link ``links[i]`` runs from node ``u[i]`` to ``v[i]``."""
+
+_STRIDE_FROM = 4
+"""New domains from which their links are guessed from the first two's (:func:`_strided`)."""
 
 
 class LocalPaths:
@@ -89,11 +96,14 @@ class LocalPaths:
         dst: Int64s,
         find: Callable[[Int64s, Int64s], Int64s],
         n_domains: int,
+        *,
+        check: Check | None = None,
     ) -> tuple[Int64s, Int64s]:
         """The links along each path ``src[i] -> dst[i]`` (both in one domain), concatenated
         in path order, and the number of links of each path (0 for a chip to itself):
         the links between the chips of :meth:`nodes`. ``find(u, v)`` gives the ids of the
-        links ``u[j] -> v[j]`` between chips; the domains are ``0..n_domains-1``."""
+        links ``u[j] -> v[j]`` between chips; the domains are ``0..n_domains-1``; ``check``
+        (see :meth:`domain_links`)."""
         hop_ptr, which, _ = self._built_hops()
         n = self.chips
         domain = src // n
@@ -101,7 +111,7 @@ class LocalPaths:
         code = (src - base) * n + (dst - base)
         starts = hop_ptr[code]
         lengths = hop_ptr[code + 1] - starts
-        table = self.domain_links(domain, find, n_domains)
+        table = self.domain_links(domain, find, n_domains, check=check)
         first = np.zeros(lengths.size, dtype=np.int64)
         np.cumsum(lengths[:-1], out=first[1:])
         shift = np.repeat(starts - first, lengths)
@@ -118,10 +128,17 @@ class LocalPaths:
         return out
 
     def domain_links(
-        self, domains: Int64s, find: Callable[[Int64s, Int64s], Int64s], n_domains: int
+        self,
+        domains: Int64s,
+        find: Callable[[Int64s, Int64s], Int64s],
+        n_domains: int,
+        *,
+        check: Check | None = None,
     ) -> Int64s:
         """The table of each domain's link id per local hop (``n_domains`` rows, one
-        column per hop), with the rows of ``domains`` looked up (the others may be -1)."""
+        column per hop), with the rows of ``domains`` looked up (the others may be -1).
+        With ``check(links, u, v)`` (whether each link runs ``u -> v``), the links of many
+        new domains are guessed from the first two's and checked (:func:`_strided`)."""
         _, _, ends = self._built_hops()
         n = self.chips
         table = self._domain_links
@@ -130,8 +147,47 @@ class LocalPaths:
         new = np.unique(domains[table[domains, 0] < 0]) if ends.shape[1] else domains[:0]
         if new.size:
             at = (new * n)[:, None]
-            table[new] = find((at + ends[0]).ravel(), (at + ends[1]).ravel()).reshape(new.size, -1)
+            u, v = at + ends[0], at + ends[1]
+            found = None
+            if check is not None and new.size >= _STRIDE_FROM:
+                found = _strided(new, u, v, find, check)
+            if found is None:
+                found = find(u.ravel(), v.ravel()).reshape(new.size, -1)
+            table[new] = found
         return table
+
+
+def _strided(
+    domains: Int64s,
+    u: Int64s,
+    v: Int64s,
+    find: Callable[[Int64s, Int64s], Int64s],
+    check: Check,
+) -> Int64s | None:
+    """The links ``u[i, j] -> v[i, j]`` of the hops of ``domains[i]`` (increasing), guessed.
+
+    A builder that adds every domain's links alike puts domain ``d``'s link of a hop
+    at the first domain's plus ``d - domains[0]`` times one stride. The first two
+    domains are looked up, a few links at a time (which a link table answers without
+    merging its sorted runs: 10^7 links at a million chips), and every guess is
+    checked against the links' ends; those that miss are looked up. None when no
+    stride fits the first two.
+    """
+    first = np.concatenate(
+        [
+            find(u[:2].ravel()[i : i + FEW_LINKS], v[:2].ravel()[i : i + FEW_LINKS])
+            for i in range(0, 2 * u.shape[1], FEW_LINKS)
+        ]
+    ).reshape(2, -1)
+    step = first[1] - first[0]
+    apart = int(domains[1] - domains[0])
+    if (step != step[0]).any() or step[0] % apart:
+        return None
+    out: Int64s = first[0] + (domains - domains[0])[:, None] * (step[0] // apart)
+    miss = ~check(out.ravel(), u.ravel(), v.ravel()).reshape(out.shape)
+    if miss.any():
+        out[miss] = find(u[miss], v[miss])
+    return out
 
 
 def distinct_pairs(

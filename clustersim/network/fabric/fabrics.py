@@ -51,7 +51,7 @@ a 16,384-chip three-tier fabric takes well under a second.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,6 +77,8 @@ HBM-to-HBM EFA latency)."""
 
 _PROBES = 8
 """Pseudo-random equal-cost alternatives tried before sweeping all of them."""
+_SALT_TABLE = 1 << 16
+"""Pairs of subtrees of a level up to which their hashes are kept as one table."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +109,8 @@ class TreeFabric:
     down: tuple[Int64s, ...]
     spread: int = 1
     """NIC ports per chip: its traffic to another leaf spreads over this many paths."""
+    _salts: dict[int, tuple[int, Int64s]] = field(default_factory=dict, repr=False)
+    """Per level: how many subtrees it has, and the hash of each pair of them (or none)."""
 
     @property
     def levels(self) -> int:
@@ -130,58 +134,101 @@ class TreeFabric:
         offset: Int64s | None = None,
     ) -> tuple[Int64s, NDArray[np.bool_]]:
         """See :class:`~clustersim.network.fabric.scaleout.ScaleOut`."""
+        out, ok, _ = self.paths_turning(src, dst, usable, offset)
+        return out, ok
+
+    def paths_turning(
+        self,
+        src: Int64s,
+        dst: Int64s,
+        usable: NDArray[np.bool_] | None,
+        offset: Int64s | None = None,
+    ) -> tuple[Int64s, NDArray[np.bool_], Int64s]:
+        """:meth:`paths`, and the level each pair's path turns at (``m``: its first ``2m + 2``
+        columns are links, the others -1)."""
         ls, ld = self.leaf_of[src], self.leaf_of[dst]
         top = np.zeros(src.size, dtype=np.int64)
         apart = ls != ld
         for j in range(1, self.levels):
-            together = apart & (ls // self.span[j] == ld // self.span[j])
+            together = apart & (_div(ls, self.span[j]) == _div(ld, self.span[j]))
             top[together] = j
             apart &= ~together
-        out = np.full((src.size, 2 * self.levels), -1, dtype=np.int64)
-        ok = np.ones(src.size, dtype=bool)
         per_level = np.bincount(top, minlength=self.levels)
+        last = self.levels - 1
+        if per_level[last] == src.size:  # every pair turns at the top: no -1 to fill
+            out = np.empty((src.size, 2 * self.levels), dtype=np.int64)
+        else:
+            out = np.full((src.size, 2 * self.levels), -1, dtype=np.int64)
+        ok = np.ones(src.size, dtype=bool)
         for m in np.flatnonzero(per_level).tolist():
             # Pairs that all turn at one level (every pair, on a non-blocking fabric)
             # need no gathering.
             whole = per_level[m] == src.size
             rows = np.arange(src.size) if whole else np.flatnonzero(top == m)
             s, d = (src, dst) if whole else (src[rows], dst[rows])
+            lsm, ldm = (ls, ld) if whole else (ls[rows], ld[rows])
             width = self.width[m]
             if width > 1:
-                lsm, ldm = (ls, ld) if whole else (ls[rows], ld[rows])
-                block = self.span[m]
-                salt = ecmp_hash(lsm // block, ldm // block)
+                salt = self._salt(lsm, ldm, m)
                 if offset is not None:
                     salt = salt + (offset if whole else offset[rows])
-                p = (ldm * self.per_leaf + self.pos[d] + salt) % width
+                p = _mod(ldm * self.per_leaf + self.pos[d] + salt, width)
             else:  # a single path: number 0
                 p = np.zeros(s.size, dtype=np.int64)
-            links = self._links(s, d, p, m)
+            fill = whole and 2 * m + 2 == out.shape[1]
+            links = self._links(s, d, p, m, leaves=(lsm, ldm), out=out if fill else None)
             if usable is not None:
                 bad = ~usable[links].all(axis=1)
                 if bad.any():
                     fixed, good = self._detour(s[bad], d[bad], p[bad], m, usable)
                     links[bad] = fixed
                     ok[rows[bad]] = good
-            if whole and links.shape[1] == out.shape[1]:
-                out = links
-            else:
+            if not fill:
                 out[rows, : links.shape[1]] = links
-        return out, ok
+        return out, ok, top
 
-    def _links(self, s: Int64s, d: Int64s, p: Int64s, m: int) -> Int64s:
-        """The ``2m + 2`` links of each pair's path up to level ``m`` along path number ``p``."""
-        cols = [p % self.width[j] for j in range(m)]
-        ports = [(p // self.width[j]) % self.ports[j] for j in range(m)]
-        ls, ld = self.leaf_of[s], self.leaf_of[d]
-        ups = [
-            self.up[j][(ls // self.span[j]) * self.width[j] + cols[j], ports[j]] for j in range(m)
-        ]
-        downs = [
-            self.down[j][(ld // self.span[j]) * self.width[j] + cols[j], ports[j]]
-            for j in reversed(range(m))
-        ]
-        return np.stack([self.host_up[s], *ups, *downs, self.host_down[d]], axis=1)
+    def _salt(self, ls: Int64s, ld: Int64s, m: int) -> Int64s:
+        """The hash of the subtrees below level ``m`` of the leaves ``ls`` and ``ld``; from a
+        table of every pair of subtrees where there are few (kept per level)."""
+        block = self.span[m]
+        a, b = _div(ls, block), _div(ld, block)
+        found = self._salts.get(m)
+        if found is None:
+            n = int(self.leaf_of.max()) // block + 1 if self.leaf_of.size else 1
+            every = np.arange(n if n * n <= _SALT_TABLE else 0, dtype=np.int64)
+            found = self._salts[m] = (n, ecmp_hash(np.repeat(every, n), np.tile(every, n)))
+        n, table = found
+        if not table.size:
+            return ecmp_hash(a, b)
+        out: Int64s = table[a * n + b]
+        return out
+
+    def _links(
+        self,
+        s: Int64s,
+        d: Int64s,
+        p: Int64s,
+        m: int,
+        *,
+        leaves: tuple[Int64s, Int64s] | None = None,
+        out: Int64s | None = None,
+    ) -> Int64s:
+        """The ``2m + 2`` links of each pair's path up to level ``m`` along path number ``p``
+        (``leaves``: the pairs' leaves, if known), written into ``out`` if given."""
+        ls, ld = (self.leaf_of[s], self.leaf_of[d]) if leaves is None else leaves
+        if out is None:
+            out = np.empty((s.size, 2 * m + 2), dtype=np.int64)
+        out[:, 0] = self.host_up[s]
+        for j in range(m):
+            # Switch (block, column) of level j and its up port t, as one index of up[j].
+            col = _mod(p, self.width[j])
+            port = _mod(_div(p, self.width[j]), self.ports[j])
+            up_at = (_div(ls, self.span[j]) * self.width[j] + col) * self.ports[j] + port
+            down_at = (_div(ld, self.span[j]) * self.width[j] + col) * self.ports[j] + port
+            out[:, 1 + j] = self.up[j].reshape(-1).take(up_at)
+            out[:, 2 * m - j] = self.down[j].reshape(-1).take(down_at)
+        out[:, 2 * m + 1] = self.host_down[d]
+        return out
 
     def _detour(
         self, s: Int64s, d: Int64s, p: Int64s, m: int, usable: NDArray[np.bool_]
@@ -210,6 +257,22 @@ class TreeFabric:
             found[left[good]] = True
             left = left[~good]
         return out, found
+
+
+def _div(a: Int64s, k: int) -> Int64s:
+    """``a // k`` of non-negative ``a``: a shift where ``k`` is a power of two."""
+    if k & (k - 1) == 0:
+        return a >> (k.bit_length() - 1)
+    out: Int64s = a // k
+    return out
+
+
+def _mod(a: Int64s, k: int) -> Int64s:
+    """``a % k`` of non-negative ``a``: a mask where ``k`` is a power of two."""
+    if k & (k - 1) == 0:
+        return a & (k - 1)
+    out: Int64s = a % k
+    return out
 
 
 def leaf_ports(efa: EfaSpec) -> tuple[int, int]:

@@ -26,8 +26,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from clustersim.errors import SimulationError
+from clustersim.network.fabric import _runs
 from clustersim.network.fabric._column import Column as _Column
-from clustersim.network.fabric._runs import Run, merge_runs, search_runs
+from clustersim.network.fabric._runs import FEW_LINKS, Run, merge_runs, search_runs
 
 __all__ = ["KINDS", "Int64s", "LinkKind", "LinkState", "LinkTable", "Node", "node_name"]
 
@@ -81,6 +82,7 @@ class LinkTable:
         """Sorted runs of the keys added after ``_sorted``'s, merged at the next bulk lookup."""
         self._run_end = 0
         """Keys before this one are in ``_sorted`` or a run; the rest are searched linearly."""
+        self._top = (-1, -1)  # the largest source and the largest target of any link
         self._n_down = 0
         self._factors: dict[int, float] = {}
         self._names: NDArray[np.str_] | None = None
@@ -181,9 +183,13 @@ class LinkTable:
         # the search of the table (queries in order) and becomes their run (_add_run).
         order = np.argsort(keys, kind="stable")
         ordered = keys[order]
-        dup = np.zeros(m, dtype=bool)
-        dup[order[1:][ordered[1:] == ordered[:-1]]] = True
-        dup[order] |= self._find(ordered, merge=False) >= 0
+        if m > FEW_LINKS and self._u.n > self._run_end:
+            self._add_run()  # the tail first: the new keys can then be a run of their own
+        # Only a link whose source and target both have links already can repeat one: a
+        # builder's links to new switches are not searched for.
+        top_u, top_v = self._top
+        seen = (uu <= top_u) & (vv <= top_v)
+        dup = _runs.repeats(ordered, order, seen, lambda found: self._find(found, merge=False))
         if dup.any():
             i = int(np.argmax(dup))
             raise SimulationError(
@@ -191,6 +197,7 @@ class LinkTable:
                 f"{self.node(int(vv[i]))}"
             )
         start = self._u.n
+        self._top = (max(top_u, int(uu.max(initial=-1))), max(top_v, int(vv.max(initial=-1))))
         self._u.extend(uu)
         self._v.extend(vv)
         self._nominal.extend(np.ascontiguousarray(cap))
@@ -355,6 +362,12 @@ class LinkTable:
             )
         return found
 
+    def are_links(self, links: Int64s, u: Int64s, v: Int64s) -> NDArray[np.bool_]:
+        """Whether link ``links[i]`` runs from node ``u[i]`` to ``v[i]`` (False for no link)."""
+        ok: NDArray[np.bool_] = (links >= 0) & (links < self.n_links)
+        at = np.where(ok, links, 0)
+        return ok & (self._u.take(at) == u) & (self._v.take(at) == v) if self.n_links else ok
+
     def endpoints(self, link: int) -> tuple[Node, Node]:
         return self.node(int(self._u.view[link])), self.node(int(self._v.view[link]))
 
@@ -387,20 +400,13 @@ class LinkTable:
     def _find(self, keys: Int64s, *, merge: bool = True) -> Int64s:
         """Link index of each packed ``u << 32 | v`` key, or -1. A bulk lookup sorts the
         keys added since the last one first (and, with ``merge``, merges the runs)."""
-        if keys.size > 64:
+        if keys.size > FEW_LINKS:
             if self._u.n > self._run_end:
                 self._add_run()  # cheaper than comparing the lookup with the unsorted tail
             if merge and self._runs:
                 self._merge_runs()
         out = search_runs([self._sorted, *self._runs], keys)
-        tail = self._keys_since(self._run_end)
-        if tail.size:
-            miss = np.flatnonzero(out < 0)
-            if miss.size:
-                eq = keys[miss, None] == tail[None, :]
-                found = eq.any(axis=1)
-                out[miss[found]] = self._run_end + np.argmax(eq[found], axis=1)
-        return out
+        return _runs.search_tail(keys, out, self._keys_since(self._run_end), self._run_end)
 
     # -- state ----------------------------------------------------------------------------------
 

@@ -266,7 +266,9 @@ class Routes(LinkTable):
         path's), from :attr:`local_paths` with every link up: what :meth:`route` gives each
         pair, without a Python call per pair."""
         assert self.local_paths is not None
-        links, hops = self.local_paths.links(src, dst, self.links_between, self.n_domains)
+        links, hops = self.local_paths.links(
+            src, dst, self.links_between, self.n_domains, check=self.are_links
+        )
         moving = hops > 0
         latency = np.zeros(0)
         if links.size:

@@ -187,7 +187,10 @@ class StageImages:
         domains = np.flatnonzero(present)
         shift = delta // cpd
         table = paths.domain_links(
-            np.concatenate([domains, domains + shift]), topo.links_between, topo.n_domains
+            np.concatenate([domains, domains + shift]),
+            topo.links_between,
+            topo.n_domains,
+            check=topo.are_links,
         )
         pairs.append((table[domains].reshape(-1), table[domains + shift].reshape(-1)))
         for a, b in pairs:
@@ -232,7 +235,9 @@ class StageImages:
             a, b = u[torus], v[torus]
             domain = a // cpd
             hop = paths.hop_of()[(a - domain * cpd) * cpd + (b - domain * cpd)]
-            table = paths.domain_links(domain + delta // cpd, topo.links_between, topo.n_domains)
+            table = paths.domain_links(
+                domain + delta // cpd, topo.links_between, topo.n_domains, check=topo.are_links
+            )
             same = (hop >= 0) & (table[domain, hop] == own[torus])
             out[torus] = np.where(same, table[domain + delta // cpd, hop], -1)
         moved = np.concatenate([out, hbm + delta])

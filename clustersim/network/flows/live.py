@@ -33,6 +33,9 @@ BLOCK = 1 << BLOCK_SHIFT
 _MAX_STAMP = int(np.iinfo(np.uint8).max)
 """The last stamp before the marks are cleared and start over."""
 """Consecutive link ids per block of the pre-filter (see the module's note)."""
+_WHOLE_UP_TO = 1 << 14
+"""Links of a group and those it may meet up to which all of them are compared, not only
+those in the blocks they meet on."""
 
 
 class Shared:
@@ -184,10 +187,10 @@ class LiveGroups:
         shares: dict[FlowGroup, Shared],
         others: list[FlowGroup],
     ) -> None:
-        """The links ``group`` shares with each of ``others``: its blocks and links are
-        marked once, all the other groups' blocks looked up at once, then the links of
-        those that meet it on a block (most share none; only those that do cost a
-        search of their own)."""
+        """The links ``group`` shares with each of ``others``: its blocks are marked once,
+        all the other groups' blocks looked up at once, then, for those that meet it on a
+        block, its links and theirs in the blocks they meet on (most share none; only those
+        that do cost a search of their own)."""
         self._stamp += 1
         if self._stamp > _MAX_STAMP:  # the marks start over: 8 bits a link
             self._mark[:] = 0
@@ -203,28 +206,45 @@ class LiveGroups:
                 self._share(group, shares, other, _NOTHING)
         if not maybe:
             return
-        mark = self._mark
-        mark[group.links] = stamp
-        # The group shares all of its links with itself: only the others are looked up.
+        # The group shares all of its links with itself: only the others are looked up,
+        # and only at their links in the blocks the group has (the rest cannot meet it).
         rest = [other for other in maybe if other is not group]
-        sizes = [other.links.size for other in rest]  # each above 0: groups in flight have links
-        starts = np.zeros(len(rest), dtype=np.int64)
-        np.cumsum(sizes[:-1], out=starts[1:])
-        flat = mark[np.concatenate([other.links for other in rest])] == stamp if rest else mark[:0]
-        counts = np.add.reduceat(flat, starts, dtype=np.int64).tolist() if rest else []
+        if group.links.size + sum(other.links.size for other in rest) <= _WHOLE_UP_TO:
+            spans = [np.arange(other.links.size) for other in rest]  # few: every link
+            at_group = np.arange(group.links.size)
+        else:
+            block_mark = self._block_mark
+            mine = [b[block_mark[b] == stamp] for b in (self._blocks_of(other) for other in rest)]
+            spans = [_positions(other.links, b) for other, b in zip(rest, mine, strict=True)]
+            at_group = _positions(
+                group.links, np.unique(np.concatenate(mine)) if mine else blocks[:0]
+            )
+        mark = self._mark
+        mark[group.links[at_group]] = stamp
+        sizes = [at.size for at in spans]
+        ends = np.cumsum(sizes) if rest else np.zeros(0, dtype=np.int64)
+        flat = (
+            mark[np.concatenate([other.links[at] for other, at in zip(rest, spans, strict=True)])]
+            == stamp
+            if rest
+            else mark[:0]
+        )
+        before = np.zeros(flat.size + 1, dtype=np.int64)
+        np.cumsum(flat, out=before[1:])
+        counts = (before[ends] - before[ends - sizes]).tolist() if rest else []
         pos: NDArray[np.int32] | None = None  # the group's positions, made when first needed
-        found = iter(zip(starts.tolist(), sizes, counts, strict=True))
+        found = iter(zip((ends - sizes).tolist(), spans, counts, strict=True))
         for other in maybe:
             if other is group:
                 self._share(group, shares, other, Shared(group.links))
                 continue
-            start, size, count = next(found)
+            start, at, count = next(found)
             both = _NOTHING
             if count:
                 if pos is None:
                     pos = self._pos if self._slots is None else self._slots(mark.size)
-                    pos[group.links] = np.arange(group.links.size, dtype=np.int32)
-                hit = np.flatnonzero(flat[start : start + size])
+                    pos[group.links[at_group]] = at_group.astype(np.int32)
+                hit = at[np.flatnonzero(flat[start : start + at.size])]
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit
                 both._at[id(group)] = pos[both.links].astype(np.int64)  # where the group has them
@@ -249,3 +269,16 @@ def _meets(mark: NDArray[np.int64], stamp: int, blocks: list[NDArray[np.int64]])
     before = np.concatenate([[0], np.cumsum(flat)])
     hits: list[bool] = (before[ends] - before[ends - sizes] > 0).tolist()
     return hits
+
+
+def _positions(links: LinkIds, blocks: NDArray[np.int64]) -> NDArray[np.int64]:
+    """The positions in ``links`` (sorted) of those in ``blocks`` (increasing): each block's
+    links are one run of positions."""
+    lo = np.searchsorted(links, blocks << BLOCK_SHIFT)
+    hi = np.searchsorted(links, (blocks + 1) << BLOCK_SHIFT)
+    lengths = hi - lo
+    first = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=first[1:])
+    total = int(lengths.sum())
+    out: NDArray[np.int64] = np.repeat(lo - first, lengths) + np.arange(total, dtype=np.int64)
+    return out

@@ -122,18 +122,17 @@ class Protocol:
             if self.zero:
                 return route
             return route + intra * self.step_s + inter * self.net_step_s
-        f = float(np.count_nonzero(crosses)) / crosses.size
+        f, most, most_crossing = _fan_out(pairs, crosses)
         route = ((1 - f) * self.route_intra + f * self.route_inter) * route_s
         if self.zero:
             return repeats * route
-        sources = pairs[:, 0]
         if step.pipelined and self.ring_step_s is not None:
             fixed = self.ring_step_s
         else:  # a ring of NCCL's pays its hop latency like any round
             fixed = (1 - f) * self.step_s + f * self.net_step_s
-        fixed += math.ceil(int(np.bincount(sources).max()) / self.message_lanes) * self.message_s
+        fixed += math.ceil(most / self.message_lanes) * self.message_s
         if self.efa_message_s and f:
-            fixed += int(np.bincount(sources[crosses]).max()) * self.efa_message_s
+            fixed += most_crossing * self.efa_message_s
         return repeats * (route + fixed)
 
     def message_cap_Bps(self, *, pipelined: bool, reduces: bool) -> float:
@@ -210,3 +209,28 @@ def neuron_protocol(chip: ChipSpec) -> Protocol:
         message_Bps=engines if engines > 0 else math.inf,
         reduce_throughput=chip.dma_reduce_throughput,
     )
+
+
+_FANS: dict[
+    tuple[int, int], tuple[NDArray[np.int64], NDArray[np.bool_], tuple[float, int, int]]
+] = {}
+_MAX_FANS = 4096
+
+
+def _fan_out(pairs: NDArray[np.int64], crosses: NDArray[np.bool_]) -> tuple[float, int, int]:
+    """The fraction of ``pairs`` that cross domains (``crosses``), the most pairs from one
+    source, and the most of those that cross from one source (0 when none does); kept per
+    pair of arrays (a collective's steps are priced for every buffer size on the same
+    ones)."""
+    key = (id(pairs), id(crosses))
+    found = _FANS.get(key)
+    if found is not None and found[0] is pairs and found[1] is crosses:
+        return found[2]
+    f = float(np.count_nonzero(crosses)) / crosses.size
+    sources = pairs[:, 0]
+    most = int(np.bincount(sources).max())
+    most_crossing = int(np.bincount(sources[crosses]).max()) if f else 0
+    if len(_FANS) >= _MAX_FANS:
+        _FANS.clear()
+    _FANS[key] = (pairs, crosses, (f, most, most_crossing))  # holds both: their ids stay theirs
+    return f, most, most_crossing
