@@ -38,7 +38,9 @@ from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import HBM, ChipModel
 from clustersim.hardware.kernels import AttentionTable, GemmTable, attention_table, gemm_table
+from clustersim.hardware.moe_kernels import MoeTable, moe_table
 from clustersim.hardware.work import Work
+from clustersim.serve.moe import experts_of
 
 __all__ = ["DTYPE_BYTES", "OPS_PER_LAYER", "IterationModel", "kv_bytes_per_token"]
 
@@ -85,13 +87,15 @@ class _Shapes:
     kv_token_bytes: float  # one token's K and V of one layer on this rank
     lm_head: tuple[int, int]
     lm_head_bytes: float
+    moe_gemms: tuple[tuple[int, int], ...] = ()
+    """A MoE layer's GEMMs besides the routed experts: QKV, output projection, the
+    router and the shared experts (empty for a dense model)."""
+    moe_weight_bytes: float = 0.0
 
 
 def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Shapes:
-    if model.moe is not None or model.mla is not None:
-        raise ScenarioError(
-            "model", model.name, "serving models dense GQA transformers only (no MoE or MLA yet)"
-        )
+    if model.mla is not None:
+        raise ScenarioError("model", model.name, "serving models GQA attention only (no MLA yet)")
     # Heads and the MLP width that tp does not divide are padded up to a multiple of
     # it (Llama-3-70B's 64 heads at TP 24 on inf2.48xlarge, as the Neuron benchmark
     # tables run it: aws-neuron-sdk about-neuron/benchmarks/inf2).
@@ -105,7 +109,17 @@ def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Sha
     wbytes = DTYPE_BYTES[weight_dtype]
     params = sum(k * n for k, n in gemms)
     vocab = math.ceil(model.vocab / tp)
+    moe_gemms: tuple[tuple[int, int], ...] = ()
+    if model.moe is not None:
+        # the router's (h, experts) GEMM runs replicated on every rank; shared experts
+        # are one dense MLP of their summed width, split as the dense MLP is
+        moe_gemms = ((h, q + 2 * kv), (q, h), (h, model.moe.experts))
+        if model.moe.shared_experts:
+            shared = math.ceil(model.moe.shared_experts * model.moe.expert_ffn_hidden / tp)
+            moe_gemms += ((h, 2 * shared), (shared, h))
     return _Shapes(
+        moe_gemms=moe_gemms,
+        moe_weight_bytes=sum(k * n for k, n in moe_gemms) * wbytes,
         gemms=gemms,
         weight_bytes=params * wbytes,
         heads=heads,
@@ -144,6 +158,7 @@ class IterationModel:
         fixed_per_layer_s: float = 0.0,
         launch_s: float = 0.0,
         kernels: str | None = None,
+        ep: int = 1,
     ) -> None:
         self.model = model
         self.chip = chip
@@ -156,6 +171,13 @@ class IterationModel:
         self.launch_s = launch_s
         self.kv_dtype = kv_dtype
         self.kernels = kernels
+        self.ep = ep
+        self.experts = experts_of(model, tp, ep, DTYPE_BYTES[weight_dtype])
+        dense = model.moe.dense_layers if model.moe is not None else model.layers
+        self.dense_layers = min(dense, model.layers)
+        self.moe_layers = model.layers - self.dense_layers
+        self.moe_engine = "vllm" if kernels == "vllm" else "trtllm"
+        self.moe_table: MoeTable | None = None
         # GPUs run a layer as a sequence of kernels, each timed by its measurement where
         # the chip has one (module doc); Trainium runs it as one pipelined program.
         self.gemm_table: GemmTable | None = None
@@ -167,9 +189,17 @@ class IterationModel:
             attn = attention_table(chip.spec.name)
             if attn is not None and _attention_key(kv_dtype) in attn.precisions:
                 self.attention_table = attn
+            moe = moe_table(chip.spec.name)
+            if (
+                self.experts is not None
+                and moe is not None
+                and moe.lane(self.moe_engine, precision, self.experts.key) is not None
+            ):
+                self.moe_table = moe
         # the chip's HBM time is linear in the bytes: one division per lookup
         self._hbm_s_per_byte = chip.op_time(Work(hbm_bytes=1.0)).engine_s[HBM]
         self._gemm_s = lru_cache(maxsize=65536)(self._gemms)
+        self._experts_s = lru_cache(maxsize=65536)(self._experts_cost)
         self._lm_head_s = lru_cache(maxsize=65536)(self._lm_head)
         self._fixed_s = lru_cache(maxsize=65536)(self._fixed)
         self._attn_s = lru_cache(maxsize=262144)(self._attention)
@@ -179,7 +209,10 @@ class IterationModel:
     def weight_bytes_per_rank(self) -> float:
         """The weights one rank holds (layers and LM head; embeddings are not read)."""
         s = self.shapes
-        return self.model.layers * s.weight_bytes + 2 * s.lm_head_bytes
+        moe = 0.0
+        if self.experts is not None:
+            moe = self.moe_layers * (s.moe_weight_bytes + self.experts.bytes_per_rank)
+        return self.dense_layers * s.weight_bytes + moe + 2 * s.lm_head_bytes
 
     @property
     def kv_bytes_per_token_per_rank(self) -> float:
@@ -188,18 +221,40 @@ class IterationModel:
     def _hbm_s(self, nbytes: float) -> float:
         return nbytes * self._hbm_s_per_byte
 
-    def _gemms(self, rows: int) -> float:
-        """The layer's four GEMMs on ``rows`` tokens: tensor time, no overhead (a
+    def _gemms(self, rows: int, moe: bool = False) -> float:
+        """The layer's GEMMs on ``rows`` tokens (a dense layer's four; a MoE layer's
+        attention projections, router and shared experts): tensor time, no overhead (a
         measured GEMM's time, its weight reads and launch floor included, on GPUs)."""
+        return self._gemm_list(rows, self.shapes.moe_gemms if moe else self.shapes.gemms)
+
+    def _gemm_list(self, rows: int, gemms: Sequence[tuple[int, int]]) -> float:
         total = 0.0
         if self.gemm_table is not None:
-            for k, n in self.shapes.gemms:
+            for k, n in gemms:
                 total += self.gemm_table.time_s(rows, k, n, self.precision)
             return total
-        for k, n in self.shapes.gemms:
+        for k, n in gemms:
             work = Work(matmul=(rows, k, n), precision=self.precision)
             total += self.chip.op_time(work).engine_s[0]
         return total
+
+    def _experts_cost(self, rows: int) -> tuple[float, float]:
+        """The routed experts of one MoE layer on ``rows`` tokens (:mod:`.moe`): the
+        time of their kernels and, on Trainium, the weight bytes they read (which the
+        layer's pipelined op streams beside its compute; 0 where the time includes
+        them)."""
+        e = self.experts
+        if e is None:
+            return 0.0, 0.0
+        weights = e.active(rows) * e.expert_bytes
+        if self.moe_table is not None:
+            t = self.moe_table.time_s(self.moe_engine, self.precision, e.key, rows)
+            if t is not None:
+                return t, 0.0
+        gemm = self._gemm_list(e.pairs(rows), e.gemms)
+        if self.gemm_table is not None:
+            return max(gemm, weights * self._hbm_s_per_byte), 0.0
+        return gemm, weights
 
     def _attention(self, chunk: int, context: int) -> float:
         """QK^T and PV of a prompt chunk of ``chunk`` tokens over its causal context:
@@ -234,12 +289,22 @@ class IterationModel:
         return ops * self.op_overhead_s + self.fixed_per_layer_s + 2 * self._ar_s(rows)
 
     def layer_s(
-        self, chunks: Sequence[tuple[int, int]], decodes: int, decode_context: int, rows: int
+        self,
+        chunks: Sequence[tuple[int, int]],
+        decodes: int,
+        decode_context: int,
+        rows: int,
+        moe: bool = False,
     ) -> float:
         """One layer: ``chunks`` (tokens, earlier context) of prefill, ``decodes``
-        sequences reading ``decode_context`` cached tokens in all, ``rows`` GEMM rows."""
+        sequences reading ``decode_context`` cached tokens in all, ``rows`` GEMM rows;
+        ``moe``: a MoE layer (its routed experts, :mod:`.moe`)."""
         s = self.shapes
-        compute = self._gemm_s(rows)
+        compute = self._gemm_s(rows, moe)
+        expert_bytes = 0.0
+        if moe:
+            t, expert_bytes = self._experts_s(rows)
+            compute += t
         kv_tokens = decode_context + decodes
         for c, ctx in chunks:
             compute += self._attn_s(c, ctx)
@@ -249,7 +314,8 @@ class IterationModel:
             # kernels one after another: measured GEMMs (weights read inside them),
             # attention reading the KV cache, the small kernels' launches
             return compute + kv * self._hbm_s_per_byte + self._fixed_s(rows)
-        hbm = (s.weight_bytes + kv) * self._hbm_s_per_byte
+        weights = s.moe_weight_bytes + expert_bytes if moe else s.weight_bytes
+        hbm = (weights + kv) * self._hbm_s_per_byte
         return (compute if compute > hbm else hbm) + self._fixed_s(rows)
 
     def lm_head_s(self, rows: int) -> float:
@@ -281,5 +347,10 @@ class IterationModel:
             rows += c
         if rows == 0:
             return 0.0
-        layer = self.layer_s(chunks, decodes, decode_context, rows)
-        return self.model.layers * layer + self.lm_head_s(rows_decode + len(chunks)) + self.launch_s
+        layers = 0.0
+        if self.dense_layers:
+            layers += self.dense_layers * self.layer_s(chunks, decodes, decode_context, rows)
+        if self.moe_layers:
+            layer = self.layer_s(chunks, decodes, decode_context, rows, moe=True)
+            layers += self.moe_layers * layer
+        return layers + self.lm_head_s(rows_decode + len(chunks)) + self.launch_s

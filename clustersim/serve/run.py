@@ -130,9 +130,12 @@ def iteration_model(
     their wire time alone (:class:`~clustersim.serve.collectives.TpAllReduce`), and
     ``allreduce`` replaces their model (a replica with a lost lane)."""
     tp = res.scenario.parallelism.tp
-    for key in ("pp", "cp", "ep"):
-        if getattr(res.scenario.parallelism, key) != 1:
-            raise ScenarioError(f"parallelism.{key}", 0, "serving models tensor parallelism only")
+    for key in ("pp", "cp"):
+        value = getattr(res.scenario.parallelism, key)
+        if value != 1:
+            raise ScenarioError(
+                f"parallelism.{key}", value, "serving models tensor and expert parallelism only"
+            )
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
     healthy = TpAllReduce(res, tp, overheads=overheads, engine=cfg.engine)
@@ -140,7 +143,7 @@ def iteration_model(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
         allreduce_s=healthy if allreduce is None else allreduce, launch_s=healthy.launch_s,
-        kernels="vllm" if cfg.engine == "vllm" else None,
+        kernels="vllm" if cfg.engine == "vllm" else None, ep=res.scenario.parallelism.ep,
     )  # fmt: skip
 
 

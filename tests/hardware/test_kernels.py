@@ -173,11 +173,15 @@ def test_shipped_files_are_small_and_documented() -> None:
     folder = Path(__file__).resolve().parents[2] / "clustersim" / "catalog" / "kernels"
     sizes = {p.name: p.stat().st_size for p in folder.glob("*.npz")}
     stems = set(CHIPS) | {f"{chip}-vllm" for chip, src in CHIPS.items() if src.vllm}
-    assert set(sizes) == {f"{stem}.npz" for stem in stems}
+    moe = {f"moe-{chip}" for chip in CHIPS}
+    assert set(sizes) == {f"{stem}.npz" for stem in stems | moe}
     assert sum(sizes.values()) < 2 << 20
     sources = (folder / "SOURCES.md").read_text(encoding="utf-8")
     assert "Apache-2.0" in sources
     assert all(f"## {stem} " in sources for stem in stems)
+    moe_sources = (folder / "MOE_SOURCES.md").read_text(encoding="utf-8")
+    assert "Apache-2.0" in moe_sources
+    assert all(f"## {stem} " in moe_sources for stem in moe)
 
 
 def test_npz_writer_is_reproducible(tmp_path: Path) -> None:
