@@ -197,15 +197,21 @@ def load_scenario(
 
 
 def _relative_to(data: dict[str, Any], base: Path) -> None:
-    """A relative ``cluster.fabric_file`` (or trace prefix, ``workload.chakra``) names a
-    file beside the scenario file."""
+    """A relative ``cluster.fabric_file``, ``serving.arrival.file`` (or trace prefix,
+    ``workload.chakra``) names a file beside the scenario file."""
     trace_paths(data, base)
-    cluster = data.get("cluster")
-    if not isinstance(cluster, dict):
-        return
-    name = cluster.get("fabric_file")
-    if isinstance(name, str) and name and not Path(name).is_absolute() and "\0" not in name:
-        cluster["fabric_file"] = str(base / name)
+    for section, parent, key in (
+        ("cluster", None, "fabric_file"),
+        ("serving", "arrival", "file"),
+    ):
+        owner = data.get(section)
+        if parent is not None and isinstance(owner, dict):
+            owner = owner.get(parent)
+        if not isinstance(owner, dict):
+            continue
+        name = owner.get(key)
+        if isinstance(name, str) and name and not Path(name).is_absolute() and "\0" not in name:
+            owner[key] = str(base / name)
 
 
 def _read(path: Path) -> str:

@@ -1,10 +1,14 @@
 """The ``serving:`` section: an inference-serving workload instead of ``training:``.
 
 A serving scenario replaces ``training`` with ``serving`` (``clustersim serve``). Its
-requests arrive as a Poisson process (``arrival.kind: poisson``, ``rate_per_s``) or
-from a closed loop of ``concurrency`` clients that each send the next request when
-the last one finished; each asks for ``input_tokens`` of prompt and ``output_tokens``
-of generation (fixed, or lognormal per request). ``engine`` picks the scheduling
+requests arrive as a Poisson process (``arrival.kind: poisson``, ``rate_per_s``), a
+gamma renewal process of the same mean rate and coefficient of variation ``cv``
+(``gamma``: bursty above 1, smoother below), from a closed loop of ``concurrency``
+clients that each send the next request when the last one finished, or as a trace
+replays them (``trace``: a CSV of ``timestamp, input_tokens, output_tokens``,
+:mod:`clustersim.serve.arrivals`); each asks for ``input_tokens`` of prompt and
+``output_tokens`` of generation (a number, or lognormal, uniform or fixed per
+request; a trace's own). ``engine`` picks the scheduling
 rules (:mod:`clustersim.serve.sched`):
 ``vllm`` (continuous batching with chunked prefill, paged KV, preemption by
 recompute), ``trtllm`` (in-flight batching of the same shape, a prompt scheduled
@@ -24,10 +28,13 @@ from clustersim.catalog.schema import Strict
 __all__ = [
     "ArrivalCfg",
     "DisaggregationCfg",
+    "FixedCfg",
     "LognormalCfg",
+    "PrefixCacheCfg",
     "ServingCfg",
     "SloCfg",
     "SpeculativeCfg",
+    "UniformCfg",
     "longest",
     "serving_scenario",
 ]
@@ -37,8 +44,11 @@ Dtype = Literal["bf16", "fp16", "fp8", "int8"]
 
 @register_model
 class ArrivalCfg(Strict):
-    """``poisson``: open-loop arrivals at ``rate_per_s``; ``closed``: ``concurrency``
-    clients, each sending its next request as soon as the last one finished.
+    """``poisson``: open-loop arrivals at ``rate_per_s``; ``gamma``: open-loop arrivals
+    at ``rate_per_s`` whose gaps are gamma-distributed with coefficient of variation
+    ``cv`` (1 is Poisson); ``closed``: ``concurrency`` clients, each sending its next
+    request as soon as the last one finished; ``trace``: the requests of ``file`` (a
+    CSV of ``timestamp, input_tokens, output_tokens``) at their times.
 
     ``ramp_s``: the clients' first requests go at times drawn uniformly from
     ``[0, ramp_s)``. Left out, a continuously batching engine's clients spread over
@@ -46,10 +56,17 @@ class ArrivalCfg(Strict):
     a benchmark's clients reach (:func:`clustersim.serve.run.closed_loop_ramp_s`),
     and a static batch's all start at once; 0 starts every client at once."""
 
-    kind: Literal["poisson", "closed"] = "poisson"
-    """`poisson` (open loop at `rate_per_s`) or `closed` (`concurrency` clients)."""
+    kind: Literal["poisson", "gamma", "closed", "trace"] = "poisson"
+    """`poisson` (open loop at `rate_per_s`), `gamma` (open loop at `rate_per_s`, gaps of
+    coefficient of variation `cv`), `closed` (`concurrency` clients) or `trace` (a CSV)."""
     rate_per_s: float | None = Field(default=None, gt=0, le=1e9, allow_inf_nan=False)
-    """Mean requests per second; required with `poisson`."""
+    """Mean requests per second; required with `poisson` and `gamma`."""
+    cv: float | None = Field(default=None, gt=0, le=100, allow_inf_nan=False)
+    """Coefficient of variation of the gaps between arrivals; required with `gamma`."""
+    file: str | None = Field(default=None, min_length=1, max_length=4096)
+    """The trace: a CSV with columns `timestamp` (seconds, or ISO 8601 date-times),
+    `input_tokens` and `output_tokens`; a relative path is beside the scenario file.
+    Required with `trace`."""
     concurrency: int | None = Field(default=None, ge=1, le=10_000_000)
     """Clients, each sending its next request once its last one finished; required with `closed`."""
     ramp_s: float | None = Field(default=None, ge=0, le=1e9, allow_inf_nan=False)
@@ -58,10 +75,14 @@ class ArrivalCfg(Strict):
 
     @model_validator(mode="after")
     def _one_rule(self) -> ArrivalCfg:
-        if self.kind == "poisson" and self.rate_per_s is None:
-            raise ValueError("rate_per_s is required with kind: poisson")
+        if self.kind in ("poisson", "gamma") and self.rate_per_s is None:
+            raise ValueError(f"rate_per_s is required with kind: {self.kind}")
+        if self.kind == "gamma" and self.cv is None:
+            raise ValueError("cv is required with kind: gamma")
         if self.kind == "closed" and self.concurrency is None:
             raise ValueError("concurrency is required with kind: closed")
+        if self.kind == "trace" and self.file is None:
+            raise ValueError("file is required with kind: trace")
         return self
 
 
@@ -87,17 +108,62 @@ class LognormalCfg(Strict):
         return self
 
 
-Length = Annotated[int, Field(ge=1, le=100_000_000)] | LognormalCfg
+@register_model
+class UniformCfg(Strict):
+    """Lengths drawn per request uniformly from the integers ``min..max``."""
+
+    kind: Literal["uniform"]
+    """`uniform`."""
+    min: int = Field(ge=1, le=100_000_000)
+    """Shortest length (tokens)."""
+    max: int = Field(ge=1, le=100_000_000)
+    """Longest length (tokens)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformCfg:
+        if self.max < self.min:
+            raise ValueError(f"max {self.max} is below min {self.min}")
+        return self
 
 
-def longest(length: int | LognormalCfg) -> int:
-    """The most tokens a length allows: the number, or the distribution's ``max``."""
-    return length if isinstance(length, int) else length.max
+@register_model
+class FixedCfg(Strict):
+    """Every request the same length (the same as giving the number)."""
+
+    kind: Literal["fixed"]
+    """`fixed`."""
+    tokens: int = Field(ge=1, le=100_000_000)
+    """The length (tokens)."""
 
 
-def typical(length: int | LognormalCfg) -> int:
+Distribution = Annotated[LognormalCfg | UniformCfg | FixedCfg, Field(discriminator="kind")]
+Length = Annotated[int, Field(ge=1, le=100_000_000)] | Distribution
+LengthValue = int | LognormalCfg | UniformCfg | FixedCfg
+
+
+def longest(length: LengthValue) -> int:
+    """The most tokens a length allows: the number, or the distribution's largest."""
+    if isinstance(length, int):
+        return length
+    return length.tokens if isinstance(length, FixedCfg) else length.max
+
+
+def typical(length: LengthValue) -> int:
     """The number, or the distribution's median."""
-    return length if isinstance(length, int) else length.median
+    if isinstance(length, int):
+        return length
+    if isinstance(length, UniformCfg):
+        return (length.min + length.max) // 2
+    return length.tokens if isinstance(length, FixedCfg) else length.median
+
+
+@register_model
+class PrefixCacheCfg(Strict):
+    """Automatic prefix caching: ``hit_rate`` of every prompt's tokens, in whole KV
+    blocks, are found in the cache and not prefilled again."""
+
+    hit_rate: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    """Share of each prompt's tokens found in the cache (0: none)."""
 
 
 @register_model
@@ -174,11 +240,15 @@ class ServingCfg(Strict):
     """How requests arrive."""
     requests: int = Field(default=1000, ge=1, le=10_000_000)
     """Requests simulated."""
-    # a number of tokens, or {kind: lognormal, median, sigma, max}
+    # a number of tokens, or {kind: lognormal | uniform | fixed, ...}
     input_tokens: Length = 1024
-    """Prompt tokens per request: a number, or a lognormal."""
+    """Prompt tokens per request: a number, or a lognormal, uniform or fixed distribution
+    (a trace's own with `arrival.kind: trace`)."""
     output_tokens: Length = 128
-    """Generated tokens per request: a number, or a lognormal."""
+    """Generated tokens per request: a number, or a lognormal, uniform or fixed distribution
+    (a trace's own with `arrival.kind: trace`)."""
+    prefix_cache: PrefixCacheCfg = Field(default_factory=PrefixCacheCfg)
+    """Automatic prefix caching: the share of each prompt found in the cache."""
     slo: SloCfg = Field(default_factory=SloCfg)
     """The latency targets that goodput counts against."""
     replicas: int | None = Field(default=None, ge=1, le=10_000_000)
@@ -197,6 +267,12 @@ class ServingCfg(Strict):
             raise ValueError(
                 "give replicas or disaggregation, not both: disaggregation counts its own"
             )
+        if self.arrival.kind == "trace":
+            given = {"input_tokens", "output_tokens"} & self.model_fields_set
+            if given:
+                raise ValueError(
+                    f"{min(given)} comes from the trace (arrival.kind: trace); leave it out"
+                )
         return self
 
 

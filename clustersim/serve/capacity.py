@@ -51,6 +51,7 @@ from clustersim import cost
 from clustersim.errors import ClusterSimError, ScenarioError
 from clustersim.scenario import Resolved, resolve
 from clustersim.scenario.serving import ServingCfg
+from clustersim.serve.arrivals import lengths
 from clustersim.serve.capacity_layouts import (
     DEFAULT_INSTANCES,
     NEURON_BATCHES,
@@ -60,7 +61,7 @@ from clustersim.serve.capacity_layouts import (
     layouts_of,
     scenario_of,
 )
-from clustersim.serve.run import lengths, serve, serving_of
+from clustersim.serve.run import serve, serving_of
 
 __all__ = [
     "COST_RATIO",
@@ -251,6 +252,12 @@ def serve_search(
     requests per second (see the module docstring); exit 2 on bad input."""
     t0 = time.perf_counter()
     cfg: ServingCfg = serving_of(res)
+    if cfg.arrival.kind == "trace":
+        raise ScenarioError(
+            "serving.arrival.kind",
+            "trace",
+            "serve-search draws Poisson arrivals at --rate: give input_tokens and output_tokens",
+        )
     _check_inputs(rate, requests, max_instances)
     full = max(requests, cfg.requests)
     outs = lengths(cfg.output_tokens, full, res.scenario.seed, 2)

@@ -86,11 +86,12 @@ def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
     t.add_column("value", justify="right")
     t.add_column("note")
     arrival = s["arrival"]
-    rule = (
-        f"Poisson arrivals at {arrival['rate_per_s']:g}/s"
-        if arrival["kind"] == "poisson"
-        else f"closed loop of {arrival['concurrency']} clients"
-    )
+    rule = {
+        "poisson": lambda: f"Poisson arrivals at {arrival['rate_per_s']:g}/s",
+        "gamma": lambda: f"gamma arrivals at {arrival['rate_per_s']:g}/s, cv {arrival['cv']:g}",
+        "closed": lambda: f"closed loop of {arrival['concurrency']} clients",
+        "trace": lambda: f"trace {Path(arrival['file']).name}",
+    }[arrival["kind"]]()
     t.add_row("requests", f"{s['requests_finished']:,}", f"of {s['requests']:,}; {rule}")
     for key, name in (("ttft_s", "TTFT p50"), ("tpot_s", "TPOT p50"), ("e2e_s", "latency p50")):
         t.add_row(name, _ms(s[key]), _tail(s[key]))

@@ -88,6 +88,14 @@ class Request:
     """Disaggregated: how long its KV took to reach the decode replica."""
     retries: int = 0
     """Times a failed replica's router sent it elsewhere (its KV lost)."""
+    cached_tokens: int = 0
+    """Prompt tokens the prefix cache holds: its first admission starts with their KV."""
 
     def __post_init__(self) -> None:
         self.prompt_target = self.input_tokens
+
+    def prefix_hit(self) -> int:
+        """Prompt tokens the prefix cache gives it on its first admission (none after a
+        preemption, whose blocks went back to the pool, or with its KV in place)."""
+        first = self.kv_tokens == 0 and self.generated == 0 and self.blocks == 0
+        return self.cached_tokens if first else 0

@@ -26,7 +26,8 @@ from clustersim import catalog, cost
 from clustersim.errors import MISSING, ScenarioError
 from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved
-from clustersim.scenario.serving import LognormalCfg, ServingCfg, longest, typical
+from clustersim.scenario.serving import ServingCfg, longest, typical
+from clustersim.serve.arrivals import workload
 from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.faults import ServeFaults, failure_summary, serving_faults
@@ -36,7 +37,14 @@ from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 from clustersim.units import format_bytes
 
-__all__ = ["ServeResult", "budget_warning", "check_serving", "kv_capacity", "serve", "serving_of"]
+__all__ = [
+    "ServeResult",
+    "budget_warning",
+    "check_serving",
+    "kv_capacity",
+    "serve",
+    "serving_of",
+]
 
 GIB = 2.0**30
 
@@ -59,7 +67,11 @@ def serving_of(res: Resolved) -> ServingCfg:
 
 
 def kv_capacity(
-    res: Resolved, model: IterationModel, cfg: ServingCfg, draft: IterationModel | None = None
+    res: Resolved,
+    model: IterationModel,
+    cfg: ServingCfg,
+    draft: IterationModel | None = None,
+    seq: int | None = None,
 ) -> int:
     """KV blocks of ``BLOCK_TOKENS`` one replica's cache holds, checked against HBM.
 
@@ -67,7 +79,8 @@ def kv_capacity(
     the compiled ``max_num_seqs`` slots of the longest ``input_tokens + output_tokens`` each,
     which must fit the same room. Either way one whole request must fit, or exit 2
     naming the sizes. A speculative ``draft`` shares the ranks: its weights sit beside
-    the target's, and each cached token holds both models' KV.
+    the target's, and each cached token holds both models' KV. ``seq``: the longest
+    request's tokens (default: the longest lengths ``cfg`` allows; a trace's own).
     """
     hbm = res.chip.hbm_bytes / res.ranks_per_chip * cfg.hbm_utilization
     weights = model.weight_bytes_per_rank
@@ -75,7 +88,8 @@ def kv_capacity(
     if draft is not None:
         weights += draft.weight_bytes_per_rank
         per_token += draft.kv_bytes_per_token_per_rank
-    seq = longest(cfg.input_tokens) + longest(cfg.output_tokens)
+    if seq is None:
+        seq = longest(cfg.input_tokens) + longest(cfg.output_tokens)
     seq_blocks = math.ceil(seq / BLOCK_TOKENS)
     need = seq_blocks * BLOCK_TOKENS * per_token
     if weights + need > hbm:
@@ -177,7 +191,9 @@ def check_serving(res: Resolved) -> str:
     saying what would run (``clustersim check`` of a serving scenario)."""
     cfg = serving_of(res)
     model = iteration_model(res, cfg)
-    blocks = kv_capacity(res, model, cfg, draft_model(res, cfg, model))
+    wl = workload(cfg, res.scenario.seed)
+    seq = wl.longest_input + wl.longest_output
+    blocks = kv_capacity(res, model, cfg, draft_model(res, cfg, model), seq)
     n_rep = replicas_of(res, cfg)
     _faults(res, cfg, model, n_rep)
     return (
@@ -188,15 +204,18 @@ def check_serving(res: Resolved) -> str:
     )
 
 
-def budget_warning(cfg: ServingCfg) -> str | None:
+def budget_warning(cfg: ServingCfg, prompt: int | None = None) -> str | None:
     """A line saying that TensorRT-LLM's token budget leaves no room for the longest
     prompt beside a full batch's decodes, or None. With chunked context off (its
     default) a waiting prompt joins an iteration only whole (:mod:`.sched`), so such a
     prompt waits for the running batch to drain: prompts run one batch at a time,
-    which is what the engine does with that budget, but rarely what a user meant."""
+    which is what the engine does with that budget, but rarely what a user meant.
+    ``prompt``: the longest prompt (default: the longest ``cfg`` allows)."""
     if cfg.engine != "trtllm" or cfg.batching != "continuous" or cfg.max_num_seqs < 2:
         return None
-    prompt = longest(cfg.input_tokens)
+    if prompt is None:
+        trace = cfg.arrival.kind == "trace"
+        prompt = workload(cfg, 0).longest_input if trace else longest(cfg.input_tokens)
     need = prompt + cfg.max_num_seqs - 1
     if need <= cfg.max_num_batched_tokens:
         return None
@@ -264,16 +283,6 @@ def _faults(res: Resolved, cfg: ServingCfg, model: IterationModel, n_rep: int) -
     )  # fmt: skip
 
 
-def lengths(length: int | LognormalCfg, count: int, seed: int, stream: int) -> int | list[int]:
-    """The number, or ``count`` lengths drawn from the lognormal with the generator
-    ``default_rng([seed, stream])`` (apart from the arrivals' own), rounded and clipped."""
-    if isinstance(length, int):
-        return length
-    rng = np.random.default_rng([seed, stream])
-    drawn = rng.lognormal(math.log(length.median), length.sigma, size=count)
-    return [int(n) for n in np.clip(np.rint(drawn), 1, length.max)]
-
-
 def _stats(values: np.ndarray) -> dict[str, float | None]:
     values = values[np.isfinite(values)]
     if values.size == 0:
@@ -335,18 +344,13 @@ def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = Fa
     cfg = serving_of(res)
     model = iteration_model(res, cfg, overheads=collective_overheads)
     draft = draft_model(res, cfg, model)
-    blocks = kv_capacity(res, model, cfg, draft)
+    wl = workload(cfg, res.scenario.seed)
+    blocks = kv_capacity(res, model, cfg, draft, wl.longest_input + wl.longest_output)
     n_rep = replicas_of(res, cfg)
     spec = cfg.speculative
     iteration = _cost(res, cfg, model, draft)
     faults = _faults(res, cfg, model, n_rep)
-    arrival = cfg.arrival
     seed = res.scenario.seed
-    rule: tuple[str, float] = (
-        ("poisson", float(arrival.rate_per_s or 0))
-        if arrival.kind == "poisson"
-        else ("closed", float(arrival.concurrency or 1))
-    )
     split = cfg.disaggregation
     transfers: list[FabricKvTransfer] = []
 
@@ -354,17 +358,16 @@ def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = Fa
         transfers.append(FabricKvTransfer(env, res, model.tp, model.kv_bytes_per_token_per_rank))
         return transfers[-1]
 
-    inputs = lengths(cfg.input_tokens, cfg.requests, seed, 1)
-    outputs = lengths(cfg.output_tokens, cfg.requests, seed, 2)
     ramp = closed_loop_ramp_s(
-        cfg, iteration, n_rep, float(np.mean(inputs)), float(np.mean(outputs))
+        cfg, iteration, n_rep, float(np.mean(wl.inputs)), float(np.mean(wl.outputs))
     )
     sim = ServeSim(
         [iteration] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
-        requests=cfg.requests, arrival=rule, dispatch=cfg.dispatch, seed=seed,
-        input_tokens=inputs, output_tokens=outputs, ramp_s=ramp,
-        slot_tokens=longest(cfg.input_tokens) + longest(cfg.output_tokens),
+        requests=wl.requests, arrival=wl.rule, arrival_times=wl.times, dispatch=cfg.dispatch,
+        seed=seed, input_tokens=wl.inputs, output_tokens=wl.outputs, ramp_s=ramp,
+        prefix_hit=cfg.prefix_cache.hit_rate,
+        slot_tokens=wl.longest_input + wl.longest_output,
         prefill_replicas=split.prefill_replicas if split is not None else 0,
         kv_transfer=transfer if split is not None else None,
         speculative=(spec.tokens, spec.acceptance) if spec is not None else None,
@@ -378,6 +381,11 @@ def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = Fa
             "kv_tokens_lost": sum(r.kv_tokens_lost for r in sim.replicas),
             "detection_time_s": res.scenario.failures.detection_time,
             "restart_time_s": res.scenario.failures.restart_time,
+        }
+    if cfg.prefix_cache.hit_rate > 0:
+        summary["prefix_cache"] = {
+            "hit_rate": cfg.prefix_cache.hit_rate,
+            "tokens_hit": sum(r.cached_tokens for r in sim.requests if not math.isnan(r.scheduled)),
         }
     if spec is not None:
         steps = sum(r.decode_steps for r in sim.replicas)

@@ -1,10 +1,10 @@
 """Each replica's scheduler: its queue, running batch and KV blocks, iteration by iteration.
 
 (The arrivals and dispatch are :mod:`clustersim.serve.sim`'s.) Every replica is one
-SimPy process that runs engine iterations back to back while
-it has work; an iteration's duration comes from an :class:`IterationCost` (the
-chip and network model, :class:`~clustersim.serve.iteration.IterationModel`, or a
-fixed time in tests). Two schedulers, as the engines document them:
+SimPy process that runs engine iterations back to back while it has work; an
+iteration's duration comes from an :class:`IterationCost` (the chip and network model,
+:class:`~clustersim.serve.iteration.IterationModel`, or a fixed time in tests). Two
+schedulers, as the engines document them (both with :meth:`Request.prefix_hit`):
 
 - ``vllm`` (vLLM V1's scheduler) and ``trtllm`` (TensorRT-LLM's in-flight
   batching): continuous batching with chunked prefill. Each iteration spends at most
@@ -395,14 +395,16 @@ class Replica:
                 decodes.append(req)
                 budget -= self.decode_tokens
                 continue
+            left -= (hit := req.prefix_hit())
             if not self.chunked and left > budget and (chunks or decodes):
                 break  # TensorRT-LLM schedules a context whole, in one iteration
             tokens = min(left, budget)
             # TensorRT-LLM's GUARANTEED_NO_EVICT: the whole request's KV (prompt and every
             # output token) is reserved at admission, so nothing is ever preempted
             reserve = req.prompt_target + req.output_tokens - req.generated - req.kv_tokens
-            if not self._grow(req, tokens if self.chunked else max(reserve, tokens)):
+            if not self._grow(req, hit + tokens if self.chunked else max(reserve, hit + tokens)):
                 break
+            req.kv_tokens += hit
             self.waiting.popleft()
             if math.isnan(req.scheduled):
                 req.scheduled = self.env.now
@@ -420,6 +422,7 @@ class Replica:
                 if math.isnan(req.scheduled):
                     req.scheduled = self.env.now
                 slot = self.slot_tokens or req.input_tokens + req.output_tokens
+                req.kv_tokens += req.prefix_hit()  # its slot's blocks are the same
                 self._grow(req, max(slot - req.kv_tokens, 0))
                 self.running.append(req)
         chunks = [
@@ -440,6 +443,7 @@ class Replica:
                 req.scheduled = self.env.now
             # the slot's static KV, compiled for the longest request
             slot = self.slot_tokens or req.input_tokens + req.output_tokens
+            req.kv_tokens += req.prefix_hit()  # its slot's blocks are the same
             self._grow(req, max(slot - req.kv_tokens, 0))
             self.running.append(req)
             if req.prompt_target > req.kv_tokens:

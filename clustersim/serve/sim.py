@@ -27,7 +27,7 @@ import numpy as np
 import simpy
 
 from clustersim.errors import SimulationError
-from clustersim.serve.sched import IterationCost, Replica, Request
+from clustersim.serve.sched import BLOCK_TOKENS, IterationCost, Replica, Request
 
 __all__ = ["Fault", "KvTransfer", "ServeSim"]
 
@@ -55,8 +55,13 @@ class Fault:
 class ServeSim:
     """Arrivals, dispatch and the replicas of one serving run.
 
-    ``arrival`` is ``("poisson", rate_per_s)`` or ``("closed", concurrency)``; the
-    Poisson gaps come from ``numpy.random.default_rng(seed)``, so a seed gives one run.
+    ``arrival`` is ``("poisson", rate_per_s)``, ``("closed", concurrency)`` or
+    ``("times", 0)`` with ``arrival_times`` (a trace's, or gamma gaps drawn before the
+    run: :mod:`clustersim.serve.arrivals`); the Poisson gaps come from
+    ``numpy.random.default_rng(seed)``, so a seed gives one run.
+    ``prefix_hit`` is the share of each prompt found in the prefix cache: its first
+    admission starts with that many of its tokens' KV in place (whole blocks, and at
+    least its last token still to compute, as vLLM's automatic prefix caching does).
     ``input_tokens`` and ``output_tokens`` are every request's, or one per request.
     ``slot_tokens`` (Neuron) is the KV one batch slot reserves, whatever the request.
     ``prefill_replicas`` > 0 disaggregates: the first that many replicas only prefill
@@ -83,6 +88,8 @@ class ServeSim:
         input_tokens: int | Sequence[int],
         output_tokens: int | Sequence[int],
         arrival: tuple[str, float],
+        arrival_times: Sequence[float] | None = None,
+        prefix_hit: float = 0.0,
         dispatch: str = "least_loaded",
         seed: int = 0,
         slot_tokens: int = 0,
@@ -123,6 +130,8 @@ class ServeSim:
             [output_tokens] * requests if isinstance(output_tokens, int) else output_tokens
         )
         self.arrival = arrival
+        self.arrival_times = arrival_times
+        self.prefix_hit = prefix_hit
         self.dispatch = dispatch
         self.rng = np.random.default_rng(seed)
         self.ramp_s = ramp_s
@@ -136,6 +145,9 @@ class ServeSim:
     def _new(self) -> Request:
         i = len(self.requests)
         req = Request(i, self.env.now, int(self.inputs[i]), int(self.outputs[i]))
+        if self.prefix_hit > 0.0:
+            hit = int(self.prefix_hit * req.input_tokens) // BLOCK_TOKENS * BLOCK_TOKENS
+            req.cached_tokens = min(hit, req.input_tokens - 1)
         self.requests.append(req)
         return req
 
@@ -233,6 +245,12 @@ class ServeSim:
             yield self.env.timeout(float(gap))
             self._send(self._new())
 
+    def _times(self, times: Sequence[float]) -> Generator[simpy.Event, Any, None]:
+        for t in times:
+            if t > self.env.now:
+                yield self.env.timeout(t - self.env.now)
+            self._send(self._new())
+
     def _client(self, start: float = 0.0) -> Generator[simpy.Event, Any, None]:
         if start > 0.0:
             yield self.env.timeout(start)
@@ -246,6 +264,8 @@ class ServeSim:
         kind, value = self.arrival
         if kind == "poisson":
             self.env.process(self._poisson(value))
+        elif kind == "times":
+            self.env.process(self._times(self.arrival_times or ()))
         else:
             clients = min(int(value), self.n)
             starts = np.zeros(clients)
