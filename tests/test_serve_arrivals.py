@@ -12,6 +12,8 @@ from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario
 from clustersim.serve import arrivals
 from clustersim.serve.arrivals import gamma_times, lengths, read_trace
+from clustersim.serve.bands import error_bands, shipped_errors
+from clustersim.serve.intervals import ERRORS_FILE, errors_yaml, row_errors
 from clustersim.serve.run import serve
 
 HEAD = "name: wl\ncluster: {instance: trn2.48xlarge}\nmodel: llama3-8b\nparallelism: {tp: 8}\n"
@@ -171,3 +173,24 @@ def test_prefix_hits_are_not_prefilled_again(engine: str) -> None:
     base = serve(load_scenario(text + extra.replace(f"hit_rate: {hit}", "hit_rate: 0"))).summary
     assert result.summary["ttft_s"]["p50"] < base["ttft_s"]["p50"]
     assert "prefix_cache" not in base
+
+
+def test_serving_summaries_carry_energy_and_their_familys_uncertainty() -> None:
+    res = load_scenario(scenario("{kind: poisson, rate_per_s: 5}", "  requests: 60\n"))
+    s = serve(res).summary
+    e = s["energy"]
+    kw = res.instance.chips * res.chip.power_w / 1000 + res.instance.host_power_w / 1000
+    assert e["power_kw"] == pytest.approx(kw, rel=1e-12)
+    assert e["kwh"] == pytest.approx(kw * e["pue"] * s["makespan_s"] / 3600, rel=1e-12)
+    out_tokens = s["output_tokens_per_s"] * s["makespan_s"]
+    assert e["kwh_per_million_output_tokens"] == pytest.approx(e["kwh"] / out_tokens * 1e6)
+    bands = error_bands(list(shipped_errors()))
+    low, high = bands["trainium"].tpot
+    p50 = s["tpot_s"]["p50"]
+    assert s["uncertainty"]["tpot_p50_s"] == pytest.approx([p50 / (1 + high), p50 / (1 + low)])
+    assert "S1" in s["uncertainty"]["basis"]
+
+
+def test_the_shipped_serving_errors_are_a_fresh_prediction() -> None:
+    """``python -m clustersim.serve.intervals --write`` after any change that moves a row."""
+    assert ERRORS_FILE.read_text(encoding="utf-8") == errors_yaml(row_errors())

@@ -106,6 +106,13 @@ def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
         f"${s['usd_per_million_output_tokens']:,.2f}/M out",
         f"${s['usd_per_million_input_tokens']:,.3f}/M in; ${s['usd_per_hour']:,.2f}/h",
     )
+    energy = s["energy"]
+    t.add_row(
+        "energy",
+        f"{energy['kwh_per_million_output_tokens']:,.2f} kWh/M out",
+        f"{energy['kwh']:,.3g} kWh in all; {energy['power_kw']:,.1f} kW rated x PUE "
+        f"{energy['pue']:g}",
+    )
     t.add_row(
         "KV cache",
         f"{s['kv_cache_peak_fraction']:.1%} peak",

@@ -7,50 +7,36 @@ draw one from. What there is: the model's errors on published measurements
 for TTFT and for TPOT. Per chip family (``trainium``: the inf2, trn1 and trn2 rows;
 ``gpu``: the H100 rows) they span ``[low, high]``, and a prediction ``P`` reads as a
 measured value between ``P / (1 + high)`` and ``P / (1 + low)``: where the
-measurement would fall if the model erred as the family's rows did, each way.
+measurement would fall if the model erred as the family's rows did, each way
+(:mod:`clustersim.serve.bands`).
 
 It is the range of the errors observed, not a confidence level: a handful of rows
 (seven Trainium, two GPU), at batch 1 to 64 under closed loops, while a capacity
 search runs Poisson load at larger batches.
+
+Every serving summary carries it as ``uncertainty``, read from the errors shipped in
+``clustersim/catalog/serving_errors.yaml``; ``python -m clustersim.serve.intervals
+--write`` regenerates that file from a fresh prediction of every row, and a test holds
+it current.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+
+import yaml
 
 from clustersim import catalog
+from clustersim.serve.bands import ErrorBand, RowError
+from clustersim.serve.bands import error_bands as bands_of
 from clustersim.serve.references import ROWS, Row, predict
 
-__all__ = ["ErrorBand", "RowError", "error_bands", "row_errors"]
+__all__ = ["ERRORS_FILE", "ErrorBand", "RowError", "error_bands", "errors_yaml", "row_errors"]
 
-Metric = Literal["ttft", "tpot"]
-
-
-@dataclass(frozen=True)
-class RowError:
-    row: str
-    family: str
-    ttft: float
-    """predicted / published - 1, of the p50 TTFT."""
-    tpot: float
-
-
-@dataclass(frozen=True)
-class ErrorBand:
-    """The lowest and highest error of a chip family's rows, for TTFT and TPOT."""
-
-    family: str
-    rows: tuple[str, ...]
-    ttft: tuple[float, float]
-    tpot: tuple[float, float]
-
-    def interval(self, metric: Metric, predicted: float) -> tuple[float, float]:
-        """Where the measured value of ``predicted`` falls if the model errs as these
-        rows did: ``(P / (1 + high), P / (1 + low))``."""
-        low, high = self.ttft if metric == "ttft" else self.tpot
-        return predicted / (1.0 + high), predicted / (1.0 + low)
+ERRORS_FILE = Path(__file__).resolve().parent.parent / "catalog" / "serving_errors.yaml"
+DIGITS = 4
 
 
 def family_of(instance: str) -> str:
@@ -75,17 +61,35 @@ def row_errors(rows: Sequence[Row] = ROWS) -> list[RowError]:
 
 
 def error_bands(errors: Sequence[RowError] | None = None) -> dict[str, ErrorBand]:
-    """The error band of each chip family that has rows."""
-    errors = row_errors() if errors is None else errors
-    bands = {}
-    for family in sorted({e.family for e in errors}):
-        mine = [e for e in errors if e.family == family]
-        ttft = [e.ttft for e in mine]
-        tpot = [e.tpot for e in mine]
-        bands[family] = ErrorBand(
-            family,
-            tuple(e.row for e in mine),
-            (min(ttft), max(ttft)),
-            (min(tpot), max(tpot)),
-        )
-    return bands
+    """The error band of each chip family that has rows (default: fresh predictions)."""
+    return bands_of(row_errors() if errors is None else errors)
+
+
+def errors_yaml(errors: Sequence[RowError]) -> str:
+    """The text of ``serving_errors.yaml`` for ``errors``."""
+    head = (
+        "# Each serving validation row's error, predicted p50 / published - 1 (TTFT, TPOT),\n"
+        "# by chip family: what serving summaries' `uncertainty` reads\n"
+        "# (clustersim.serve.bands). Regenerate with\n"
+        "#   python -m clustersim.serve.intervals --write\n"
+    )
+    rows = {
+        e.row: {"family": e.family, "ttft": round(e.ttft, DIGITS), "tpot": round(e.tpot, DIGITS)}
+        for e in errors
+    }
+    return head + yaml.safe_dump({"rows": rows}, sort_keys=False, default_flow_style=None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m clustersim.serve.intervals")
+    parser.add_argument("--write", action="store_true", help=f"rewrite {ERRORS_FILE.name}")
+    args = parser.parse_args(argv)
+    text = errors_yaml(row_errors())
+    if args.write:
+        ERRORS_FILE.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

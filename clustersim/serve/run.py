@@ -28,6 +28,7 @@ from clustersim.hardware.chip import ChipModel
 from clustersim.scenario import Resolved
 from clustersim.scenario.serving import ServingCfg, longest, typical
 from clustersim.serve.arrivals import workload
+from clustersim.serve.bands import uncertainty
 from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.faults import ServeFaults, failure_summary, serving_faults
@@ -425,6 +426,15 @@ def _summary(
     good = finished[(finished["ttft_s"] <= slo.ttft_s) & ~(finished["tpot_s"] > slo.tpot_s)]
     sc = res.scenario
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)
+    e = cost.energy(
+        res.instance,
+        res.chip,
+        sc.cluster.count,
+        sc.cost,
+        step_time_s=span,
+        tokens_per_step=out_tokens,
+    )
+    ttft, tpot = _stats(frame["ttft_s"].to_numpy(float)), _stats(frame["tpot_s"].to_numpy(float))
     return {
         "scenario": sc.name,
         "model": res.model.name,
@@ -439,8 +449,8 @@ def _summary(
         "requests": len(frame),
         "requests_finished": len(finished),
         "arrival": cfg.arrival.model_dump(exclude_none=True),
-        "ttft_s": _stats(frame["ttft_s"].to_numpy(float)),
-        "tpot_s": _stats(frame["tpot_s"].to_numpy(float)),
+        "ttft_s": ttft,
+        "tpot_s": tpot,
         "e2e_s": _stats(frame["e2e_s"].to_numpy(float)),
         "queue_s": _stats(frame["queue_s"].to_numpy(float)),
         "makespan_s": span,
@@ -452,6 +462,14 @@ def _summary(
         "usd_per_hour": usd_hour,
         "usd_per_million_output_tokens": cost.usd_per_million_tokens(usd_hour, rate(out_tokens)),
         "usd_per_million_input_tokens": cost.usd_per_million_tokens(usd_hour, rate(in_tokens)),
+        # the whole cluster at its rated power over the run, idle replicas included
+        "energy": {
+            "power_kw": e["power_kw"],
+            "pue": e["pue"],
+            "kwh": e["kwh_per_step"],
+            "kwh_per_million_output_tokens": e["kwh_per_million_tokens"],
+        },
+        "uncertainty": uncertainty(res.chip.family, ttft["p50"], tpot["p50"]),
         "kv_cache_blocks_per_replica": blocks,
         "kv_cache_tokens_per_replica": blocks * BLOCK_TOKENS,
         "kv_cache_peak_fraction": max(r.peak_blocks for r in sim.replicas) / blocks,
