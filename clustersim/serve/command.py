@@ -75,11 +75,15 @@ def _tail(stats: dict[str, float | None]) -> str:
     return f"mean {ms['mean']:,.1f}, p90 {ms['p90']:,.1f}, p99 {ms['p99']:,.1f} ms"
 
 
+def _pp(s: dict[str, Any]) -> str:
+    return f" x pp {s['pp']}" if s.get("pp", 1) > 1 else ""
+
+
 def serve_table(s: dict[str, Any], out: str | None = None) -> Table:
     """What ``clustersim serve`` prints of a summary: metric, value and note."""
     title = (
         f"{s['scenario']}: {s['model']} on {s['instances']} x {s['instance']}, "
-        f"{s['replicas']} replicas of tp {s['tp']} ({s['engine']})"
+        f"{s['replicas']} replicas of tp {s['tp']}{_pp(s)} ({s['engine']})"
     )
     t = Table(title=title, show_header=False, title_justify="left")
     t.add_column("metric", style="bold")

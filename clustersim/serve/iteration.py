@@ -159,6 +159,8 @@ class IterationModel:
         launch_s: float = 0.0,
         kernels: str | None = None,
         ep: int = 1,
+        pp: int = 1,
+        stage_send_s: Callable[[int], float] | None = None,
     ) -> None:
         self.model = model
         self.chip = chip
@@ -172,6 +174,10 @@ class IterationModel:
         self.kv_dtype = kv_dtype
         self.kernels = kernels
         self.ep = ep
+        self.pp = pp
+        self.stage_layers = math.ceil(model.layers / pp)
+        """The most layers one pipeline stage holds (what a rank's memory must take)."""
+        self.stage_send_s = stage_send_s
         self.experts = experts_of(model, tp, ep, DTYPE_BYTES[weight_dtype])
         dense = model.moe.dense_layers if model.moe is not None else model.layers
         self.dense_layers = min(dense, model.layers)
@@ -212,11 +218,15 @@ class IterationModel:
         moe = 0.0
         if self.experts is not None:
             moe = self.moe_layers * (s.moe_weight_bytes + self.experts.bytes_per_rank)
-        return self.dense_layers * s.weight_bytes + moe + 2 * s.lm_head_bytes
+        layers = self.dense_layers * s.weight_bytes + moe
+        if self.pp == 1:
+            return layers + 2 * s.lm_head_bytes
+        # a stage of the most layers, and one of the embedding and the LM head
+        return layers * self.stage_layers / self.model.layers + s.lm_head_bytes
 
     @property
     def kv_bytes_per_token_per_rank(self) -> float:
-        return self.shapes.kv_token_bytes * self.model.layers
+        return self.shapes.kv_token_bytes * self.stage_layers
 
     def _hbm_s(self, nbytes: float) -> float:
         return nbytes * self._hbm_s_per_byte
@@ -353,4 +363,5 @@ class IterationModel:
         if self.moe_layers:
             layer = self.layer_s(chunks, decodes, decode_context, rows, moe=True)
             layers += self.moe_layers * layer
-        return layers + self.lm_head_s(rows_decode + len(chunks)) + self.launch_s
+        total = layers + self.lm_head_s(rows_decode + len(chunks)) + self.launch_s
+        return total if self.stage_send_s is None else total + self.stage_send_s(rows)

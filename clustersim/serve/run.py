@@ -33,6 +33,7 @@ from clustersim.serve.collectives import TpAllReduce
 from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.faults import ServeFaults, failure_summary, serving_faults
 from clustersim.serve.iteration import IterationModel
+from clustersim.serve.pipeline import StageSends, pipeline_problem, virtual_engines
 from clustersim.serve.sched import BLOCK_TOKENS, LOG_FIELDS, IterationCost, Request
 from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
@@ -117,7 +118,8 @@ def kv_capacity(
 
 
 def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
-    tp = res.scenario.parallelism.tp
+    """Replicas of ``tp x pp`` ranks the run has (exit 2 when they do not fit)."""
+    tp = res.scenario.parallelism.tp * res.scenario.parallelism.pp
     fit = res.ranks // tp
     if fit < 1:
         raise ScenarioError("parallelism.tp", tp, f"more than the cluster's {res.ranks} ranks")
@@ -144,13 +146,13 @@ def iteration_model(
     """The replicas' iteration model; ``overheads=False`` times the TP all-reduces at
     their wire time alone (:class:`~clustersim.serve.collectives.TpAllReduce`), and
     ``allreduce`` replaces their model (a replica with a lost lane)."""
-    tp = res.scenario.parallelism.tp
-    for key in ("pp", "cp"):
-        value = getattr(res.scenario.parallelism, key)
-        if value != 1:
-            raise ScenarioError(
-                f"parallelism.{key}", value, "serving models tensor and expert parallelism only"
-            )
+    tp, pp = res.scenario.parallelism.tp, res.scenario.parallelism.pp
+    if res.scenario.parallelism.cp != 1:
+        raise ScenarioError(
+            "parallelism.cp", res.scenario.parallelism.cp, "serving has no context parallelism"
+        )
+    if pp > 1:
+        pipeline_problem(res, cfg, pp)
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
     healthy = TpAllReduce(res, tp, overheads=overheads, engine=cfg.engine)
@@ -159,6 +161,7 @@ def iteration_model(
         weight_dtype=cfg.weight_dtype, kv_dtype=cfg.kv_dtype,
         allreduce_s=healthy if allreduce is None else allreduce, launch_s=healthy.launch_s,
         kernels="vllm" if cfg.engine == "vllm" else None, ep=res.scenario.parallelism.ep,
+        pp=pp, stage_send_s=StageSends(res, tp, pp) if pp > 1 else None,
     )  # fmt: skip
 
 
@@ -198,7 +201,8 @@ def check_serving(res: Resolved) -> str:
     n_rep = replicas_of(res, cfg)
     _faults(res, cfg, model, n_rep)
     return (
-        f"{res.scenario.name}: {n_rep} replicas of tp {model.tp} x {res.chip.name} "
+        f"{res.scenario.name}: {n_rep} replicas of tp {model.tp}"
+        f"{f' x pp {model.pp}' if model.pp > 1 else ''} x {res.chip.name} "
         f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
         f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
         f"{model.iteration_s((), 1, typical(cfg.input_tokens)) * 1e3:.2f} ms"
@@ -348,6 +352,7 @@ def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = Fa
     wl = workload(cfg, res.scenario.seed)
     blocks = kv_capacity(res, model, cfg, draft, wl.longest_input + wl.longest_output)
     n_rep = replicas_of(res, cfg)
+    blocks, engines = virtual_engines(model, blocks, wl.longest_input + wl.longest_output)
     spec = cfg.speculative
     iteration = _cost(res, cfg, model, draft)
     faults = _faults(res, cfg, model, n_rep)
@@ -360,10 +365,10 @@ def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = Fa
         return transfers[-1]
 
     ramp = closed_loop_ramp_s(
-        cfg, iteration, n_rep, float(np.mean(wl.inputs)), float(np.mean(wl.outputs))
+        cfg, iteration, n_rep * engines, float(np.mean(wl.inputs)), float(np.mean(wl.outputs))
     )
     sim = ServeSim(
-        [iteration] * n_rep, engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
+        [iteration] * (n_rep * engines), engine=cfg.engine, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, kv_blocks=blocks,
         requests=wl.requests, arrival=wl.rule, arrival_times=wl.times, dispatch=cfg.dispatch,
         seed=seed, input_tokens=wl.inputs, output_tokens=wl.outputs, ramp_s=ramp,
@@ -445,7 +450,8 @@ def _summary(
         "engine_rules": cfg.engine,
         "batching": cfg.batching,
         "tp": model.tp,
-        "replicas": len(sim.replicas),
+        "replicas": len(sim.replicas) // model.pp,
+        "pp": model.pp,
         "requests": len(frame),
         "requests_finished": len(finished),
         "arrival": cfg.arrival.model_dump(exclude_none=True),
@@ -470,8 +476,8 @@ def _summary(
             "kwh_per_million_output_tokens": e["kwh_per_million_tokens"],
         },
         "uncertainty": uncertainty(res.chip.family, ttft["p50"], tpot["p50"]),
-        "kv_cache_blocks_per_replica": blocks,
-        "kv_cache_tokens_per_replica": blocks * BLOCK_TOKENS,
+        "kv_cache_blocks_per_replica": blocks * model.pp,
+        "kv_cache_tokens_per_replica": blocks * model.pp * BLOCK_TOKENS,
         "kv_cache_peak_fraction": max(r.peak_blocks for r in sim.replicas) / blocks,
         "weights_gib_per_rank": model.weight_bytes_per_rank / GIB,
         "preemptions": sum(r.preemptions for r in sim.replicas),
