@@ -9,7 +9,8 @@ end-to-end row in ``references/``. End-to-end rows compare the simulated step
 time with the one derived from the published throughput (MFU beside); analytic
 rows compare collective times with their alpha-beta closed forms (``consistency``:
 checks of the algorithms, not validation), measured rows compare them with nccom-test
-and nccl-tests (``measured_collectives``), and checkpoint
+and nccl-tests (``measured_collectives``), serving rows compare a ``clustersim serve``
+run's p50 TTFT and TPOT with published serving measurements (``serving``), and checkpoint
 intervals and the long-horizon failure model with Young's and Daly's closed forms. Validation
 passes when every row is within its tolerance and the mean ``|error|`` of the
 checked end-to-end rows is within :data:`MEAN_TOLERANCE`. A row marked
@@ -51,6 +52,7 @@ def reference_names(*, quick: bool = False) -> list[str]:
         *(r.name for r in refs.collectives),
         *(r.name for r in refs.measured_collectives),
         *(r.name for r in refs.reliability),
+        *(r.name for r in refs.serving),
     ]
 
 
@@ -80,7 +82,8 @@ def validate(
         wanted = [n for n in refs.names() if n in chosen]
     keep = set(wanted)
     every: list[Reference] = [
-        *refs.training, *refs.collectives, *refs.measured_collectives, *refs.reliability
+        *refs.training, *refs.collectives, *refs.measured_collectives, *refs.reliability,
+        *refs.serving,
     ]  # fmt: skip
     return run_references([r for r in every if r.name in keep], jobs=jobs, progress=progress)
 

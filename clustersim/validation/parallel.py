@@ -43,13 +43,15 @@ from clustersim.validation.rows import (
     MeasuredCollectiveRef,
     ReliabilityRef,
     Row,
+    ServingRef,
     TrainingRef,
 )
+from clustersim.validation.serving import run_serving_rows
 from clustersim.validation.training import run_training
 
 __all__ = ["Progress", "Reference", "Status", "default_jobs", "run_reference", "run_references"]
 
-Reference = TrainingRef | CollectiveRef | MeasuredCollectiveRef | ReliabilityRef
+Reference = TrainingRef | CollectiveRef | MeasuredCollectiveRef | ReliabilityRef | ServingRef
 
 TICK_S = 1.0
 """How often a parallel run reports progress while no task finishes."""
@@ -64,13 +66,16 @@ def default_jobs() -> int:
 
 
 def run_reference(ref: Reference) -> list[Row]:
-    """The rows of one reference (one, or one per size of a measured collective)."""
+    """The rows of one reference (one, one per size of a measured collective, or a
+    serving reference's TTFT and TPOT)."""
     if isinstance(ref, TrainingRef):
         return [run_training(ref)]
     if isinstance(ref, CollectiveRef):
         return [run_collective_row(ref)]
     if isinstance(ref, MeasuredCollectiveRef):
         return measured_rows(ref)
+    if isinstance(ref, ServingRef):
+        return run_serving_rows(ref)
     return [run_reliability_row(ref)]
 
 

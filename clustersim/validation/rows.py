@@ -27,6 +27,7 @@ __all__ = [
     "References",
     "ReliabilityRef",
     "Row",
+    "ServingRef",
     "TrainingRef",
     "references",
 ]
@@ -154,11 +155,27 @@ class ReliabilityRef(Strict):
     tolerance: Tolerance = Field(default=0.02, gt=0, le=1)
 
 
+class ServingRef(Strict):
+    """A published serving measurement: the row ``id`` of
+    :data:`clustersim.serve.references.ROWS` (its setup and published p50 TTFT and
+    TPOT), checked on each metric against its own tolerance. A metric named in
+    ``gaps`` is a known gap (the text names the mechanism the model lacks)."""
+
+    name: str
+    id: str
+    role: Literal["calibration", "holdout"]
+    source: str
+    tolerance_ttft: float = Field(default=0.25, gt=0, le=1)
+    tolerance_tpot: float = Field(default=0.15, gt=0, le=1)
+    gaps: dict[Literal["ttft", "tpot"], str] = Field(default_factory=dict)
+
+
 class References(Strict):
     training: tuple[TrainingRef, ...]
     collectives: tuple[CollectiveRef, ...]
     measured_collectives: tuple[MeasuredCollectiveRef, ...] = ()
     reliability: tuple[ReliabilityRef, ...] = ()
+    serving: tuple[ServingRef, ...] = ()
 
     def names(self) -> list[str]:
         return (
@@ -166,6 +183,7 @@ class References(Strict):
             + [r.name for r in self.collectives]
             + [r.name for r in self.measured_collectives]
             + [r.name for r in self.reliability]
+            + [r.name for r in self.serving]
         )
 
 
@@ -191,7 +209,7 @@ class Row:
     """
 
     name: str
-    kind: Literal["training", "collective", "reliability"]
+    kind: Literal["training", "collective", "reliability", "serving"]
     metric: str
     unit: str
     published: float

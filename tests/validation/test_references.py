@@ -105,3 +105,31 @@ def test_holdout_coverage_counts_rows_inside_their_interval() -> None:
               extra={"uncertainty": [11.0, 15.0]})  # fmt: skip
     assert holdout_coverage([inside, outside, cal]) == {"rows": 2, "inside": 1}
     assert holdout_coverage([cal]) is None
+
+
+def test_serving_references_are_every_published_serving_row_in_its_role() -> None:
+    """Every row of serve.references is a serving reference with the row's own role,
+    and a known gap names its mechanism."""
+    from clustersim.serve.references import ROWS
+
+    refs = {r.id: r for r in references().serving}
+    assert set(refs) == {row.id for row in ROWS}
+    for row in ROWS:
+        role = "calibration" if row.role == "calibration" else "holdout"
+        assert refs[row.id].role == role, row.id
+    for ref in refs.values():
+        assert all(len(text) > 40 for text in ref.gaps.values()), ref.name
+
+
+def test_serving_rows_check_ttft_and_tpot_on_their_own_tolerances() -> None:
+    from clustersim.validation.serving import run_serving_rows
+
+    ref = next(r for r in references().serving if r.id == "S11")
+    ttft, tpot = run_serving_rows(ref)
+    assert (ttft.name, tpot.name) == (f"{ref.name}@ttft", f"{ref.name}@tpot")
+    assert (ttft.tolerance, tpot.tolerance) == (0.25, 0.15)
+    assert ttft.published == pytest.approx(0.0963) and tpot.published == pytest.approx(0.01211)
+    assert ttft.kind == tpot.kind == "serving" and ttft.passed and tpot.passed
+    gap = next(r for r in references().serving if r.id == "S4")
+    rows = {r.metric: r for r in run_serving_rows(gap)}
+    assert rows["p50 TTFT"].status == "known_gap" and rows["p50 TPOT"].status == "checked"
