@@ -124,10 +124,24 @@ def _seconds(column: pd.Series) -> np.ndarray:
     return np.asarray((stamps - first).dt.total_seconds(), dtype=float)
 
 
+def _lines_over(path: str | Path, limit: int) -> bool:
+    """Whether the file has more than ``limit`` lines, read in blocks (stopping as soon
+    as it does), so an oversized trace is refused before it is parsed."""
+    lines = 0
+    with Path(path).open("rb") as f:
+        while block := f.read(1 << 20):
+            lines += block.count(b"\n")
+            if lines > limit:
+                return True
+    return False
+
+
 def read_trace(path: str | Path) -> tuple[list[float], list[int], list[int]]:
     """Arrival times (s from the first row), input and output tokens of a trace CSV."""
     try:
-        frame = pd.read_csv(path, nrows=MAX_TRACE_ROWS + 1, dtype=str, skipinitialspace=True)
+        if _lines_over(path, MAX_TRACE_ROWS + 1):  # the header, then the rows
+            raise ScenarioError(KEY, str(path), f"more than {MAX_TRACE_ROWS:,} rows")
+        frame = pd.read_csv(path, skipinitialspace=True)
     except FileNotFoundError:
         raise ScenarioError(KEY, str(path), "trace file not found") from None
     except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
