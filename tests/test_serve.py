@@ -21,6 +21,7 @@ from clustersim.hardware.kernels import gemm_table
 from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import load_scenario
 from clustersim.serve.collectives import TpAllReduce, in_program_protocol
+from clustersim.serve.decode_attention import DecodeAttention
 from clustersim.serve.iteration import (
     GPU_SMALL_KERNELS,
     OPS_PER_LAYER,
@@ -75,8 +76,9 @@ def test_kv_capacity_is_hbm_left_beside_the_weights() -> None:
 @pytest.mark.parametrize(("instance", "tp"), [("trn2.48xlarge", 8), ("trn1.32xlarge", 8)])
 def test_batch_one_decode_is_the_hbm_roofline_plus_fixed_costs(instance: str, tp: int) -> None:
     """Batch-1 decode reads every weight and the cached KV once: (weights + KV) over the
-    rank's sustained HBM bandwidth, plus the op overheads and 2 all-reduces per layer,
-    plus one program launch per iteration (Trainium: one pipelined program)."""
+    rank's sustained HBM bandwidth, plus the op overheads, 2 all-reduces and the decode
+    attention's instructions per layer, plus one program launch per iteration
+    (Trainium: one pipelined program)."""
     inst = catalog.instance(instance)
     spec = catalog.chip(inst.chip)
     lnc = spec.lnc_default
@@ -93,7 +95,10 @@ def test_batch_one_decode_is_the_hbm_roofline_plus_fixed_costs(instance: str, tp
     roofline = (model.layers * (2 * layer_params + layer_kv) + lm_head) / hbm_Bps
     overhead = spec.calibration.op_overhead_s
     fixed = model.layers * (OPS_PER_LAYER * overhead + 2 * ar_s * (tp > 1)) + overhead + launch_s
-    assert it.iteration_s((), 1, context) == pytest.approx(roofline + fixed, rel=1e-12)
+    group = model.heads // model.kv_heads
+    attention = DecodeAttention(spec, lnc, model.kv_heads // tp, group)(1, context + 1)
+    expected = roofline + fixed + model.layers * attention
+    assert it.iteration_s((), 1, context) == pytest.approx(expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("tp", [1, 4])

@@ -22,6 +22,11 @@ Megatron's layout): on a GPU node the engine's measured all-reduce kernel, elsew
 the project's collective model (:mod:`clustersim.serve.collectives`), plus
 ``fixed_per_layer_s`` (0: no published per-layer serving overhead was found to take
 it from). The LM head runs once per iteration on the sequences that produce a token.
+On Trainium and Inferentia a decode step's attention adds, after the layer's pipelined
+op, its instructions on the NeuronCore's engines (:mod:`clustersim.serve.decode_attention`:
+one query row per head against each sequence's keys, about ``L`` cycles a pass however
+few rows), on the critical path between the QKV and output projections. A layer of a
+mixture-of-experts model runs its routed experts (:mod:`clustersim.serve.moe`).
 
 Not modelled: norms, rotary embeddings, sampling, the logits' gather, CPU-side
 scheduling and the KV block tables' indirection.
@@ -40,6 +45,7 @@ from clustersim.hardware.chip import HBM, ChipModel
 from clustersim.hardware.kernels import AttentionTable, GemmTable, attention_table, gemm_table
 from clustersim.hardware.moe_kernels import MoeTable, moe_table
 from clustersim.hardware.work import Work
+from clustersim.serve.decode_attention import DecodeAttention
 from clustersim.serve.moe import experts_of
 
 __all__ = ["DTYPE_BYTES", "OPS_PER_LAYER", "IterationModel", "kv_bytes_per_token"]
@@ -184,6 +190,11 @@ class IterationModel:
         self.moe_layers = model.layers - self.dense_layers
         self.moe_engine = "vllm" if kernels == "vllm" else "trtllm"
         self.moe_table: MoeTable | None = None
+        self.decode_attention: DecodeAttention | None = None
+        if chip.spec.family != "gpu" and chip.spec.engines is not None:
+            s = self.shapes
+            group = max(s.heads // s.kv_heads, 1)
+            self.decode_attention = DecodeAttention(chip.spec, chip.lnc, s.kv_heads, group)
         # GPUs run a layer as a sequence of kernels, each timed by its measurement where
         # the chip has one (module doc); Trainium runs it as one pipelined program.
         self.gemm_table: GemmTable | None = None
@@ -363,5 +374,10 @@ class IterationModel:
         if self.moe_layers:
             layer = self.layer_s(chunks, decodes, decode_context, rows, moe=True)
             layers += self.moe_layers * layer
+        if self.decode_attention is not None and rows_decode:
+            # each sequence's keys: its cached context (a padded batch: the bucket) and
+            # the token it adds
+            keys = math.ceil(decode_context / (rows_decode if padded_decodes else decodes or 1))
+            layers += self.model.layers * self.decode_attention(rows_decode, keys + 1)
         total = layers + self.lm_head_s(rows_decode + len(chunks)) + self.launch_s
         return total if self.stage_send_s is None else total + self.stage_send_s(rows)
