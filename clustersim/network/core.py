@@ -108,10 +108,11 @@ class Network(FoldedRoutes):
         self._caps: dict[tuple[int, float], tuple[FlowGroup, FlowGroup]] = {}
         self._digests: dict[int, tuple[_IntArray, bytes]] = {}
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
-        self._distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None, bool]] = {}
+        self._distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None, bool | None]]
+        self._distinct = {}
         """The distinct rows of chips of each replicas array (the steps of a collective
         share their replicas), and whether those rows (or all, if none repeats) hold no
-        chip twice."""
+        chip twice (None until asked)."""
         self._rows: dict[int, tuple[object, dict[int, object]]] = {}
         """The rows of ranks checked to lead each replicas array."""
         self._pairs_apart: dict[bytes, bool] = {}

@@ -42,9 +42,10 @@ _INT32_MAX = int(np.iinfo(np.int32).max)
 Repeats = tuple[_IntArray, _IntArray, _IntArray]
 """The flows of a folded step's distinct rows of chips: sources, destinations, and how
 many replicas' flows each stands for."""
-Flows = tuple[Repeats | None, bool]
+Flows = tuple[Repeats | None, Callable[[], bool]]
 """The flows of a folded step's distinct rows (None when no two rows are alike), and
-whether no two of the flows routed (those, or every row's) join the same pair of chips."""
+whether no two of the flows routed (those, or every row's) join the same pair of chips
+(found when asked)."""
 
 
 def distinct_rows(rows: _IntArray, n_chips: int) -> tuple[_IntArray, _IntArray] | None:
@@ -92,7 +93,7 @@ class FoldedRoutes:
     flows: FlowNetwork
     max_cached_plans: int
     _chips: _IntArray
-    _distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None, bool]]
+    _distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None, bool | None]]
     _rows: dict[int, tuple[object, dict[int, object]]]
     _pairs_apart: dict[bytes, bool]
     _mark: NDArray[np.bool_]
@@ -133,27 +134,33 @@ class FoldedRoutes:
         """The flows of ``pairs`` in the distinct rows of chips of ``replicas`` (``rows``),
         each with how many rows repeat it, or None when no two rows are alike; and whether
         the flows routed join distinct pairs of chips: those rows hold no chip twice and
-        ``pairs`` (``digest``) no pair twice (cached per replicas array and pairs)."""
+        ``pairs`` (``digest``) no pair twice (each cached per replicas array and pairs)."""
         found = self._distinct.get(id(replicas))
         if found is None or found[0] is not replicas:
             if len(self._distinct) >= self.max_cached_plans:
                 self._distinct.clear()
-            distinct = distinct_rows(rows, self.topology.n_chips)
-            used = rows if distinct is None else rows[distinct[0]]
-            found = (replicas, distinct, apart(used.ravel()))
+            found = (replicas, distinct_rows(rows, self.topology.n_chips), None)
             self._distinct[id(replicas)] = found  # holds the array: its id is not reused
-        alone = found[2]
-        if alone:
-            known = self._pairs_apart.get(digest)
-            if known is None:
+        distinct = found[1]
+
+        def alone() -> bool:
+            known = self._distinct[id(replicas)]
+            if known[2] is None:
+                used = rows if distinct is None else rows[distinct[0]]
+                known = self._distinct[id(replicas)] = (replicas, distinct, apart(used.ravel()))
+            if not known[2]:
+                return False
+            found = self._pairs_apart.get(digest)
+            if found is None:
                 if len(self._pairs_apart) >= self.max_cached_plans:
                     self._pairs_apart.clear()
                 width = int(pairs.max()) + 1 if pairs.size else 1
-                known = self._pairs_apart[digest] = apart(pairs[:, 0] * width + pairs[:, 1])
-            alone = known
-        if found[1] is None:
+                found = self._pairs_apart[digest] = apart(pairs[:, 0] * width + pairs[:, 1])
+            return found
+
+        if distinct is None:
             return None, alone
-        first, times = found[1]
+        first, times = distinct
         unique = rows[first]
         flows = (
             unique.take(pairs[:, 0], axis=1).ravel(),
@@ -224,7 +231,7 @@ class FoldedRoutes:
         times: _IntArray | None,
         near: NDArray[np.bool_],
         *,
-        alone: bool = False,
+        alone: Callable[[], bool] | None = None,
     ) -> tuple[_IntArray, NDArray[np.float64] | None, float]:
         """:meth:`~clustersim.network.fabric.Routes.weighted_routes` of the pairs ``src ->
         dst`` on a tree fabric with every link up, less the links between chips outside
@@ -233,7 +240,7 @@ class FoldedRoutes:
         The entries between domains come in the order ``weighted_routes`` gives them, so
         every link's weighted count sums alike; repeated pairs inside domains are routed
         once, weighted by their flows (whole numbers: the same sums in any order), unless
-        the caller knows that no pair repeats (``alone``). A chip is a leaf of the tree:
+        ``alone()`` says that no pair repeats. A chip is a leaf of the tree:
         its own links are the first and the last of a path between domains, so those of
         chips outside the near domains are dropped by the pair's ends, not found among
         every entry.
@@ -252,7 +259,8 @@ class FoldedRoutes:
             inside = ~cross
             src_in, dst_in = src[inside], dst[inside]
             times_in = None if times is None else times[inside]
-            if topo.local_paths is not None and src_in.size > _DISTINCT_FROM and not alone:
+            many = topo.local_paths is not None and src_in.size > _DISTINCT_FROM
+            if many and not (alone is not None and alone()):
                 src_in, dst_in, times_in = distinct_pairs(
                     src_in,
                     dst_in,
@@ -344,7 +352,7 @@ class FoldedRoutes:
         if topo.scaleout is None or not topo.scaleout.private:
             spread = topo.scaleout.spread if topo.scaleout is not None else 1
             whole = not spread & (spread - 1)  # copies' shares sum exactly
-            distinct, alone = repeats() if repeats is not None and whole else (None, False)
+            distinct, alone = repeats() if repeats is not None and whole else (None, None)
             times: _IntArray | None = None
             if distinct is not None:
                 # The distinct rows' flows, each counted for its copies: the same whole
