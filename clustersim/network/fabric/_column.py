@@ -26,8 +26,14 @@ class Column(Generic[_T]):
 
     def extend(self, values: NDArray[Any], *, fresh: bool = False) -> None:
         """Append ``values`` (in the column's type): a copy of them, or (``fresh``: an
-        array of that type nobody else holds) the array itself."""
-        part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
+        array of that type nobody else holds) the array itself. One value broadcast to
+        many (stride 0) is filled in, not copied from a contiguous copy of it."""
+        if fresh:
+            part = np.asarray(values, dtype=self._a.dtype)
+        elif values.ndim == 1 and values.size > 1 and values.strides[0] == 0:
+            part = np.full(values.size, values[0], dtype=self._a.dtype)
+        else:
+            part = np.array(values, self._a.dtype)
         self._parts.append(part.reshape(-1))
         self.n += part.size
 
@@ -64,10 +70,13 @@ class Column(Generic[_T]):
     def joined(self, tail: NDArray[_T]) -> NDArray[_T]:
         """The values followed by ``tail``, as one read-only array; the column holds a view
         of its head from then on, so a caller that needs both holds the values once."""
-        head = self.view
-        out = np.concatenate([head, tail])
+        # The parts are copied into the joined array directly: a column of 10^7 values is
+        # then copied once, not first into a head of its own.
+        pieces = [self._a, *self._parts, np.asarray(tail, dtype=self._a.dtype)]
+        out = np.concatenate(pieces)
         out.flags.writeable = False
-        self._a = out[: head.size]
+        self._a = out[: out.size - pieces[-1].size]
+        self._parts = []
         return out
 
     @property
