@@ -80,9 +80,14 @@ def distinct_rows(rows: _IntArray, n_chips: int) -> tuple[_IntArray, _IntArray] 
     return first.astype(np.int64), times.astype(np.int64)
 
 
-def apart(values: _IntArray) -> bool:
-    """Whether no value of ``values`` repeats."""
-    return bool(np.unique(values).size == values.size)
+def apart(values: _IntArray, slot: NDArray[np.int32] | None = None) -> bool:
+    """Whether no value of ``values`` repeats; ``slot``, a scratch position per value (each
+    value below its size), replaces a sort: the last of equal values wins the slot."""
+    if slot is None or values.size > _INT32_MAX:
+        return bool(np.unique(values).size == values.size)
+    at = np.arange(values.size, dtype=np.int32)
+    slot[values] = at
+    return bool((slot[values] == at).all())
 
 
 class FoldedRoutes:
@@ -147,7 +152,9 @@ class FoldedRoutes:
             known = self._distinct[id(replicas)]
             if known[2] is None:
                 used = rows if distinct is None else rows[distinct[0]]
-                known = self._distinct[id(replicas)] = (replicas, distinct, apart(used.ravel()))
+                slot = self.flows.slots(self.topology.n_chips)
+                known = (replicas, distinct, apart(used.ravel(), slot))
+                self._distinct[id(replicas)] = known
             if not known[2]:
                 return False
             found = self._pairs_apart.get(digest)

@@ -62,7 +62,7 @@ class Column(Generic[_T]):
         np.cumsum([p.size for p in pieces], out=starts[1:])
         which = np.searchsorted(starts, at, side="right") - 1
         values = np.empty(at.shape, dtype=self._a.dtype)
-        for k in np.unique(which).tolist():
+        for k in np.flatnonzero(np.bincount(which.ravel(), minlength=len(pieces))).tolist():
             sel = which == k
             values[sel] = pieces[k][at[sel] - starts[k]]
         return values
