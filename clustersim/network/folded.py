@@ -35,8 +35,9 @@ _FAR_MASKS = 4
 _ROWS_BY_DICT = 4096
 """Replica rows up to which distinct rows are found by their bytes, not by a sort."""
 
-_MARK_FROM = 16
-"""Entries above a sixteenth of the links: their distinct links are found by marks."""
+_MARK_FROM = 32
+"""Entries above a 32nd of the span of their link ids: their distinct links are found by
+marks over the span (a scan of a byte per link beats a sort of the distinct ones)."""
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 Repeats = tuple[_IntArray, _IntArray, _IntArray]
@@ -186,11 +187,14 @@ class FoldedRoutes:
             self._mark = np.zeros(n, dtype=bool)  # False but during this call
         # The flow model's scratch, 32 bits: a position is below a group's entries.
         pos = self.flows.slots(n)
-        if kept.size * _MARK_FROM >= n:
-            # Many entries: the links are read off a mark per link, already in order.
+        lo, hi = (int(kept.min()), int(kept.max()) + 1) if kept.size else (0, 0)
+        if kept.size * _MARK_FROM >= hi - lo:
+            # Many entries for the span of their ids: the links are read off a mark per
+            # link of the span, already in order.
             mark = self._mark
             mark[kept] = True
-            links = np.flatnonzero(mark)
+            links = np.flatnonzero(mark[lo:hi])
+            links += lo
             mark[links] = False
         else:
             # The last entry of each link wins its slot; only the distinct links are sorted,
