@@ -58,13 +58,22 @@ class Column(Generic[_T]):
             out: NDArray[_T] = self._a[at]
             return out
         pieces = [self._a, *self._parts]
-        starts = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum([p.size for p in pieces], out=starts[1:])
-        which = np.searchsorted(starts, at, side="right") - 1
         values = np.empty(at.shape, dtype=self._a.dtype)
-        for k in np.flatnonzero(np.bincount(which.ravel(), minlength=len(pieces))).tolist():
-            sel = which == k
-            values[sel] = pieces[k][at[sel] - starts[k]]
+        if not at.size:
+            return values
+        lo, hi = int(at.min()), int(at.max())
+        if lo < 0 or hi >= self.n:
+            raise IndexError(f"index {lo if lo < 0 else hi} is out of bounds for size {self.n}")
+        start = 0
+        for piece in pieces:
+            end = start + piece.size
+            if start <= lo and hi < end:  # every index in this part: one gather
+                values[...] = piece[at - start]
+                break
+            if start <= hi and lo < end:
+                sel = (at >= start) & (at < end)
+                values[sel] = piece[at[sel] - start]
+            start = end
         return values
 
     def joined(self, tail: NDArray[_T]) -> NDArray[_T]:
