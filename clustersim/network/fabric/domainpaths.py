@@ -117,9 +117,14 @@ class LocalPaths:
         table = self.domain_links(domain, find, n_domains, check=check)
         first = np.zeros(lengths.size, dtype=np.int64)
         np.cumsum(lengths[:-1], out=first[1:])
-        shift = np.repeat(starts - first, lengths)
-        hop = which[shift + np.arange(shift.size, dtype=np.int64)]
-        return table[np.repeat(domain, lengths), hop], lengths
+        # Entry j of path i reads hop which[starts[i] + j] of its domain's row of the table;
+        # the indices are built in place, and the table read flat.
+        at = np.repeat(starts - first, lengths)
+        at += np.arange(at.size, dtype=np.int64)
+        hop = which.take(at)
+        at = np.repeat(domain * table.shape[1], lengths)
+        at += hop
+        return table.reshape(-1).take(at), lengths
 
     def hop_of(self) -> Int64s:
         """The local hop of each link ``a -> b`` between local chips, at ``a * chips + b``
