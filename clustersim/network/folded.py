@@ -4,7 +4,9 @@ A folded step stands for every replica's flows as one entity, and routes only th
 flows that can reach links other replicas share (:meth:`FoldedRoutes._reaching`),
 keeping the first replica's links with every flow's load on them
 (:meth:`FoldedRoutes._on_links`); :meth:`~.core.Network._folded_group` builds the
-group from them.
+group from them. The chips of the replicas' rows, the distinct rows among them and
+whether their pairs of chips can repeat are found here too, once per replicas array
+(:meth:`FoldedRoutes._replica_rows`, :meth:`FoldedRoutes._repeats`).
 """
 
 from __future__ import annotations
