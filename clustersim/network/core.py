@@ -104,6 +104,9 @@ class Network(FoldedRoutes):
         self._send_protocols: dict[float, Protocol] = {}
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
+        self._plan_ids: dict[tuple[str, int, float, int], tuple[object, object, _Plan]] = {}
+        """The plans by the ids of their rows of ranks and replicas (a row of 10^4 ranks
+        costs a hash of its own at every lookup by value)."""
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
         self._caps: dict[tuple[int, float], tuple[FlowGroup, FlowGroup]] = {}
         self._digests: dict[int, tuple[_IntArray, bytes]] = {}
@@ -254,6 +257,7 @@ class Network(FoldedRoutes):
     def _check_version(self) -> None:
         if self._plans_version != self.topology.version:
             self._plans.clear()
+            self._plan_ids.clear()
             self._folded.clear()
             self._caps.clear()
             self._images.clear()
@@ -265,11 +269,18 @@ class Network(FoldedRoutes):
         self, op: str, ranks: tuple[int, ...], nbytes: float, replicas: ArrayLike | None
     ) -> _Plan:
         self._check_version()
+        by_id = (op, id(ranks), nbytes, id(replicas))
+        seen = self._plan_ids.get(by_id)
+        if seen is not None and seen[0] is ranks and seen[1] is replicas:
+            return seen[2]
         if len(self._plans) >= self.max_cached_plans:
             self._plans.clear()
+        if len(self._plan_ids) >= self.max_cached_plans:
+            self._plan_ids.clear()
         key = (op, ranks, nbytes, id(replicas))
         found = self._plans.get(key)
         if found is not None and found[0] is replicas:
+            self._plan_ids[by_id] = (ranks, replicas, found[1])  # holds both: no id reuse
             return found[1]
         name = self.algorithms.get(op)
         if name is None:
@@ -300,6 +311,7 @@ class Network(FoldedRoutes):
             out[0] = (group, nbytes_first, latency_s + proto.launch_s)
         plan = tuple(out)
         self._plans[key] = (replicas, plan)
+        self._plan_ids[by_id] = (ranks, replicas, plan)  # holds both: their ids are not reused
         return plan
 
     def _capped(self, group: FlowGroup, bound: float) -> FlowGroup:
