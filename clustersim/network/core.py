@@ -37,7 +37,7 @@ from clustersim.network.flows import (
     UniformCounts,
     compact_links,
 )
-from clustersim.network.folded import FoldedRoutes, Repeats, distinct_rows
+from clustersim.network.folded import FoldedRoutes
 from clustersim.network.runtimes import NO_COSTS, Protocol, Runtime
 
 __all__ = ["NO_PROTOCOL", "Network"]
@@ -104,13 +104,22 @@ class Network(FoldedRoutes):
         self._send_protocols: dict[float, Protocol] = {}
         # Keys hold id(replicas); values keep the array alive, so the id cannot be reused.
         self._plans: dict[tuple[str, tuple[int, ...], float, int], tuple[object, _Plan]] = {}
+        self._plan_ids: dict[tuple[str, int, float, int], tuple[object, object, _Plan]] = {}
+        """The plans by the ids of their rows of ranks and replicas (a row of 10^4 ranks
+        costs a hash of its own at every lookup by value)."""
         self._folded: dict[tuple[int, bytes], tuple[object, FlowGroup]] = {}
         self._caps: dict[tuple[int, float], tuple[FlowGroup, FlowGroup]] = {}
         self._digests: dict[int, tuple[_IntArray, bytes]] = {}
-        self._distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None]] = {}
-        """The distinct rows of chips of each replicas array (the steps of a collective
-        share their replicas)."""
         """The digest of each step's pairs (the steps are cached: the same arrays recur)."""
+        self._distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None, bool | None]]
+        self._distinct = {}
+        """The distinct rows of chips of each replicas array (the steps of a collective
+        share their replicas), and whether those rows (or all, if none repeats) hold no
+        chip twice (None until asked)."""
+        self._rows: dict[int, tuple[object, dict[int, object]]] = {}
+        """The rows of ranks checked to lead each replicas array."""
+        self._pairs_apart: dict[bytes, bool] = {}
+        """Whether a step's pairs (by digest) are distinct."""
         self._pair_arrays: dict[bytes, _IntArray] = {}
         """Each distinct step's pairs, by their digest."""
         self._images = StageImages(topology)
@@ -241,17 +250,6 @@ class Network(FoldedRoutes):
         chips: _IntArray = self._chips[arr]
         return chips
 
-    def _rows_chips(self, rows: ArrayLike, width: int, what: str) -> _IntArray:
-        """The chips of ``rows`` of ranks (a 2D array, ``width`` ranks per row)."""
-        arr = np.asarray(rows, dtype=np.int64)
-        if arr.ndim != 2 or arr.shape[1] != width or arr.shape[0] == 0:
-            raise SimulationError(f"{what} must be rows of {width} ranks (got shape {arr.shape})")
-        n = self._chips.size
-        if arr.min() < 0 or arr.max() >= n:
-            raise SimulationError(f"{what} name ranks outside 0..{n - 1}")
-        chips: _IntArray = self._chips[arr]
-        return chips
-
     def _replica_send_group(self, src: int, dst: int, replicas: ArrayLike) -> FlowGroup:
         self._check_version()
         return self._folded_group(replicas, (src, dst), _SEND_PAIR, "send replicas")
@@ -259,21 +257,30 @@ class Network(FoldedRoutes):
     def _check_version(self) -> None:
         if self._plans_version != self.topology.version:
             self._plans.clear()
+            self._plan_ids.clear()
             self._folded.clear()
             self._caps.clear()
             self._images.clear()
             self._distinct.clear()
+            self._rows.clear()
             self._plans_version = self.topology.version
 
     def _plan(
         self, op: str, ranks: tuple[int, ...], nbytes: float, replicas: ArrayLike | None
     ) -> _Plan:
         self._check_version()
+        by_id = (op, id(ranks), nbytes, id(replicas))
+        seen = self._plan_ids.get(by_id)
+        if seen is not None and seen[0] is ranks and seen[1] is replicas:
+            return seen[2]
         if len(self._plans) >= self.max_cached_plans:
             self._plans.clear()
+        if len(self._plan_ids) >= self.max_cached_plans:
+            self._plan_ids.clear()
         key = (op, ranks, nbytes, id(replicas))
         found = self._plans.get(key)
         if found is not None and found[0] is replicas:
+            self._plan_ids[by_id] = (ranks, replicas, found[1])  # holds both: no id reuse
             return found[1]
         name = self.algorithms.get(op)
         if name is None:
@@ -304,6 +311,7 @@ class Network(FoldedRoutes):
             out[0] = (group, nbytes_first, latency_s + proto.launch_s)
         plan = tuple(out)
         self._plans[key] = (replicas, plan)
+        self._plan_ids[by_id] = (ranks, replicas, plan)  # holds both: their ids are not reused
         return plan
 
     def _capped(self, group: FlowGroup, bound: float) -> FlowGroup:
@@ -361,9 +369,7 @@ class Network(FoldedRoutes):
         if found is not None and found[0] is replicas:
             return found[1]
         topo = self.topology
-        rows = self._rows_chips(replicas, len(ranks), what)
-        if not np.array_equal(rows[0], self._rows_chips([ranks], len(ranks), what)[0]):
-            raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
+        rows = self._replica_rows(replicas, ranks, what)
         rank_chip = self._chips
 
         def every_pair() -> _IntArray:
@@ -380,7 +386,7 @@ class Network(FoldedRoutes):
         rep_src, rep_dst = rows[0, pairs[:, 0]], rows[0, pairs[:, 1]]
         src, dst = rows.take(pairs[:, 0], axis=1).ravel(), rows.take(pairs[:, 1], axis=1).ravel()
         flat, weights, latency_s, union = self._reaching(
-            src, dst, rep_src, rep_dst, lambda: self._repeats(replicas, rows, pairs)
+            src, dst, rep_src, rep_dst, lambda: self._repeats(replicas, rows, pairs, known[1])
         )
         if union:
             # Every entry's link, counted through a position per link: only the distinct
@@ -408,26 +414,6 @@ class Network(FoldedRoutes):
         if not union:
             images.remember(replicas, rows, known[1], group)
         return self._keep_folded(key, replicas, group)
-
-    def _repeats(self, replicas: ArrayLike, rows: _IntArray, pairs: _IntArray) -> Repeats | None:
-        """The flows of ``pairs`` in the distinct rows of chips of ``replicas`` (``rows``),
-        each with how many rows repeat it; None when no two rows are alike (cached per
-        replicas array)."""
-        found = self._distinct.get(id(replicas))
-        if found is None or found[0] is not replicas:
-            if len(self._distinct) >= self.max_cached_plans:
-                self._distinct.clear()
-            found = (replicas, distinct_rows(rows, self.topology.n_chips))
-            self._distinct[id(replicas)] = found  # holds the array: its id is not reused
-        if found[1] is None:
-            return None
-        first, times = found[1]
-        unique = rows[first]
-        return (
-            unique.take(pairs[:, 0], axis=1).ravel(),
-            unique.take(pairs[:, 1], axis=1).ravel(),
-            np.repeat(times, pairs.shape[0]),
-        )
 
     def _keep_folded(
         self, key: tuple[int, bytes], replicas: ArrayLike, group: FlowGroup

@@ -4,16 +4,19 @@ A folded step stands for every replica's flows as one entity, and routes only th
 flows that can reach links other replicas share (:meth:`FoldedRoutes._reaching`),
 keeping the first replica's links with every flow's load on them
 (:meth:`FoldedRoutes._on_links`); :meth:`~.core.Network._folded_group` builds the
-group from them.
+group from them. The chips of the replicas' rows, the distinct rows among them and
+whether their pairs of chips can repeat are found here too, once per replicas array
+(:meth:`FoldedRoutes._replica_rows`, :meth:`FoldedRoutes._repeats`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
+from clustersim.errors import SimulationError
 from clustersim.network.fabric import (
     ScaleOut,
     Topology,
@@ -34,13 +37,18 @@ _FAR_MASKS = 4
 _ROWS_BY_DICT = 4096
 """Replica rows up to which distinct rows are found by their bytes, not by a sort."""
 
-_MARK_FROM = 16
-"""Entries above a sixteenth of the links: their distinct links are found by marks."""
+_MARK_FROM = 32
+"""Entries above a 32nd of the span of their link ids: their distinct links are found by
+marks over the span (a scan of a byte per link beats a sort of the distinct ones)."""
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 Repeats = tuple[_IntArray, _IntArray, _IntArray]
 """The flows of a folded step's distinct rows of chips: sources, destinations, and how
 many replicas' flows each stands for."""
+Flows = tuple[Repeats | None, Callable[[], bool]]
+"""The flows of a folded step's distinct rows (None when no two rows are alike), and
+whether no two of the flows routed (those, or every row's) join the same pair of chips
+(found when asked)."""
 
 
 def distinct_rows(rows: _IntArray, n_chips: int) -> tuple[_IntArray, _IntArray] | None:
@@ -75,15 +83,101 @@ def distinct_rows(rows: _IntArray, n_chips: int) -> tuple[_IntArray, _IntArray] 
     return first.astype(np.int64), times.astype(np.int64)
 
 
+def apart(values: _IntArray, slot: NDArray[np.int32] | None = None) -> bool:
+    """Whether no value of ``values`` repeats; ``slot``, a scratch position per value (each
+    value below its size), replaces a sort: the last of equal values wins the slot."""
+    if slot is None or values.size > _INT32_MAX:
+        return bool(np.unique(values).size == values.size)
+    at = np.arange(values.size, dtype=np.int32)
+    slot[values] = at
+    return bool((slot[values] == at).all())
+
+
 class FoldedRoutes:
     """The routing of folded steps, half of :class:`~.core.Network` (its base class: the
     network sets the attributes declared here)."""
 
     topology: Topology
     flows: FlowNetwork
+    max_cached_plans: int
+    _chips: _IntArray
+    _distinct: dict[int, tuple[object, tuple[_IntArray, _IntArray] | None, bool | None]]
+    _rows: dict[int, tuple[object, dict[int, object]]]
+    _pairs_apart: dict[bytes, bool]
     _mark: NDArray[np.bool_]
     _tier_latency: tuple[int, bool] | None
     _far_masks: dict[tuple[int, bytes], NDArray[np.bool_]]
+
+    def _rows_chips(self, rows: ArrayLike, width: int, what: str) -> _IntArray:
+        """The chips of ``rows`` of ranks (a 2D array, ``width`` ranks per row)."""
+        arr = np.asarray(rows, dtype=np.int64)
+        if arr.ndim != 2 or arr.shape[1] != width or arr.shape[0] == 0:
+            raise SimulationError(f"{what} must be rows of {width} ranks (got shape {arr.shape})")
+        n = self._chips.size
+        if arr.min() < 0 or arr.max() >= n:
+            raise SimulationError(f"{what} name ranks outside 0..{n - 1}")
+        chips: _IntArray = self._chips[arr]
+        return chips
+
+    def _replica_rows(self, replicas: ArrayLike, ranks: Sequence[int], what: str) -> _IntArray:
+        """The chips of ``replicas``, rows of ranks that must start with ``ranks`` (the
+        check is made once per replicas array and row: the steps of a collective share
+        them, and the row of a large group costs a conversion of its Python ints)."""
+        rows = self._rows_chips(replicas, len(ranks), what)
+        found = self._rows.get(id(replicas))
+        if found is None or found[0] is not replicas:
+            if len(self._rows) >= self.max_cached_plans:
+                self._rows.clear()
+            found = self._rows[id(replicas)] = (replicas, {})  # holds the array: no id reuse
+        checked = found[1]
+        if checked.get(id(ranks)) is not ranks:
+            if not np.array_equal(rows[0], self._rows_chips([ranks], len(ranks), what)[0]):
+                raise SimulationError(f"{what} must start with the row of ranks {list(ranks)[:8]}")
+            checked[id(ranks)] = ranks  # holds the row: its id is not reused
+        return rows
+
+    def _repeats(
+        self, replicas: ArrayLike, rows: _IntArray, pairs: _IntArray, digest: bytes
+    ) -> Flows:
+        """The flows of ``pairs`` in the distinct rows of chips of ``replicas`` (``rows``),
+        each with how many rows repeat it, or None when no two rows are alike; and whether
+        the flows routed join distinct pairs of chips: those rows hold no chip twice and
+        ``pairs`` (``digest``) no pair twice (each cached per replicas array and pairs)."""
+        found = self._distinct.get(id(replicas))
+        if found is None or found[0] is not replicas:
+            if len(self._distinct) >= self.max_cached_plans:
+                self._distinct.clear()
+            found = (replicas, distinct_rows(rows, self.topology.n_chips), None)
+            self._distinct[id(replicas)] = found  # holds the array: its id is not reused
+        distinct = found[1]
+
+        def alone() -> bool:
+            known = self._distinct[id(replicas)]
+            if known[2] is None:
+                used = rows if distinct is None else rows[distinct[0]]
+                slot = self.flows.slots(self.topology.n_chips)
+                known = (replicas, distinct, apart(used.ravel(), slot))
+                self._distinct[id(replicas)] = known
+            if not known[2]:
+                return False
+            found = self._pairs_apart.get(digest)
+            if found is None:
+                if len(self._pairs_apart) >= self.max_cached_plans:
+                    self._pairs_apart.clear()
+                width = int(pairs.max()) + 1 if pairs.size else 1
+                found = self._pairs_apart[digest] = apart(pairs[:, 0] * width + pairs[:, 1])
+            return found
+
+        if distinct is None:
+            return None, alone
+        first, times = distinct
+        unique = rows[first]
+        flows = (
+            unique.take(pairs[:, 0], axis=1).ravel(),
+            unique.take(pairs[:, 1], axis=1).ravel(),
+            np.repeat(times, pairs.shape[0]),
+        )
+        return flows, alone
 
     def _on_links(
         self, kept: _IntArray, flat: _IntArray, weights: NDArray[np.float64] | None
@@ -95,11 +189,14 @@ class FoldedRoutes:
             self._mark = np.zeros(n, dtype=bool)  # False but during this call
         # The flow model's scratch, 32 bits: a position is below a group's entries.
         pos = self.flows.slots(n)
-        if kept.size * _MARK_FROM >= n:
-            # Many entries: the links are read off a mark per link, already in order.
+        lo, hi = (int(kept.min()), int(kept.max()) + 1) if kept.size else (0, 0)
+        if kept.size * _MARK_FROM >= hi - lo:
+            # Many entries for the span of their ids: the links are read off a mark per
+            # link of the span, already in order.
             mark = self._mark
             mark[kept] = True
-            links = np.flatnonzero(mark)
+            links = np.flatnonzero(mark[lo:hi])
+            links += lo
             mark[links] = False
         else:
             # The last entry of each link wins its slot; only the distinct links are sorted,
@@ -146,6 +243,8 @@ class FoldedRoutes:
         dst: _IntArray,
         times: _IntArray | None,
         near: NDArray[np.bool_],
+        *,
+        alone: Callable[[], bool] | None = None,
     ) -> tuple[_IntArray, NDArray[np.float64] | None, float]:
         """:meth:`~clustersim.network.fabric.Routes.weighted_routes` of the pairs ``src ->
         dst`` on a tree fabric with every link up, less the links between chips outside
@@ -153,10 +252,11 @@ class FoldedRoutes:
 
         The entries between domains come in the order ``weighted_routes`` gives them, so
         every link's weighted count sums alike; repeated pairs inside domains are routed
-        once, weighted by their flows (whole numbers: the same sums in any order). A
-        chip is a leaf of the tree: its own links are the
-        first and the last of a path between domains, so those of chips outside the
-        near domains are dropped by the pair's ends, not found among every entry.
+        once, weighted by their flows (whole numbers: the same sums in any order), unless
+        ``alone()`` says that no pair repeats. A chip is a leaf of the tree:
+        its own links are the first and the last of a path between domains, so those of
+        chips outside the near domains are dropped by the pair's ends, not found among
+        every entry.
         """
         topo = self.topology
         tree = topo.scaleout
@@ -172,7 +272,8 @@ class FoldedRoutes:
             inside = ~cross
             src_in, dst_in = src[inside], dst[inside]
             times_in = None if times is None else times[inside]
-            if topo.local_paths is not None and src_in.size > _DISTINCT_FROM:
+            many = topo.local_paths is not None and src_in.size > _DISTINCT_FROM
+            if many and not (alone is not None and alone()):
                 src_in, dst_in, times_in = distinct_pairs(
                     src_in,
                     dst_in,
@@ -240,7 +341,7 @@ class FoldedRoutes:
         dst: _IntArray,
         rep_src: _IntArray,
         rep_dst: _IntArray,
-        repeats: Callable[[], Repeats | None] | None = None,
+        repeats: Callable[[], Flows] | None = None,
     ) -> tuple[_IntArray, NDArray[np.float64] | None, float, bool]:
         """The links (a multiset, with their weights) of the flows ``src -> dst`` that can
         reach links the flows ``rep_src -> rep_dst`` share with others, every flow's
@@ -264,7 +365,7 @@ class FoldedRoutes:
         if topo.scaleout is None or not topo.scaleout.private:
             spread = topo.scaleout.spread if topo.scaleout is not None else 1
             whole = not spread & (spread - 1)  # copies' shares sum exactly
-            distinct = repeats() if repeats is not None and whole else None
+            distinct, alone = repeats() if repeats is not None and whole else (None, None)
             times: _IntArray | None = None
             if distinct is not None:
                 # The distinct rows' flows, each counted for its copies: the same whole
@@ -276,7 +377,9 @@ class FoldedRoutes:
             if times is not None:
                 times = times[keep]
             if isinstance(topo.scaleout, TreeFabric):
-                flat, weights, longest = self._tree_routes(pair_src, pair_dst, times, near)
+                flat, weights, longest = self._tree_routes(
+                    pair_src, pair_dst, times, near, alone=alone
+                )
                 return flat, weights, longest, True
             if times is None and pair_src.size > _DISTINCT_FROM and whole:
                 # Repeated pairs routed once (ECMP hashes the pair, so its copies take one

@@ -213,6 +213,16 @@ def test_a_column_reads_values_across_its_parts_as_its_joined_view() -> None:
     assert column.take(at).tolist() == values.tolist()  # joined now
 
 
+def test_a_column_reads_indices_of_one_part_and_of_any_shape() -> None:
+    column = Column(np.int64)
+    for start in (0, 10, 30):
+        column.extend(np.arange(start, start + (10 if start < 30 else 5)))
+    assert column.take(np.asarray([[12, 19], [10, 11]])).tolist() == [[12, 19], [10, 11]]
+    assert column.take(np.asarray([3, 24, 15])).tolist() == [3, 34, 15]
+    with pytest.raises(IndexError):
+        column.take(np.asarray([25]))
+
+
 @pytest.mark.parametrize("columns", range(1, 10))
 def test_route_latencies_arerow_sums_bit_for_bit(columns: int) -> None:
     values = np.random.default_rng(columns).random((1000, columns)) * 1e-5

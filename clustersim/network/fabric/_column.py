@@ -26,8 +26,14 @@ class Column(Generic[_T]):
 
     def extend(self, values: NDArray[Any], *, fresh: bool = False) -> None:
         """Append ``values`` (in the column's type): a copy of them, or (``fresh``: an
-        array of that type nobody else holds) the array itself."""
-        part = np.asarray(values, dtype=self._a.dtype) if fresh else np.array(values, self._a.dtype)
+        array of that type nobody else holds) the array itself. One value broadcast to
+        many (stride 0) is filled in, not copied from a contiguous copy of it."""
+        if fresh:
+            part = np.asarray(values, dtype=self._a.dtype)
+        elif values.ndim == 1 and values.size > 1 and values.strides[0] == 0:
+            part = np.full(values.size, values[0], dtype=self._a.dtype)
+        else:
+            part = np.array(values, self._a.dtype)
         self._parts.append(part.reshape(-1))
         self.n += part.size
 
@@ -52,22 +58,34 @@ class Column(Generic[_T]):
             out: NDArray[_T] = self._a[at]
             return out
         pieces = [self._a, *self._parts]
-        starts = np.zeros(len(pieces) + 1, dtype=np.int64)
-        np.cumsum([p.size for p in pieces], out=starts[1:])
-        which = np.searchsorted(starts, at, side="right") - 1
         values = np.empty(at.shape, dtype=self._a.dtype)
-        for k in np.unique(which).tolist():
-            sel = which == k
-            values[sel] = pieces[k][at[sel] - starts[k]]
+        if not at.size:
+            return values
+        lo, hi = int(at.min()), int(at.max())
+        if lo < 0 or hi >= self.n:
+            raise IndexError(f"index {lo if lo < 0 else hi} is out of bounds for size {self.n}")
+        start = 0
+        for piece in pieces:
+            end = start + piece.size
+            if start <= lo and hi < end:  # every index in this part: one gather
+                values[...] = piece[at - start]
+                break
+            if start <= hi and lo < end:
+                sel = (at >= start) & (at < end)
+                values[sel] = piece[at[sel] - start]
+            start = end
         return values
 
     def joined(self, tail: NDArray[_T]) -> NDArray[_T]:
         """The values followed by ``tail``, as one read-only array; the column holds a view
         of its head from then on, so a caller that needs both holds the values once."""
-        head = self.view
-        out = np.concatenate([head, tail])
+        # The parts are copied into the joined array directly: a column of 10^7 values is
+        # then copied once, not first into a head of its own.
+        pieces = [self._a, *self._parts, np.asarray(tail, dtype=self._a.dtype)]
+        out = np.concatenate(pieces)
         out.flags.writeable = False
-        self._a = out[: head.size]
+        self._a = out[: out.size - pieces[-1].size]
+        self._parts = []
         return out
 
     @property

@@ -43,6 +43,9 @@ class LocalPaths:
         self._hops: tuple[Int64s, Int64s, Int64s] | None = None
         self._domain_links: Int64s | None = None
         """Row ``d``: the link id of each local hop in domain ``d`` (-1: not looked up yet)."""
+        self._looked_up: NDArray[np.bool_] = np.zeros(0, dtype=bool)
+        """Whether each domain's row has been looked up (a byte per domain is read faster
+        than a column of the table)."""
 
     def _built(self) -> tuple[Int64s, Int64s]:
         """``indptr`` over the pair codes ``a * chips + b``, and the local nodes of each path."""
@@ -114,9 +117,14 @@ class LocalPaths:
         table = self.domain_links(domain, find, n_domains, check=check)
         first = np.zeros(lengths.size, dtype=np.int64)
         np.cumsum(lengths[:-1], out=first[1:])
-        shift = np.repeat(starts - first, lengths)
-        hop = which[shift + np.arange(shift.size, dtype=np.int64)]
-        return table[np.repeat(domain, lengths), hop], lengths
+        # Entry j of path i reads hop which[starts[i] + j] of its domain's row of the table;
+        # the indices are built in place, and the table read flat.
+        at = np.repeat(starts - first, lengths)
+        at += np.arange(at.size, dtype=np.int64)
+        hop = which.take(at)
+        at = np.repeat(domain * table.shape[1], lengths)
+        at += hop
+        return table.reshape(-1).take(at), lengths
 
     def hop_of(self) -> Int64s:
         """The local hop of each link ``a -> b`` between local chips, at ``a * chips + b``
@@ -144,7 +152,9 @@ class LocalPaths:
         table = self._domain_links
         if table is None:
             table = self._domain_links = np.full((n_domains, ends.shape[1]), -1, dtype=np.int64)
-        new = np.unique(domains[table[domains, 0] < 0]) if ends.shape[1] else domains[:0]
+            self._looked_up = np.zeros(n_domains, dtype=bool)
+        looked_up = self._looked_up
+        new = np.unique(domains[~looked_up[domains]]) if ends.shape[1] else domains[:0]
         if new.size:
             at = (new * n)[:, None]
             u, v = at + ends[0], at + ends[1]
@@ -154,6 +164,7 @@ class LocalPaths:
             if found is None:
                 found = find(u.ravel(), v.ravel()).reshape(new.size, -1)
             table[new] = found
+            looked_up[new] = True
         return table
 
 

@@ -200,10 +200,10 @@ class LinkTable:
         self._top = (max(top_u, int(uu.max(initial=-1))), max(top_v, int(vv.max(initial=-1))))
         self._u.extend(uu)
         self._v.extend(vv)
-        self._nominal.extend(np.ascontiguousarray(cap))
+        self._nominal.extend(cap)
         if self._capacity is not None:
             self._capacity = np.concatenate([self._capacity, cap])
-        self._latency.extend(np.ascontiguousarray(lat))
+        self._latency.extend(lat)
         self._lanes.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
         self._lanes_up.extend(np.full(m, lanes, dtype=np.int16), fresh=True)
         self._kind.extend(np.full(m, KINDS.index(kind), dtype=np.int8), fresh=True)

@@ -132,11 +132,18 @@ def private_row(
         return float(cap_p[i]), float(count_p[i])
     left = classes.size.copy()
     if at.size:
-        cap_s, count_s = cap[group.links[at]], group.counts[at]
-        for k in range(left.size):
-            left[k] -= int(
-                np.count_nonzero((cap_s == classes.cap[k]) & (count_s == classes.count[k]))
-            )
+        # The classes split the group's links: the shared links of the last class are
+        # those of no other (a group of one class needs no look at its shared links).
+        others = 0
+        if left.size > 1:
+            cap_s, count_s = cap[group.links[at]], group.counts[at]
+            for k in range(left.size - 1):
+                n_k = int(
+                    np.count_nonzero((cap_s == classes.cap[k]) & (count_s == classes.count[k]))
+                )
+                left[k] -= n_k
+                others += n_k
+        left[-1] -= at.size - others
     open_ = np.flatnonzero(left > 0)
     if not open_.size:
         return None

@@ -220,7 +220,8 @@ class LiveGroups:
                 group.links, np.unique(np.concatenate(mine)) if mine else blocks[:0]
             )
         mark = self._mark
-        mark[group.links[at_group]] = stamp
+        near_links = group.links[at_group]  # the group's links in the blocks they meet on
+        mark[near_links] = stamp
         sizes = [at.size for at in spans]
         ends = np.cumsum(sizes) if rest else np.zeros(0, dtype=np.int64)
         flat = (
@@ -243,7 +244,7 @@ class LiveGroups:
             if count:
                 if pos is None:
                     pos = self._pos if self._slots is None else self._slots(mark.size)
-                    pos[group.links[at_group]] = at_group.astype(np.int32)
+                    pos[near_links] = at_group.astype(np.int32)
                 hit = at[np.flatnonzero(flat[start : start + at.size])]
                 both = Shared(other.links[hit])
                 both._at[id(other)] = hit

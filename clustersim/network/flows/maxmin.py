@@ -21,6 +21,7 @@ O(levels x links + nonzeros), in a couple of dozen numpy calls per level.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +37,9 @@ __all__ = [
     "maxmin_rates_reference",
     "with_ceilings",
 ]
+
+LinkMajor = Callable[[], NDArray[np.int64]]
+"""Gives the entity of each nonzero in link-major order (built on first use)."""
 
 DEFAULT_RTOL = 1e-9
 """Links whose saturation level is within this relative tolerance of the current
@@ -105,19 +109,24 @@ def maxmin_rates_csc(
     """
     n_links = capacity_Bps.shape[0]
     n_ent = indptr.shape[0] - 1
-    order = _stable_order(rows, n_links)
     ent_of_nz = np.repeat(np.arange(n_ent, dtype=np.int64), np.diff(indptr))
     per_link = np.bincount(rows, minlength=n_links)
     l_ptr = np.zeros(n_links + 1, dtype=np.int64)
     np.cumsum(per_link, out=l_ptr[1:])
     weight = np.bincount(rows, weights=counts, minlength=n_links).astype(np.float64)
+
+    def link_major() -> NDArray[np.int64]:
+        by_link: NDArray[np.int64] = ent_of_nz[_stable_order(rows, n_links)]
+        return by_link
+
     return _fill(
-        (l_ptr, ent_of_nz[order]),
+        (l_ptr, link_major),
         (indptr, rows, np.asarray(counts, dtype=np.float64)),
         weight=weight,
         cap=np.asarray(capacity_Bps, dtype=np.float64),
         n_ent=n_ent,
         rtol=rtol,
+        ent_of_nz=ent_of_nz,
     )
 
 
@@ -136,16 +145,26 @@ def _stable_order(keys: NDArray[np.int64], size: int) -> NDArray[np.intp]:
 
 
 def _fill(
-    by_link: tuple[NDArray[np.integer[Any]], NDArray[np.integer[Any]]],
+    by_link: tuple[NDArray[np.integer[Any]], NDArray[np.integer[Any]] | LinkMajor],
     by_ent: tuple[NDArray[np.integer[Any]], NDArray[np.integer[Any]], NDArray[np.float64]],
     *,
     weight: NDArray[np.float64],
     cap: NDArray[np.float64],
     n_ent: int,
     rtol: float,
+    ent_of_nz: NDArray[np.int64] | None = None,
 ) -> NDArray[np.float64]:
-    """Progressive filling over both compressed views of the incidence."""
-    l_ptr, l_idx = by_link
+    """Progressive filling over both compressed views of the incidence.
+
+    The link-major entities (``by_link[1]``) may be a function that gives them: the
+    first round then finds the entities of its saturated links from the entity-major
+    view (``ent_of_nz``: the entity of each nonzero), and the link-major view is built
+    only if a second round needs it. A folded step's solve often freezes every entity
+    in its first round, and then never sorts its nonzeros by link.
+    """
+    l_ptr, l_idx_or_build = by_link
+    l_idx: NDArray[np.integer[Any]] | None = None if callable(l_idx_or_build) else l_idx_or_build
+    ents: NDArray[np.integer[Any]]
     e_ptr, e_idx, e_val = by_ent
     rate = np.full(n_ent, np.inf)
     active = np.diff(e_ptr) > 0
@@ -163,6 +182,7 @@ def _fill(
         sat_level = np.where(count > 0, cap / weight, np.inf)
     level = 0.0
     inf = np.inf
+    first = True
     while n_active:
         lowest = float(sat_level.min())
         if lowest == inf:
@@ -171,14 +191,27 @@ def _fill(
         level = max(level, lowest)
         sat = np.flatnonzero(sat_level <= level * (1.0 + rtol))
         sat_level[sat] = inf
-        ents = l_idx[_span(l_ptr, sat)]
-        ents = ents[active[ents]]
-        if ents.size >= n_ent:
-            # np.unique without a sort: the links that saturate together can be
-            # thousands for a few entities (a folded step's, of equal capacity and count).
-            ents = np.flatnonzero(np.bincount(ents, minlength=n_ent))
-        elif ents.size > 1:
-            ents = np.unique(ents)
+        if l_idx is None and ent_of_nz is not None and first:
+            # The entities crossing a saturated link, read by entity: in the first round
+            # every entity with a nonzero is active.
+            first = False
+            hit = np.zeros(weight.size, dtype=bool)
+            hit[sat] = True
+            crossing = np.zeros(n_ent, dtype=bool)
+            crossing[ent_of_nz[hit[e_idx]]] = True
+            ents = np.flatnonzero(crossing)
+        else:
+            if l_idx is None:
+                assert callable(l_idx_or_build)
+                l_idx = l_idx_or_build()
+            ents = l_idx[_span(l_ptr, sat)]
+            ents = ents[active[ents]]
+            if ents.size >= n_ent:
+                # np.unique without a sort: the links that saturate together can be
+                # thousands for a few entities (a folded step's, of equal capacity and count).
+                ents = np.flatnonzero(np.bincount(ents, minlength=n_ent))
+            elif ents.size > 1:
+                ents = np.unique(ents)
         rate[ents] = level
         active[ents] = False
         n_active -= ents.size

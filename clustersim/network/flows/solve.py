@@ -212,10 +212,11 @@ def _solve_classes(
     distinct = {id(s): s for part in parts for s in part}
     shared = next(iter(distinct.values())).links if len(distinct) == 1 else _merge(mine)
     n_shared = shared.size
-    rows_parts: list[NDArray[np.int64]] = []
-    count_parts: list[NDArray[np.float64]] = []
+    # Each group's column: its shared links' rows, its tightest private link's, then its
+    # rate ceiling's (see with_ceilings), as pieces joined once.
+    row_parts: list[list[NDArray[np.int64]]] = []
+    count_parts: list[list[NDArray[np.float64]]] = []
     private_cap: list[float] = []
-    nnz = np.zeros(k, dtype=np.int64)
     slot = None
     if n_shared > _FEW:  # each shared link's row through a slot, not a search per group
         slot = scratch.slots(cap.size)
@@ -223,32 +224,34 @@ def _solve_classes(
     for i, g in enumerate(groups):
         at = at_of[i]
         if at.size == n_shared:
-            rows = np.arange(n_shared)
+            rows = np.arange(n_shared, dtype=np.int64)
         elif slot is not None:
             rows = slot[mine[i]].astype(np.int64)
         else:
-            rows = np.searchsorted(shared, mine[i])
+            rows = np.searchsorted(shared, mine[i]).astype(np.int64)
         counts = g.counts[at]
         t = None if times is None else float(times[i])
         row = private_row(g, known.of(g, cap), cap, at, t) if g.links.size > at.size else None
+        rows_i, counts_i = [rows], [counts]
         if row is not None:
-            rows = np.append(rows, n_shared + len(private_cap))
-            counts = np.append(counts, row[1])
+            rows_i.append(np.asarray([n_shared + len(private_cap)], dtype=np.int64))
+            counts_i.append(np.asarray([row[1]]))
             private_cap.append(row[0])
-        rows_parts.append(rows.astype(np.int64))
-        count_parts.append(counts)
-        nnz[i] = rows.size
-    rows = np.concatenate(rows_parts) if rows_parts else np.zeros(0, dtype=np.int64)
-    counts = np.concatenate(count_parts) if count_parts else np.zeros(0)
-    if times is not None:
-        counts = counts * np.repeat(times, nnz)
-    capacity = np.concatenate([cap[shared], np.asarray(private_cap, dtype=np.float64)])
+        if t is not None:  # the flows of its entities (ceilings are crossed once)
+            counts_i = [c * t for c in counts_i]
+        row_parts.append(rows_i)
+        count_parts.append(counts_i)
+    n_rows = n_shared + len(private_cap)
     capped = [i for i, g in enumerate(groups) if g.rate_cap_Bps < math.inf]
-    if capped:
-        ceilings = np.asarray([groups[i].rate_cap_Bps for i in capped])
-        nnz, rows, counts, capacity = with_ceilings(
-            np.asarray(capped, dtype=np.int64), ceilings, (nnz, rows, counts), capacity
-        )
+    for j, i in enumerate(capped):
+        # A rate ceiling is a private link of that capacity, crossed once.
+        row_parts[i].append(np.asarray([n_rows + j], dtype=np.int64))
+        count_parts[i].append(np.ones(1))
+    nnz = np.asarray([sum(p.size for p in parts) for parts in row_parts], dtype=np.int64)
+    rows = np.concatenate([p for parts in row_parts for p in parts] or [np.zeros(0, np.int64)])
+    counts = np.concatenate([c for parts in count_parts for c in parts] or [np.zeros(0)])
+    ceilings = [groups[i].rate_cap_Bps for i in capped]
+    capacity = np.concatenate([cap[shared], np.asarray(private_cap + ceilings, dtype=np.float64)])
     indptr = np.zeros(k + 1, dtype=np.int64)
     np.cumsum(nnz, out=indptr[1:])
     rates = maxmin_rates_csc(indptr, rows, counts, capacity)
