@@ -36,6 +36,8 @@ __all__ = ["DecodeAttention"]
 
 QK_KEYS = 512
 """Keys one ``Q K^T`` instruction streams: the moving free size of a matmul (one PSUM bank)."""
+CACHED = 65536
+"""Shapes kept (a continuously batching engine's average context takes many values)."""
 CONTRACTION = 128
 """Keys one ``P V`` (or transpose) instruction contracts: the partition dimension."""
 
@@ -52,6 +54,7 @@ class DecodeAttention:
         self.min_cycles = eng.instr_min_cycles
         self.startup = eng.matmul_startup_cycles
         self.stationary = min(64, group)
+        self._cache: dict[tuple[int, int], float] = {}
 
     def engines_s(self, keys: int) -> tuple[float, float, float]:
         """Tensor, Vector and Scalar seconds of one (sequence, KV head) problem."""
@@ -65,7 +68,11 @@ class DecodeAttention:
     def __call__(self, seqs: int, keys: int) -> float:
         if seqs <= 0 or keys <= 0:
             return 0.0
-        problems = seqs * self.kv_heads
-        per_core = math.ceil(problems / self.lnc)
-        engines = self.engines_s(keys)
-        return sum(engines) + (per_core - 1) * max(engines)
+        found = self._cache.get((seqs, keys))
+        if found is None:  # a padded batch repeats its few (batch, bucket) shapes
+            if len(self._cache) >= CACHED:
+                self._cache.clear()
+            per_core = math.ceil(seqs * self.kv_heads / self.lnc)
+            engines = self.engines_s(keys)
+            found = self._cache[(seqs, keys)] = sum(engines) + (per_core - 1) * max(engines)
+        return found
