@@ -54,22 +54,48 @@ import simpy
 from clustersim.catalog.schema import ChipSpec
 from clustersim.hardware.kernels import AllReduceTable, allreduce_table
 from clustersim.network import Network
-from clustersim.network.fabric import build_topology
+from clustersim.network.fabric import Topology, build_topology
 from clustersim.network.runtimes import (
     NO_COSTS,
     NeuronRuntime,
     Protocol,
+    Runtime,
     neuron_protocol,
     runtime_of,
 )
 from clustersim.scenario import Resolved
 
-__all__ = ["VLLM_CUSTOM_MAX_BYTES", "TpAllReduce", "in_program_protocol"]
+__all__ = [
+    "VLLM_CUSTOM_MAX_BYTES",
+    "TpAllReduce",
+    "in_program_protocol",
+    "replica_network",
+    "replica_topology",
+]
 
 VLLM_CUSTOM_MAX_BYTES = 8 * 2**20
 """The largest message vLLM's custom all-reduce takes (``CustomAllreduce``'s default
 ``max_size``, 8 MiB, ``vllm/distributed/device_communicators/custom_all_reduce.py``);
 larger ones go through NCCL."""
+
+
+def replica_topology(res: Resolved, ranks: int) -> Topology:
+    """The fabric a replica of ``ranks`` ranks is placed on: the instances its ranks fill,
+    in whole UltraServers where the instance is part of one."""
+    instances = max(1, math.ceil(ranks / res.ranks_per_node))
+    us = res.instance.ultraserver
+    if us is not None:
+        instances = math.ceil(instances / us.instances) * us.instances
+    return build_topology(res.instance, res.chip, instances)
+
+
+def replica_network(
+    topology: Topology, rank_chip: list[int], algorithms: dict[str, str], runtime: Runtime
+) -> Network:
+    """A network of its own to time a replica's transfers on, one after another: between
+    two of them it holds no flow, so each runs alone, as in a fresh environment (building
+    one costs more than most of the transfers it times)."""
+    return Network(simpy.Environment(), topology, rank_chip, algorithms, runtime=runtime)
 
 
 def in_program_protocol(chip: ChipSpec, lnc: int) -> Protocol:
@@ -95,11 +121,7 @@ class TpAllReduce:
         self, res: Resolved, tp: int, *, overheads: bool = True, engine: str | None = None
     ) -> None:
         per_node = res.ranks_per_node
-        instances = max(1, math.ceil(tp / per_node))
-        us = res.instance.ultraserver
-        if us is not None:  # the fabric is built in whole UltraServers
-            instances = math.ceil(instances / us.instances) * us.instances
-        self.topology = build_topology(res.instance, res.chip, instances)
+        self.topology = replica_topology(res, tp)
         self.runtime = runtime_of(res.chip, res.instance) if overheads else NO_COSTS
         self.launch_s = 0.0
         """What one iteration (one program execution) pays to launch, on Neuron."""
@@ -148,14 +170,10 @@ class TpAllReduce:
             return 0.0
         cached = self._cache.get(nbytes)
         if cached is None:
-            # One network for every size: between two collectives it holds no flow, so
-            # each runs alone, as in a fresh environment (building one costs more than
-            # most of the collectives it would time).
-            if self._net is None:
-                self._net = Network(
-                    simpy.Environment(), self.topology, self.rank_chip, self.algorithms,
-                    runtime=self.runtime,
-                )  # fmt: skip
+            if self._net is None:  # one network for every size (replica_network)
+                self._net = replica_network(
+                    self.topology, self.rank_chip, self.algorithms, self.runtime
+                )
             env = self._net.env
             start = env.now
             env.run(until=self._net.collective("all_reduce", self.group, nbytes))

@@ -29,14 +29,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import simpy
 
 from clustersim.errors import ScenarioError
 from clustersim.network import Network
-from clustersim.network.fabric import build_topology
 from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import Resolved
 from clustersim.scenario.serving import ServingCfg
+from clustersim.serve.collectives import replica_network, replica_topology
 from clustersim.serve.iteration import IterationModel
 from clustersim.serve.requests import BLOCK_TOKENS
 
@@ -55,11 +54,7 @@ class StageSends:
         self.tp, self.pp = tp, pp
         self.hidden = res.model.hidden
         ranks = tp * pp
-        instances = max(1, math.ceil(ranks / res.ranks_per_node))
-        us = res.instance.ultraserver
-        if us is not None:  # the fabric is built in whole UltraServers
-            instances = math.ceil(instances / us.instances) * us.instances
-        self.topology = build_topology(res.instance, res.chip, instances)
+        self.topology = replica_topology(res, ranks)
         self.runtime = runtime_of(res.chip, res.instance)
         self.rank_chip = [r // res.ranks_per_chip for r in range(ranks)]
         self.algorithms = dict(res.scenario.cluster.collectives)
@@ -76,10 +71,9 @@ class StageSends:
 
     def _simulate(self, rows: int) -> float:
         if self._net is None:
-            self._net = Network(
-                simpy.Environment(), self.topology, self.rank_chip, self.algorithms,
-                runtime=self.runtime,
-            )  # fmt: skip
+            self._net = replica_network(
+                self.topology, self.rank_chip, self.algorithms, self.runtime
+            )
         env = self._net.env
         nbytes = ACTIVATION_TENSORS * rows * self.hidden * 2 / self.tp
         total = 0.0
