@@ -58,6 +58,8 @@ GPU_SMALL_KERNELS = 6
 fused residual-add RMSNorms, the rotary embedding, the KV-cache write, attention and
 SiLU-and-multiply (vLLM ``model_executor/models/llama.py``, ``LlamaDecoderLayer``);
 each pays the chip's op overhead (a kernel's launch and tail)."""
+DECODE_SHAPES = 65536
+"""Decode-only iteration shapes kept (a continuous batch's contexts take many values)."""
 ACT_BYTES = 2
 """Activations (and so the TP all-reduces) are 16-bit at every compute precision."""
 
@@ -217,6 +219,7 @@ class IterationModel:
         self._hbm_s_per_byte = chip.op_time(Work(hbm_bytes=1.0)).engine_s[HBM]
         self._gemm_s = lru_cache(maxsize=65536)(self._gemms)
         self._experts_s = lru_cache(maxsize=65536)(self._experts_cost)
+        self._decode_steps: dict[tuple[int, int, int | None], float] = {}
         self._lm_head_s = lru_cache(maxsize=65536)(self._lm_head)
         self._fixed_s = lru_cache(maxsize=65536)(self._fixed)
         self._attn_s = lru_cache(maxsize=262144)(self._attention)
@@ -361,7 +364,27 @@ class IterationModel:
     ) -> float:
         """One iteration: every layer, then the LM head on the sequences that emit a
         token. ``padded_decodes`` (Neuron's fixed batch) sets the decode rows the
-        GEMMs compute, whatever the number of live sequences."""
+        GEMMs compute, whatever the number of live sequences. A decode-only iteration's
+        time is kept by its shape (a padded batch repeats a few, step after step)."""
+        if chunks:
+            return self._iteration(chunks, decodes, decode_context, padded_decodes)
+        key = (decodes, decode_context, padded_decodes)
+        found = self._decode_steps.get(key)
+        if found is None:
+            if len(self._decode_steps) >= DECODE_SHAPES:
+                self._decode_steps.clear()
+            found = self._decode_steps[key] = self._iteration(
+                (), decodes, decode_context, padded_decodes
+            )
+        return found
+
+    def _iteration(
+        self,
+        chunks: Sequence[tuple[int, int]],
+        decodes: int,
+        decode_context: int,
+        padded_decodes: int | None,
+    ) -> float:
         rows_decode = decodes if padded_decodes is None else padded_decodes
         rows = rows_decode
         for c, _ctx in chunks:
