@@ -322,9 +322,10 @@ def _catalog(args: argparse.Namespace) -> int:
 
 
 def _schema(_args: argparse.Namespace) -> int:
+    from clustersim.catalog._strict import DocumentedSchema
     from clustersim.scenario import Scenario
 
-    print(json.dumps(Scenario.model_json_schema(), indent=2))
+    print(json.dumps(Scenario.model_json_schema(schema_generator=DocumentedSchema), indent=2))
     return 0
 
 

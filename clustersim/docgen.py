@@ -110,9 +110,10 @@ def _refs(prop: dict[str, Any]) -> tuple[list[str], str]:
 
 def scenario_keys() -> str:
     """One table per section of the scenario file: each key, its type, default and help."""
+    from clustersim.catalog._strict import DocumentedSchema
     from clustersim.scenario import Scenario
 
-    schema = Scenario.model_json_schema()
+    schema = Scenario.model_json_schema(schema_generator=DocumentedSchema)
     defs = schema.get("$defs", {})
     out: list[str] = []
     seen: set[str] = set()

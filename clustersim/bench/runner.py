@@ -359,6 +359,19 @@ def run_case(
     return out
 
 
+def compile_bytecode() -> bool:
+    """Write the package's bytecode, as an installed package has it, so that a case run
+    from a checkout whose modules were never imported, or with
+    ``PYTHONDONTWRITEBYTECODE`` set, does not compile them inside its clock (about
+    0.3 s of a CLI case's whole process). False where the folder cannot be written."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    with contextlib.suppress(OSError):
+        return bool(compileall.compile_dir(root, quiet=2, workers=1))
+    return False
+
+
 def run_cases(
     names: Sequence[str],
     *,
@@ -366,7 +379,9 @@ def run_cases(
     max_rss_bytes: float = DEFAULT_MAX_RSS_BYTES,
     on_case: Callable[[int, int, dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run ``names`` one after another (never two at once, so they do not share the CPU)."""
+    """Run ``names`` one after another (never two at once, so they do not share the CPU),
+    the package's bytecode written first (:func:`compile_bytecode`)."""
+    compile_bytecode()
     results: dict[str, dict[str, Any]] = {}
     for i, name in enumerate(names):
         results[name] = run_case(name, timeout_s=timeout_s, max_rss_bytes=max_rss_bytes)

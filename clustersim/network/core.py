@@ -52,6 +52,11 @@ _SEND_STEP = Step(((0, 1),), 0.0)
 NO_PROTOCOL = Protocol()
 
 
+def _digest(array: NDArray[np.int64]) -> bytes:
+    """A 16-byte digest of ``array``'s bytes, read in place (no copy)."""
+    return hashlib.blake2b(np.ascontiguousarray(array).data, digest_size=16).digest()
+
+
 class Network(FoldedRoutes):
     """Collectives and point-to-point sends between ranks, simulated as flows.
 
@@ -362,7 +367,7 @@ class Network(FoldedRoutes):
         if known is None or known[0] is not pairs:
             if len(self._digests) >= self.max_cached_plans:
                 self._digests.clear()
-            known = (pairs, hashlib.blake2b(pairs.tobytes(), digest_size=16).digest())
+            known = (pairs, _digest(pairs))
             self._digests[id(pairs)] = known  # holds the array: its id is not reused
         key = (id(replicas), known[1])
         found = self._folded.get(key)
@@ -427,7 +432,7 @@ class Network(FoldedRoutes):
         """``pairs``, or the equal array of a step seen before: the steps of a collective for
         every buffer size (a stage's gradient buckets) hold one copy of their pairs, and
         each is digested once (:meth:`_folded_group`)."""
-        digest = hashlib.blake2b(pairs.tobytes(), digest_size=16).digest()
+        digest = _digest(pairs)
         found = self._pair_arrays.get(digest)
         if found is None or not np.array_equal(found, pairs):
             if len(self._pair_arrays) >= self.max_cached_plans:

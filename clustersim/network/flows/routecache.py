@@ -60,7 +60,7 @@ class RouteCache:
             # An array is keyed by a digest of its bytes: as a tuple of Python ints, a
             # step of 10^5 pairs costs more to build than to route.
             ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
-            key = hashlib.blake2b(ends.tobytes(), digest_size=16).digest()
+            key = hashlib.blake2b(np.ascontiguousarray(ends).data, digest_size=16).digest()
             found = self._groups.get(key)
             if found is not None:
                 return found

@@ -36,9 +36,12 @@ _NONE: tuple[tuple[int, int], ...] = ()
 
 def _all_pairs(p: int) -> NDArray[np.int64]:
     """Every ordered pair ``(i, j)``, ``i != j``, in row-major order."""
-    i, j = np.divmod(np.arange(p * p, dtype=np.int64), p)
-    keep = i != j
-    return np.stack([i[keep], j[keep]], axis=1)
+    out = np.empty((p * (p - 1), 2), dtype=np.int64)
+    out[:, 0] = np.repeat(np.arange(p, dtype=np.int64), p - 1)
+    j = np.broadcast_to(np.arange(p - 1, dtype=np.int64), (p, p - 1)).copy()
+    j += j >= np.arange(p, dtype=np.int64)[:, None]  # skip i itself
+    out[:, 1] = j.ravel()
+    return out
 
 
 def _tuples(pairs: NDArray[np.int64]) -> tuple[tuple[int, int], ...]:
