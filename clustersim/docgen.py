@@ -269,6 +269,13 @@ def serve_validation() -> str:
     return validation_table()
 
 
+def serve_throughput() -> str:
+    """The serving throughput references predicted against their publications."""
+    from clustersim.serve.references import throughput_table
+
+    return throughput_table()
+
+
 COMPARISON_SCENARIO = "serve-trn2-llama3-70b"
 COMPARISON_RATE = 16.0
 COMPARISON_SETS = ("serving.slo.tpot_s=0.1",)

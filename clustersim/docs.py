@@ -174,6 +174,8 @@ _SERVING: tuple[Figure, ...] = (
            what="what `clustersim serve` prints for the serving tutorial's failure scenario"),
     Figure("serve-validation", "", lambda ctx: docgen.serve_validation(), pages=(_SERVE,),
            what="the serving references predicted against their publications"),
+    Figure("serve-throughput", "", lambda ctx: docgen.serve_throughput(), pages=(_SERVE,),
+           what="the serving throughput references (trtllm-bench) against their publications"),
     Figure("serve-comparison", "", lambda ctx: docgen.serve_comparison(),
            pages=("README.md", _SERVE), what="the cheapest trn2.48xlarge and p5.48xlarge "
            "layouts at one SLO (serve-search), with intervals from the rows' errors"),

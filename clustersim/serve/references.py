@@ -25,7 +25,17 @@ from dataclasses import dataclass
 from clustersim.scenario import load_scenario
 from clustersim.serve.run import serve
 
-__all__ = ["ROWS", "Row", "predict", "validation_table"]
+__all__ = [
+    "ROWS",
+    "THROUGHPUT_ROWS",
+    "Row",
+    "ThroughputRow",
+    "predict",
+    "predict_throughput",
+    "throughput_scenario_text",
+    "throughput_table",
+    "validation_table",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,63 @@ ROWS: tuple[Row, ...] = (
 )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class ThroughputRow:
+    """A published throughput at maximum load: every one of ``requests`` requests sent
+    at once (a closed loop with as many clients and no ramp, as ``trtllm-bench
+    throughput`` sends its dataset), output tokens per second over the whole run."""
+
+    id: str
+    instance: str
+    model: str
+    tp: int
+    serving: str  # the engine's keys, YAML flow mapping entries
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    output_tokens_per_s: float
+
+
+TRTLLM_BENCH = (
+    "engine: trtllm, precision: fp8, weight_dtype: fp8, kv_dtype: fp8, "
+    "max_num_seqs: 2048, max_num_batched_tokens: 8192"
+)
+"""TensorRT-LLM's engine defaults as ``trtllm-bench`` builds them: FP8 weights, compute
+and KV cache (the checkpoints the perf overview names are FP8), ``max_num_tokens``
+8192 (``BuildConfig``'s default; aiconfigurator-core 0.12.0,
+``sdk/backends/trtllm_backend.py``, ``TRTLLM_DEFAULT_MAX_NUM_TOKENS``) and a batch
+limit of 2,048 that the KV cache binds first (under the capacity scheduler's
+no-eviction reservation of prompt and output: below 256 sequences on S9's two H100s,
+between 512 and 1,024 on S10's one; any limit from 1,024 up gives the same rates)."""
+BENCH_REQUESTS = 1500
+"""The requests a throughput row sends: the perf overview does not record its dataset's
+size. At maximum load the output rate is the steady state's once the KV-bound batch is
+full; the count sets only how much of the run its ramp-up and drain take (S9 and S10
+move by under 0.3% between 1,500 and 6,000 requests)."""
+THROUGHPUT_ROWS: tuple[ThroughputRow, ...] = (
+    ThroughputRow("S9", "p5.48xlarge", "llama3.3-70b", 2, TRTLLM_BENCH,
+                  BENCH_REQUESTS, 1000, 1000, 4205.0),
+    ThroughputRow("S10", "p5.48xlarge", "llama3.1-8b", 1, TRTLLM_BENCH,
+                  BENCH_REQUESTS, 1000, 1000, 15220.0),
+)  # fmt: skip
+
+
+def throughput_scenario_text(row: ThroughputRow) -> str:
+    return (
+        f"name: {row.id}\ncluster: {{instance: {row.instance}}}\nmodel: {row.model}\n"
+        f"parallelism: {{tp: {row.tp}}}\n"
+        f"serving: {{{row.serving}, replicas: 1, requests: {row.requests}, "
+        f"arrival: {{kind: closed, concurrency: {row.requests}, ramp_s: 0}}, "
+        f"input_tokens: {row.input_tokens}, output_tokens: {row.output_tokens}}}\n"
+    )
+
+
+def predict_throughput(row: ThroughputRow) -> float:
+    """Predicted output tokens per second of ``row`` over its whole run."""
+    s = serve(load_scenario(throughput_scenario_text(row))).summary
+    return float(s["output_tokens_per_s"])
+
+
 def scenario_text(row: Row) -> str:
     return (
         f"name: {row.id}\ncluster: {{instance: {row.instance}}}\nmodel: {row.model}\n"
@@ -100,7 +167,7 @@ def predict(
     return s["ttft_s"]["p50"] * 1e3, s["tpot_s"]["p50"] * 1e3
 
 
-def _engine(row: Row) -> str:
+def _engine(row: Row | ThroughputRow) -> str:
     return row.serving.split(",")[0].removeprefix("engine:").strip()
 
 
@@ -126,6 +193,25 @@ def validation_table() -> str:
             f"| {row.id} | {setup} | {ttft:.1f} ms | {row.ttft_ms:g} ms "
             f"| {ttft / row.ttft_ms - 1:+.0%} | {tpot:.2f} ms | {row.tpot_ms:g} ms "
             f"| {tpot / row.tpot_ms - 1:+.0%} | {wire} |"
+        )
+    return "\n".join(out)
+
+
+def throughput_table() -> str:
+    """Every throughput row predicted against its publication (a Markdown table)."""
+    out = [
+        "| row | setup | output tok/s pred. | pub. | err |",
+        "|---|---|---|---|---|",
+    ]
+    for row in THROUGHPUT_ROWS:
+        tok_s = predict_throughput(row)
+        setup = (
+            f"{row.instance}, {row.model}, TP{row.tp}, {row.requests:,} requests at once, "
+            f"{row.input_tokens}/{row.output_tokens}, {_engine(row)}"
+        )
+        out.append(
+            f"| {row.id} | {setup} | {tok_s:,.0f} | {row.output_tokens_per_s:,.0f} "
+            f"| {tok_s / row.output_tokens_per_s - 1:+.0%} |"
         )
     return "\n".join(out)
 

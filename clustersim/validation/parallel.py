@@ -1,11 +1,12 @@
 """Running the references, in this process or in worker processes (``validate --jobs N``).
 
 Each reference is one task: a training row, a collective row, a measured collective
-(a row per size) or a reliability row. With one job the tasks run here, one after
-another, in the file's order. With ``N`` jobs each task runs in a process of its own,
-at most ``N`` at once, forked from this one (so it starts with everything this
-process has imported and loaded, and its peak memory is the task's alone); the
-longest tasks start first (``TrainingRef.cost_s``, a static hint) so that the
+(a row per size), a reliability row or a serving reference (its TTFT and TPOT rows,
+or its throughput row). With one job the tasks run here, one after another, in the
+file's order. With ``N`` jobs each task runs in a process of its own, at most ``N`` at
+once, forked from this one (so it starts with everything this process has imported
+and loaded, and its peak memory is the task's alone); the longest tasks start first
+(the static hints ``TrainingRef.cost_s`` and ``ServingRef.cost_s``) so that the
 workers finish together. A run is deterministic, so the rows come out the same in
 either mode, to the last bit, and are put back in the file's order.
 
@@ -80,7 +81,7 @@ def run_reference(ref: Reference) -> list[Row]:
 
 
 def _cost_s(ref: Reference) -> float:
-    return ref.cost_s if isinstance(ref, TrainingRef) else 0.0
+    return ref.cost_s if isinstance(ref, TrainingRef | ServingRef) else 0.0
 
 
 @dataclass

@@ -158,7 +158,8 @@ class ReliabilityRef(Strict):
 class ServingRef(Strict):
     """A published serving measurement: the row ``id`` of
     :data:`clustersim.serve.references.ROWS` (its setup and published p50 TTFT and
-    TPOT), checked on each metric against its own tolerance. A metric named in
+    TPOT) or of its ``THROUGHPUT_ROWS`` (output tokens per second at maximum load),
+    checked on each metric against its own tolerance. A metric named in
     ``gaps`` is a known gap (the text names the mechanism the model lacks)."""
 
     name: str
@@ -167,7 +168,12 @@ class ServingRef(Strict):
     source: str
     tolerance_ttft: float = Field(default=0.25, gt=0, le=1)
     tolerance_tpot: float = Field(default=0.15, gt=0, le=1)
-    gaps: dict[Literal["ttft", "tpot"], str] = Field(default_factory=dict)
+    tolerance_throughput: float = Field(default=0.15, gt=0, le=1)
+    """A throughput row's (:data:`clustersim.serve.references.THROUGHPUT_ROWS`): output
+    tokens per second at maximum load, which TPOT's batch-wide decode sets."""
+    gaps: dict[Literal["ttft", "tpot", "throughput"], str] = Field(default_factory=dict)
+    cost_s: float = Field(default=0.0, ge=0)
+    """Seconds the row takes to simulate (a static hint: the longest start first)."""
 
 
 class References(Strict):

@@ -110,10 +110,11 @@ def test_holdout_coverage_counts_rows_inside_their_interval() -> None:
 def test_serving_references_are_every_published_serving_row_in_its_role() -> None:
     """Every row of serve.references is a serving reference with the row's own role,
     and a known gap names its mechanism."""
-    from clustersim.serve.references import ROWS
+    from clustersim.serve.references import ROWS, THROUGHPUT_ROWS
 
     refs = {r.id: r for r in references().serving}
-    assert set(refs) == {row.id for row in ROWS}
+    assert set(refs) == {row.id for row in (*ROWS, *THROUGHPUT_ROWS)}
+    assert all(refs[row.id].role == "holdout" for row in THROUGHPUT_ROWS)
     for row in ROWS:
         role = "calibration" if row.role == "calibration" else "holdout"
         assert refs[row.id].role == role, row.id
@@ -133,3 +134,17 @@ def test_serving_rows_check_ttft_and_tpot_on_their_own_tolerances() -> None:
     gap = next(r for r in references().serving if r.id == "S4")
     rows = {r.metric: r for r in run_serving_rows(gap)}
     assert rows["p50 TTFT"].status == "known_gap" and rows["p50 TPOT"].status == "checked"
+
+
+def test_a_throughput_row_checks_output_tokens_per_second_at_maximum_load() -> None:
+    """S10 (trtllm-bench, one H100, Llama-3.1-8B FP8): one row on the throughput
+    tolerance, the published figure in tokens per second, every request sent at once."""
+    from clustersim.serve.references import THROUGHPUT_ROWS, throughput_scenario_text
+    from clustersim.validation.serving import run_serving_rows
+
+    ref = next(r for r in references().serving if r.id == "S10")
+    (row,) = run_serving_rows(ref)
+    assert row.name == f"{ref.name}@throughput" and row.unit == "tok/s"
+    assert row.published == 15220.0 and row.tolerance == 0.15 and row.passed
+    spec = next(r for r in THROUGHPUT_ROWS if r.id == "S10")
+    assert f"concurrency: {spec.requests}, ramp_s: 0" in throughput_scenario_text(spec)
