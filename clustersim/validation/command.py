@@ -28,9 +28,12 @@ __all__ = ["rows_table", "validate_command"]
 
 
 def _fmt(value: float, unit: str) -> str:
-    """A figure in its unit: seconds as min, s, ms or us; fractions as percentages."""
+    """A figure in its unit: seconds as min, s, ms or us; fractions as percentages; a
+    rate (``tok/s``) as it is."""
     if unit == "fraction":
         return f"{value:.2%}"
+    if unit != "s":
+        return f"{value:,.0f} {unit}"
     if value >= 600:
         return f"{value / 60:.2f} min"
     if value >= 1:
