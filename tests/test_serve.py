@@ -17,6 +17,7 @@ from clustersim import catalog
 from clustersim.cli import main
 from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import ChipModel
+from clustersim.hardware.decode_kernels import decode_table
 from clustersim.hardware.kernels import gemm_table
 from clustersim.network.runtimes import runtime_of
 from clustersim.scenario import load_scenario
@@ -104,12 +105,13 @@ def test_batch_one_decode_is_the_hbm_roofline_plus_fixed_costs(instance: str, tp
 @pytest.mark.parametrize("tp", [1, 4])
 def test_gpu_decode_is_its_measured_kernels_in_sequence(tp: int) -> None:
     """On a GPU with measured kernel tables a decode layer is its four measured GEMMs
-    (their weight reads inside), the KV read at the sustained HBM rate, the small
-    kernels' overheads and 2 all-reduces, one after another; the LM head is measured."""
+    (their weight reads inside), the measured decode attention kernel (its KV reads and
+    launch inside), the other small kernels' overheads and 2 all-reduces, one after
+    another; the LM head is measured."""
     spec = catalog.chip("h100")
     model = catalog.model("llama3-8b")
-    table = gemm_table("h100")
-    assert table is not None
+    table, decode = gemm_table("h100"), decode_table("h100")
+    assert table is not None and decode is not None
     ar_s, context, batch = 9e-6, 3000, 8
     it = IterationModel(model, ChipModel(spec, 1), tp, allreduce_s=lambda _n: ar_s)
     h, hd = model.hidden, model.head_dim
@@ -117,12 +119,18 @@ def test_gpu_decode_is_its_measured_kernels_in_sequence(tp: int) -> None:
     ffn = model.ffn_hidden // tp
     gemms = sum(table.time_s(batch, k, n, "bf16") for k, n in
                 ((h, q + 2 * kv), (q, h), (h, 2 * ffn), (ffn, h)))  # fmt: skip
-    kv_read = (context + batch) * 2 * kv * 2 / (spec.hbm_bw_Bps * spec.calibration.hbm_efficiency)
+    heads, kv_heads = model.heads // tp, model.kv_heads // tp
+    layout = ("trtllm", "bf16", hd, heads, kv_heads)
+    attention = decode.time_s(layout, batch, (context + batch) / batch)
+    assert attention is not None
     overhead = spec.calibration.op_overhead_s
-    layer = gemms + kv_read + GPU_SMALL_KERNELS * overhead + 2 * ar_s * (tp > 1)
+    layer = gemms + attention + (GPU_SMALL_KERNELS - 1) * overhead + 2 * ar_s * (tp > 1)
     lm_head = table.time_s(batch, h, model.vocab // tp, "bf16") + overhead
     expected = model.layers * layer + lm_head
     assert it.iteration_s((), batch, context) == pytest.approx(expected, rel=1e-12)
+    # the measured kernel costs more than its KV cache read at the sustained HBM rate
+    kv_read = (context + batch) * 2 * kv * 2 / (spec.hbm_bw_Bps * spec.calibration.hbm_efficiency)
+    assert attention > kv_read
     # and the measured GEMMs are slower than the HBM roofline of their weights at small m
     weights = 2 * sum(k * n for k, n in it.shapes.gemms)
     assert gemms > weights / (spec.hbm_bw_Bps * spec.calibration.hbm_efficiency)

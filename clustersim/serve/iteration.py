@@ -13,7 +13,10 @@ replica's ``tp`` ranks a layer is one pipelined op (the chip model's roofline,
   plus prefill attention (QK^T and PV per local head, at the fused attention
   kernel's efficiency, over the causal context the chunk sees);
 - HBM: the rank's shard of the layer's weights, the KV cache every sequence reads
-  (decodes and chunks with earlier context) and the KV it writes;
+  (decodes and chunks with earlier context) and the KV it writes; on a GPU the
+  decoding sequences' attention is instead the engine's measured decode kernel
+  (:mod:`~clustersim.hardware.decode_kernels`: its KV reads, launch and tail, at the
+  batch and the mean cached tokens per sequence) where the layout was measured;
 
 and lasts ``max(compute, HBM)`` plus the chip's per-op overhead
 (``calibration.op_overhead_s``, 5 ops per layer) plus two tensor-parallel
@@ -42,6 +45,7 @@ from functools import lru_cache
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
 from clustersim.hardware.chip import HBM, ChipModel
+from clustersim.hardware.decode_kernels import DecodeTable, decode_table
 from clustersim.hardware.kernels import AttentionTable, GemmTable, attention_table, gemm_table
 from clustersim.hardware.moe_kernels import MoeTable, moe_table
 from clustersim.hardware.work import Work
@@ -190,7 +194,8 @@ class IterationModel:
         dense = model.moe.dense_layers if model.moe is not None else model.layers
         self.dense_layers = min(dense, model.layers)
         self.moe_layers = model.layers - self.dense_layers
-        self.moe_engine = "vllm" if kernels == "vllm" else "trtllm"
+        self.kernel_engine = "vllm" if kernels == "vllm" else "trtllm"
+        """Whose measured kernels (MoE, decode attention) the layers run."""
         self.moe_table: MoeTable | None = None
         self.decode_attention: DecodeAttention | None = None
         if chip.spec.family != "gpu" and chip.spec.engines is not None:
@@ -201,6 +206,7 @@ class IterationModel:
         # the chip has one (module doc); Trainium runs it as one pipelined program.
         self.gemm_table: GemmTable | None = None
         self.attention_table: AttentionTable | None = None
+        self.decode_table: DecodeTable | None = None
         if chip.spec.family == "gpu":
             table = gemm_table(chip.spec.name, kernels)
             if table is not None and table.measures(precision):
@@ -208,11 +214,12 @@ class IterationModel:
             attn = attention_table(chip.spec.name)
             if attn is not None and _attention_key(kv_dtype) in attn.precisions:
                 self.attention_table = attn
+            self.decode_table = decode_table(chip.spec.name)
             moe = moe_table(chip.spec.name)
             if (
                 self.experts is not None
                 and moe is not None
-                and moe.lane(self.moe_engine, precision, self.experts.key) is not None
+                and moe.lane(self.kernel_engine, precision, self.experts.key) is not None
             ):
                 self.moe_table = moe
         # the chip's HBM time is linear in the bytes: one division per lookup
@@ -224,6 +231,7 @@ class IterationModel:
         self._fixed_s = lru_cache(maxsize=65536)(self._fixed)
         self._attn_s = lru_cache(maxsize=262144)(self._attention)
         self._ar_s = lru_cache(maxsize=65536)(self._allreduce)
+        self._decode_attn_s = lru_cache(maxsize=262144)(self._decode_attention)
 
     @property
     def weight_bytes_per_rank(self) -> float:
@@ -272,7 +280,7 @@ class IterationModel:
             return 0.0, 0.0
         weights = e.active(rows) * e.expert_bytes
         if self.moe_table is not None:
-            t = self.moe_table.time_s(self.moe_engine, self.precision, e.key, rows)
+            t = self.moe_table.time_s(self.kernel_engine, self.precision, e.key, rows)
             if t is not None:
                 return t, 0.0
         gemm = self._gemm_list(e.pairs(rows), e.gemms)
@@ -301,6 +309,16 @@ class IterationModel:
         span = context + (chunk + 1) // 2
         rows = chunk * s.heads
         return self.chip.matmul_s(rows, s.head_dim, span, "bf16", count=2, kernel="attention")
+
+    def _decode_attention(self, decodes: int, decode_context: int) -> float | None:
+        """One layer's measured decode attention for ``decodes`` sequences holding
+        ``decode_context`` cached tokens in all, each adding one; None where the
+        engine's kernel was not measured for this layout."""
+        if self.decode_table is None:
+            return None
+        s = self.shapes
+        layout = (self.kernel_engine, self.kv_dtype, s.head_dim, s.heads, s.kv_heads)
+        return self.decode_table.time_s(layout, decodes, (decode_context + decodes) / decodes)
 
     def _allreduce(self, rows: int) -> float:
         return (
@@ -336,7 +354,13 @@ class IterationModel:
         kv = kv_tokens * s.kv_token_bytes
         if self.gemm_table is not None:
             # kernels one after another: measured GEMMs (weights read inside them),
-            # attention reading the KV cache, the small kernels' launches
+            # attention reading the KV cache, the small kernels' launches; the decodes'
+            # attention is its measured kernel where the layout was measured (its KV
+            # reads and its launch inside it)
+            measured = self._decode_attn_s(decodes, decode_context) if decodes else None
+            if measured is not None:
+                kv -= (decode_context + decodes) * s.kv_token_bytes
+                compute += measured - self.op_overhead_s
             return compute + kv * self._hbm_s_per_byte + self._fixed_s(rows)
         weights = s.moe_weight_bytes + expert_bytes if moe else s.weight_bytes
         hbm = (weights + kv) * self._hbm_s_per_byte
