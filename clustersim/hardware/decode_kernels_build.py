@@ -27,7 +27,6 @@ are. Same bytes on every run.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +34,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.hardware.kernels_build import CHIPS, OUT, _read, _round, write_npz
+from clustersim.hardware.engine_tables_build import build_engine_files, build_main, sources_header
+from clustersim.hardware.kernels_build import CHIPS, OUT, _round
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,33 +90,20 @@ def decode_arrays(frame: pd.DataFrame, engine: str) -> dict[str, NDArray[np.gene
 
 def sources_md(report: dict[str, dict[str, NDArray[np.generic]]]) -> str:
     """``DECODE_SOURCES.md``: where each file's lanes come from."""
-    lines = [
-        "# Measured decode attention tables",
-        "",
-        "Derived from NVIDIA's `aiconfigurator-core` 0.12.0 wheel (Apache-2.0, NVIDIA): its",
-        "`aiconfigurator_core/systems/data/<system>/attention/<framework>/<version>/"
-        "generation_attention_perf.parquet`.",
-        "Regenerate (same bytes every run):",
-        "",
-        "```",
-        "pip download --no-deps aiconfigurator-core==0.12.0",
-        "unzip aiconfigurator_core-*.whl -d aic",
-        "python -m clustersim.hardware.decode_kernels_build \\",
-        "    --data aic/aiconfigurator_core/systems/data",
-        "```",
-        "",
-        "`clustersim.hardware.decode_kernels_build` says what each file holds and why these",
-        "kernels; `clustersim.hardware.decode_kernels` how a decode step reads them.",
-    ]
+    lines = sources_header(
+        "Measured decode attention tables",
+        "attention/<framework>/<version>/generation_attention_perf.parquet",
+        "clustersim.hardware.decode_kernels_build",
+        "clustersim.hardware.decode_kernels",
+    )
     for stem, arrays in report.items():
         lines += ["", f"## {stem} (`{CHIPS[stem.removeprefix('decode-')].folder}`)", ""]
         for name in sorted(arrays):
             if name.endswith(".source"):
                 lane = name.removesuffix(".source")
                 heads = len(arrays[f"{lane}.keys"])
-                shape = (
-                    f"{len(arrays[f'{lane}.batch'])} batches x {len(arrays[f'{lane}.step'])} steps"
-                )
+                batches, steps = len(arrays[f"{lane}.batch"]), len(arrays[f"{lane}.step"])
+                shape = f"{batches} batches x {steps} steps"
                 lines.append(f"- {lane}: {heads} head layouts x {shape}; `{arrays[name]}`")
     return "\n".join(lines) + "\n"
 
@@ -124,36 +111,16 @@ def sources_md(report: dict[str, dict[str, NDArray[np.generic]]]) -> str:
 def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> list[Path]:
     """Write ``decode-<chip>.npz`` for each chip with a measured decode attention table,
     and ``DECODE_SOURCES.md``; the npz paths."""
-    written: list[Path] = []
-    report: dict[str, dict[str, NDArray[np.generic]]] = {}
-    for chip in chips:
-        src = CHIPS[chip]
-        arrays: dict[str, NDArray[np.generic]] = {}
-        for engine, version in (("trtllm", src.version), ("vllm", src.vllm)):
-            path = (
-                data / src.folder / "attention" / engine / str(version)
-                / "generation_attention_perf.parquet"
-            )  # fmt: skip
-            if version is None or not path.is_file():
-                continue
-            arrays.update(decode_arrays(_read(path), engine))
-        if arrays:
-            target = out / f"decode-{chip}.npz"
-            write_npz(target, arrays)
-            written.append(target)
-            report[target.stem] = arrays
+    table = ("attention", "generation_attention_perf.parquet")
+    report = build_engine_files(
+        data, out, chips, prefix="decode", table=table, arrays_of=decode_arrays
+    )
     (out / "DECODE_SOURCES.md").write_text(sources_md(report), encoding="utf-8")
-    return written
+    return [out / f"{stem}.npz" for stem in report]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clustersim.hardware.decode_kernels_build")
-    parser.add_argument("--data", type=Path, required=True, help="the wheel's systems/data")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    for path in build(args.data, args.out):
-        print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
-    return 0
+    return build_main("clustersim.hardware.decode_kernels_build", build, argv)
 
 
 if __name__ == "__main__":

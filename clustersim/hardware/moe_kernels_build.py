@@ -32,7 +32,6 @@ GEMM files are. Same bytes on every run.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +39,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.hardware.kernels_build import CHIPS, OUT, _read, _round, write_npz
+from clustersim.hardware.engine_tables_build import build_engine_files, build_main, sources_header
+from clustersim.hardware.kernels_build import CHIPS, OUT, _round
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -93,23 +93,12 @@ def moe_arrays(frame: pd.DataFrame, engine: str) -> dict[str, NDArray[np.generic
 
 def sources_md(report: dict[str, dict[str, NDArray[np.generic]]]) -> str:
     """``MOE_SOURCES.md``: where each file's lanes come from."""
-    lines = [
-        "# Measured MoE kernel tables",
-        "",
-        "Derived from NVIDIA's `aiconfigurator-core` 0.12.0 wheel (Apache-2.0, NVIDIA): its",
-        "`aiconfigurator_core/systems/data/<system>/moe/<framework>/<version>/moe_perf.parquet`.",
-        "Regenerate (same bytes every run):",
-        "",
-        "```",
-        "pip download --no-deps aiconfigurator-core==0.12.0",
-        "unzip aiconfigurator_core-*.whl -d aic",
-        "python -m clustersim.hardware.moe_kernels_build \\",
-        "    --data aic/aiconfigurator_core/systems/data",
-        "```",
-        "",
-        "`clustersim.hardware.moe_kernels_build` says what each file holds and why these",
-        "kernels and this routing skew; `clustersim.serve.moe` how serving uses them.",
-    ]
+    lines = sources_header(
+        "Measured MoE kernel tables",
+        "moe/<framework>/<version>/moe_perf.parquet",
+        "clustersim.hardware.moe_kernels_build",
+        "clustersim.serve.moe",
+    )
     for stem, arrays in report.items():
         lines += ["", f"## {stem} (`{CHIPS[stem.removeprefix('moe-')].folder}`)", ""]
         for name in sorted(arrays):
@@ -123,33 +112,15 @@ def sources_md(report: dict[str, dict[str, NDArray[np.generic]]]) -> str:
 def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> list[Path]:
     """Write ``moe-<chip>.npz`` for each chip with a measured MoE table, and
     ``MOE_SOURCES.md``; the npz paths."""
-    written: list[Path] = []
-    report: dict[str, dict[str, NDArray[np.generic]]] = {}
-    for chip in chips:
-        src = CHIPS[chip]
-        arrays: dict[str, NDArray[np.generic]] = {}
-        for engine, version in (("trtllm", src.version), ("vllm", src.vllm)):
-            path = data / src.folder / "moe" / engine / str(version) / "moe_perf.parquet"
-            if version is None or not path.is_file():
-                continue
-            arrays.update(moe_arrays(_read(path), engine))
-        if arrays:
-            target = out / f"moe-{chip}.npz"
-            write_npz(target, arrays)
-            written.append(target)
-            report[target.stem] = arrays
+    report = build_engine_files(
+        data, out, chips, prefix="moe", table=("moe", "moe_perf.parquet"), arrays_of=moe_arrays
+    )
     (out / "MOE_SOURCES.md").write_text(sources_md(report), encoding="utf-8")
-    return written
+    return [out / f"{stem}.npz" for stem in report]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m clustersim.hardware.moe_kernels_build")
-    parser.add_argument("--data", type=Path, required=True, help="the wheel's systems/data")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
-    for path in build(args.data, args.out):
-        print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
-    return 0
+    return build_main("clustersim.hardware.moe_kernels_build", build, argv)
 
 
 if __name__ == "__main__":
