@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.hardware.engine_tables_build import build_engine_files, build_main, sources_header
+from clustersim.hardware.engine_tables_build import build_engine_files, build_main, sources_md
 from clustersim.hardware.kernels_build import CHIPS, OUT, _round
 
 if TYPE_CHECKING:
@@ -88,24 +88,9 @@ def decode_arrays(frame: pd.DataFrame, engine: str) -> dict[str, NDArray[np.gene
     return out
 
 
-def sources_md(report: dict[str, dict[str, NDArray[np.generic]]]) -> str:
-    """``DECODE_SOURCES.md``: where each file's lanes come from."""
-    lines = sources_header(
-        "Measured decode attention tables",
-        "attention/<framework>/<version>/generation_attention_perf.parquet",
-        "clustersim.hardware.decode_kernels_build",
-        "clustersim.hardware.decode_kernels",
-    )
-    for stem, arrays in report.items():
-        lines += ["", f"## {stem} (`{CHIPS[stem.removeprefix('decode-')].folder}`)", ""]
-        for name in sorted(arrays):
-            if name.endswith(".source"):
-                lane = name.removesuffix(".source")
-                heads = len(arrays[f"{lane}.keys"])
-                batches, steps = len(arrays[f"{lane}.batch"]), len(arrays[f"{lane}.step"])
-                shape = f"{batches} batches x {steps} steps"
-                lines.append(f"- {lane}: {heads} head layouts x {shape}; `{arrays[name]}`")
-    return "\n".join(lines) + "\n"
+def _shape(arrays: dict[str, NDArray[np.generic]], lane: str) -> str:
+    heads, batches = len(arrays[f"{lane}.keys"]), len(arrays[f"{lane}.batch"])
+    return f"{heads} head layouts x {batches} batches x {len(arrays[f'{lane}.step'])} steps"
 
 
 def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> list[Path]:
@@ -115,7 +100,15 @@ def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> l
     report = build_engine_files(
         data, out, chips, prefix="decode", table=table, arrays_of=decode_arrays
     )
-    (out / "DECODE_SOURCES.md").write_text(sources_md(report), encoding="utf-8")
+    text = sources_md(
+        report,
+        title="Measured decode attention tables",
+        table="attention/<framework>/<version>/generation_attention_perf.parquet",
+        module="clustersim.hardware.decode_kernels_build",
+        reader="clustersim.hardware.decode_kernels",
+        shape=_shape,
+    )
+    (out / "DECODE_SOURCES.md").write_text(text, encoding="utf-8")
     return [out / f"{stem}.npz" for stem in report]
 
 

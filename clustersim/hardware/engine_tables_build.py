@@ -19,14 +19,23 @@ from clustersim.hardware.kernels_build import CHIPS, OUT, _read, write_npz
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["build_engine_files", "build_main", "sources_header"]
+__all__ = ["build_engine_files", "build_main", "sources_md"]
 
 Arrays = dict[str, NDArray[np.generic]]
 
 
-def sources_header(title: str, table: str, module: str, reader: str) -> list[str]:
-    """The opening lines of a ``*_SOURCES.md``: the wheel, the table and how to rebuild."""
-    return [
+def sources_md(
+    report: dict[str, Arrays],
+    *,
+    title: str,
+    table: str,
+    module: str,
+    reader: str,
+    shape: Callable[[Arrays, str], str],
+) -> str:
+    """A ``*_SOURCES.md``: the wheel, the table, how to rebuild, and each file's lanes
+    (``shape(arrays, lane)`` says how much a lane holds)."""
+    lines = [
         f"# {title}",
         "",
         "Derived from NVIDIA's `aiconfigurator-core` 0.12.0 wheel (Apache-2.0, NVIDIA): its",
@@ -43,6 +52,14 @@ def sources_header(title: str, table: str, module: str, reader: str) -> list[str
         f"`{module}` says what each file holds and why these",
         f"kernels; `{reader}` how the simulator reads them.",
     ]
+    for stem, arrays in report.items():
+        chip = stem.split("-", 1)[1]
+        lines += ["", f"## {stem} (`{CHIPS[chip].folder}`)", ""]
+        for name in sorted(arrays):
+            if name.endswith(".source"):
+                lane = name.removesuffix(".source")
+                lines.append(f"- {lane}: {shape(arrays, lane)}; `{arrays[name]}`")
+    return "\n".join(lines) + "\n"
 
 
 def build_engine_files(

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from clustersim.hardware.engine_tables_build import build_engine_files, build_main, sources_header
+from clustersim.hardware.engine_tables_build import build_engine_files, build_main, sources_md
 from clustersim.hardware.kernels_build import CHIPS, OUT, _round
 
 if TYPE_CHECKING:
@@ -91,22 +91,8 @@ def moe_arrays(frame: pd.DataFrame, engine: str) -> dict[str, NDArray[np.generic
     return out
 
 
-def sources_md(report: dict[str, dict[str, NDArray[np.generic]]]) -> str:
-    """``MOE_SOURCES.md``: where each file's lanes come from."""
-    lines = sources_header(
-        "Measured MoE kernel tables",
-        "moe/<framework>/<version>/moe_perf.parquet",
-        "clustersim.hardware.moe_kernels_build",
-        "clustersim.serve.moe",
-    )
-    for stem, arrays in report.items():
-        lines += ["", f"## {stem} (`{CHIPS[stem.removeprefix('moe-')].folder}`)", ""]
-        for name in sorted(arrays):
-            if name.endswith(".source"):
-                lane = name.removesuffix(".source")
-                count = len(arrays[f"{lane}.keys"])
-                lines.append(f"- {lane}: {count} shapes x layouts; `{arrays[name]}`")
-    return "\n".join(lines) + "\n"
+def _shape(arrays: dict[str, NDArray[np.generic]], lane: str) -> str:
+    return f"{len(arrays[f'{lane}.keys'])} shapes x layouts"
 
 
 def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> list[Path]:
@@ -115,7 +101,15 @@ def build(data: Path, out: Path = OUT, chips: Sequence[str] = tuple(CHIPS)) -> l
     report = build_engine_files(
         data, out, chips, prefix="moe", table=("moe", "moe_perf.parquet"), arrays_of=moe_arrays
     )
-    (out / "MOE_SOURCES.md").write_text(sources_md(report), encoding="utf-8")
+    text = sources_md(
+        report,
+        title="Measured MoE kernel tables",
+        table="moe/<framework>/<version>/moe_perf.parquet",
+        module="clustersim.hardware.moe_kernels_build",
+        reader="clustersim.serve.moe",
+        shape=_shape,
+    )
+    (out / "MOE_SOURCES.md").write_text(text, encoding="utf-8")
     return [out / f"{stem}.npz" for stem in report]
 
 
