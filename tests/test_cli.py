@@ -186,3 +186,23 @@ def test_usage_errors_are_one_line_with_exit_2(
     assert err.count("\n") == 1, err
     assert "error:" in err
     assert "--help" in err
+
+
+def test_tiled_gemms_on_a_gpu_exit_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``gemm_times: tiled`` prices NKI kernels on a NeuronCore: a GPU refuses it."""
+    path = tmp_path / "p5.yaml"
+    path.write_text(
+        "name: p5-tiled\n"
+        "cluster: {instance: p5.48xlarge, count: 1}\n"
+        "model: llama3-8b\n"
+        "parallelism: {tp: 8}\n"
+        "training: {seq_len: 4096, global_batch_size: 8, precision: bf16}\n"
+    )
+    args = ["run", str(path), "--out", str(tmp_path / "o")]
+    assert main([*args, "--set", "cluster.chip.calibration.gemm_times=tiled"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "error: cluster.chip.calibration" in err and "gemm_times 'tiled'" in err, err
+    assert not (tmp_path / "o" / "summary.json").exists()

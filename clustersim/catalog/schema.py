@@ -126,7 +126,11 @@ class Calibration(Strict):
     - ``gemm_times``: ``roofline``, a GEMM's time from the tensor peak, the efficiency, the
       tile and the latency floor above; ``measured``, from the chip's measured GEMM table
       (``clustersim/catalog/kernels/``: kernel times over m, n and k, with the waves,
-      tiles and launch floor they include), where the chip has one.
+      tiles and launch floor they include), where the chip has one; ``tiled``, from the
+      fastest NKI tutorial kernel for the shape on the core's engine facts
+      (``clustersim.hardware.kernel_tiling.tiled_matmul_s``: instruction start-up, partly
+      filled tiles, SBUF blocking and DMA in the time), never above
+      ``tensor_efficiency`` of the peak, where the chip has an engine description.
     - ``attention_times``: ``roofline``, a fused attention core's matmuls at
       ``attention_efficiency``; ``measured``, its forward from the chip's measured fused
       attention table (by sequence, batch x heads, head dimension and grouping: the
@@ -151,7 +155,7 @@ class Calibration(Strict):
     hbm_efficiency: Fraction
     op_overhead_s: Duration = 0.0
     link_efficiency: Fraction = 1.0
-    gemm_times: Literal["roofline", "measured"] = "roofline"
+    gemm_times: Literal["roofline", "measured", "tiled"] = "roofline"
     attention_times: Literal["roofline", "measured"] = "roofline"
     attention_backward_efficiency: Fraction | None = None
     compute_efficiency: Fraction = 1.0
@@ -305,7 +309,23 @@ class ChipSpec(Strict):
         for lnc in self.lnc_options:
             if self.cores % lnc:
                 raise ValueError(f"lnc {lnc} does not divide {self.cores} cores")
+        if self.calibration.gemm_times == "tiled" and self.engines is None:
+            raise ValueError(
+                f"calibration.gemm_times 'tiled' needs a NeuronCore's engine description "
+                f"(engines), which {self.name} has not"
+            )
         return self
+
+    @field_validator("calibration")
+    @classmethod
+    def _tiled_on_neuroncores(cls, value: Calibration, info: ValidationInfo) -> Calibration:
+        family = info.data.get("family")
+        if value.gemm_times == "tiled" and family is not None and family != "trainium":
+            raise ValueError(
+                f"gemm_times 'tiled' times NKI kernels on a NeuronCore; a {family} chip "
+                "takes roofline or measured"
+            )
+        return value
 
 
 class FabricSpec(Strict):

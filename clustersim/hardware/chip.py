@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ChipSpec
+from clustersim.hardware.kernel_tiling import ELEMENT_BYTES, tiled_matmul_s
 from clustersim.hardware.kernels import attention_table, gemm_table
 from clustersim.hardware.work import ENGINES, Work
 
@@ -71,6 +72,10 @@ class ChipModel:
         self._gemm = gemm_table(spec.name) if cal.gemm_times == "measured" else None
         if cal.gemm_times == "measured" and self._gemm is None:
             raise ValueError(f"{spec.name} has no measured GEMM table (gemm_times: measured)")
+        self._tiled = cal.gemm_times == "tiled"
+        if self._tiled and spec.engines is None:
+            raise ValueError(f"{spec.name} has no engine description (gemm_times: tiled)")
+        self._tile_rows = spec.engines.matmul_tile[0] if spec.engines is not None else 1
         self._attn = attention_table(spec.name) if cal.attention_times == "measured" else None
         if cal.attention_times == "measured" and self._attn is None:
             raise ValueError(
@@ -116,7 +121,9 @@ class ChipModel:
 
         With ``gemm_times: measured`` every other matmul takes the chip's measured
         GEMM time (:mod:`clustersim.hardware.kernels`) instead: no efficiency, tile or
-        floor of the catalog applies to it.
+        floor of the catalog applies to it. With ``gemm_times: tiled`` it takes the
+        time of the best tutorial kernel on one core (:meth:`_tiled_s`), and a fused
+        attention problem's floor is its kernel's instructions, not the latency.
         """
         fused = kernel.startswith("attention")
         if self._gemm is not None and not fused and self._gemm.measures(precision):
@@ -128,11 +135,29 @@ class ChipModel:
                 rows = max(math.ceil(m * count / splits), 1)
                 return splits * self._gemm.time_s(rows, k, n, precision)
             return self._gemm.time_s(m * count, k, n, precision)
+        tiled = self._tiled and precision in ELEMENT_BYTES
+        if tiled and not fused:
+            rows = math.ceil(m / splits)
+            problems = count * splits
+            ceiling_s = (
+                problems
+                * 2.0
+                * rows
+                * k
+                * n
+                / (self._tensor_peak[precision] * self._tensor_eff[precision])
+            )
+            return self._tiled_s(rows, k, n, precision, problems=problems, floor_s=ceiling_s)
         k_pad = math.ceil(k / self._tile_k) * self._tile_k
         n_pad = math.ceil(n / self._tile_n) * self._tile_n
         flops = 2.0 * m * k_pad * n_pad
         eff = self._tensor_eff[precision]
         attention = fused and self._attention_eff is not None
+        if tiled and attention:
+            # The fused kernel's matmuls at its efficiency; a small problem no faster than
+            # its instructions on the tensor engine (in place of matmul_latency_s).
+            rate_s = count * flops / (self._tensor_peak[precision] * (self._attention_eff or eff))
+            return self._tiled_s(m, k, n, precision, problems=count, floor_s=rate_s)
         if self._latency_per_kernel:
             if attention:
                 eff = self._attention_eff or eff
@@ -141,6 +166,28 @@ class ChipModel:
         if attention:
             seconds *= eff / (self._attention_eff or eff)
         return seconds
+
+    def _tiled_s(
+        self, rows: int, k: int, n: int, precision: str, *, problems: int, floor_s: float
+    ) -> float:
+        """``problems`` matmuls of ``rows`` x ``k`` x ``n`` on the rank's ``lnc`` cores, each
+        the engines' time of the fastest NKI tutorial kernel for its shape on one core
+        (:func:`~clustersim.hardware.kernel_tiling.tiled_matmul_s` with its DMA free: the
+        op's HBM traffic is the roofline's own term beside it): the problems dealt to
+        the cores where they divide evenly, else each problem's rows split among them.
+        Never below ``floor_s``: a GEMM's time at ``tensor_efficiency`` of the peak (the
+        best measured kernel's fraction, the ceiling), a fused attention kernel's at its
+        ``attention_efficiency``."""
+        lnc = self.lnc
+        per_core, rows_core, n_core = problems, rows, n
+        if problems % lnc == 0:
+            per_core = problems // lnc
+        elif rows >= lnc * self._tile_rows:
+            rows_core = math.ceil(rows / lnc)
+        else:  # too few rows to split (a decode's): the columns
+            n_core = math.ceil(n / lnc)
+        kernel_s = per_core * tiled_matmul_s(self.spec, rows_core, k, n_core, precision, dma=False)
+        return max(kernel_s, floor_s)
 
     def attention_rate(self, work: Work) -> float:
         """FLOP/s of a measured fused attention kernel's matmuls for ``work``'s kernel shape.

@@ -50,6 +50,7 @@ __all__ = [
     "dma_queue_s",
     "matmul_kernel",
     "roofline_efficiency",
+    "tiled_matmul_s",
 ]
 
 ELEMENT_BYTES: dict[str, int] = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4}
@@ -241,14 +242,9 @@ def matmul_kernel(
     )
 
 
-def roofline_efficiency(spec: ChipSpec, m: int, k: int, n: int, precision: str = "bf16") -> float:
-    """The fraction of one core's tensor peak a matmul sustains, bottom up.
-
-    ``2mkn / (time x peak)``, with the time of the fastest of the NKI tutorial's
-    tilings that fits SBUF: what the roofline model's ``tensor_efficiency`` would be
-    for this shape if kernels were as good as the tutorial's best.
-    """
-    peak = spec.core.tensor_tflops.get(precision) * 1e12
+def _best_tiling_s(spec: ChipSpec, m: int, k: int, n: int, precision: str) -> float:
+    """Seconds of the fastest of the NKI tutorial's tilings of ``(m, k, n)`` that fits
+    SBUF (``inf`` when none does)."""
     best = math.inf
     for tiling in NKI_MATMUL_TUTORIAL.values():
         try:
@@ -256,6 +252,68 @@ def roofline_efficiency(spec: ChipSpec, m: int, k: int, n: int, precision: str =
         except ValueError:
             continue
         best = min(best, kernel.op.isolated_s())
+    return best
+
+
+_TILED: dict[tuple[object, ...], float] = {}
+_TILED_MAX = 65536
+
+
+def _without_dma(spec: ChipSpec) -> ChipSpec:
+    """``spec`` with DMA free: no set-up, queues and HBM that move any bytes at once."""
+    eng = spec.engines
+    assert eng is not None
+    free = eng.model_copy(update={"dma_setup_s": 0.0, "dma_queue_Bps": math.inf})
+    return spec.model_copy(update={"engines": free, "hbm_bw_Bps": math.inf})
+
+
+def tiled_matmul_s(
+    spec: ChipSpec, m: int, k: int, n: int, precision: str = "bf16", *, dma: bool = True
+) -> float:
+    """Seconds one core takes for ``C[m, k] x [k, n]`` with the best tutorial kernel.
+
+    The fastest of the NKI tutorial's tilings (:data:`NKI_MATMUL_TUTORIAL`), over the
+    whole of ``m`` or over ``m`` cut into 2, 4, 8, ... equal row chunks run one after
+    another (each chunk at least a stationary tile): a kernel writer cuts the rows where
+    a tiling's blocks of the whole ``m`` outgrow SBUF (its accumulators hold a column
+    block of all ``m`` rows) or where the chunks run faster. Everything comes from the
+    core's engine facts in the catalog (clocks, tiles, start-up and minimum cycles, DMA
+    queues, SBUF) and the HBM share at ``calibration.hbm_efficiency``: the instruction
+    start-up of small matmuls and partly filled tiles are in the time. ``dma=False``
+    times the kernel's engines alone (its loads and stores free): the compute side of
+    the kernel, which the roofline model sets beside an op's own HBM traffic.
+    Results are cached by what they depend on.
+    """
+    eng = spec.engines
+    if eng is None:
+        raise ValueError(f"chip {spec.name} has no engine description")
+    key = (eng, spec.core, spec.hbm_bw_Bps, spec.cores, spec.calibration.hbm_efficiency,
+           m, k, n, precision, dma)  # fmt: skip
+    hit = _TILED.get(key)
+    if hit is not None:
+        return hit
+    on = spec if dma else _without_dma(spec)
+    tile = eng.matmul_tile[0]
+    best = _best_tiling_s(on, m, k, n, precision)
+    chunks = 2
+    while math.ceil(m / chunks) >= tile:
+        rows = math.ceil(m / chunks)
+        best = min(best, chunks * _best_tiling_s(on, rows, k, n, precision))
+        chunks *= 2
     if best == math.inf:
         raise ValueError(f"no tutorial tiling of ({m}, {k}, {n}) fits {spec.name}'s SBUF")
-    return 2.0 * m * k * n / (best * peak)
+    if len(_TILED) >= _TILED_MAX:
+        _TILED.clear()
+    _TILED[key] = best
+    return best
+
+
+def roofline_efficiency(spec: ChipSpec, m: int, k: int, n: int, precision: str = "bf16") -> float:
+    """The fraction of one core's tensor peak a matmul sustains, bottom up.
+
+    ``2mkn / (time x peak)``, with :func:`tiled_matmul_s`'s time: what the roofline
+    model's ``tensor_efficiency`` would be for this shape if kernels were as good as
+    the tutorial's best.
+    """
+    peak = spec.core.tensor_tflops.get(precision) * 1e12
+    return 2.0 * m * k * n / (tiled_matmul_s(spec, m, k, n, precision) * peak)

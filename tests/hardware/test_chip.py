@@ -5,12 +5,22 @@ from __future__ import annotations
 import pytest
 
 from clustersim import catalog
+from clustersim.catalog.schema import ChipSpec
 from clustersim.hardware import RESOURCES, ChipModel, Work
+from clustersim.hardware.kernel_tiling import roofline_efficiency, tiled_matmul_s
+
+
+def _roofline_gemms(name: str) -> ChipSpec:
+    """``name``'s catalog entry with its GEMMs priced by the roofline's closed form (the
+    catalog's Trainium chips take them from the tiled kernel, the GPUs from tables)."""
+    spec = catalog.chip(name)
+    cal = spec.calibration.model_copy(update={"gemm_times": "roofline"})
+    return spec.model_copy(update={"calibration": cal})
 
 
 @pytest.fixture
 def trn2() -> ChipModel:
-    return ChipModel(catalog.chip("trn2"), lnc=2)
+    return ChipModel(_roofline_gemms("trn2"), lnc=2)
 
 
 def test_lone_matmul_equals_flops_over_peak_times_efficiency(trn2: ChipModel) -> None:
@@ -118,3 +128,79 @@ def test_systolic_array_pays_its_latency_per_matmul(trn2: ChipModel) -> None:
     count = 16
     t = trn2.op_time(Work(matmul=(1, 128, 128), count=count))
     assert t.engine_s[0] == pytest.approx(count * cal.matmul_latency_s, rel=1e-12)
+
+
+# -- gemm_times: tiled (the catalog's Trainium chips) --------------------------------
+
+
+def test_catalog_trainium_gemms_are_tiled() -> None:
+    for name in ("trn1", "trn2", "trn3", "inf2"):
+        assert catalog.chip(name).calibration.gemm_times == "tiled"
+
+
+def test_tiled_gemm_is_the_best_tutorial_kernel_on_one_core() -> None:
+    """Below the ceiling, a GEMM on one Trn1 core takes the tiled kernel's engine time
+    (its DMA free: the op's HBM bytes are the roofline's own term)."""
+    spec = catalog.chip("trn1")
+    chip = ChipModel(spec, 1)
+    peak = spec.core.tensor_tflops.bf16 * 1e12
+    for m, k, n in ((2048, 344, 4096), (1, 8192, 320), (512, 128, 4096)):
+        kernel = tiled_matmul_s(spec, m, k, n, dma=False)
+        assert 2.0 * m * k * n / (kernel * peak) < spec.calibration.tensor_efficiency
+        assert kernel <= tiled_matmul_s(spec, m, k, n)
+        assert chip.matmul_s(m, k, n) == pytest.approx(kernel, rel=1e-12)
+        assert chip.matmul_s(m, k, n, count=3) == pytest.approx(3 * kernel, rel=1e-12)
+
+
+def test_tiled_gemm_never_beats_the_ceiling() -> None:
+    """Trn2's engine facts run a large GEMM above 0.85 of peak; the catalog's
+    tensor_efficiency (the best measured kernel's fraction) caps it."""
+    spec = catalog.chip("trn2")
+    m, k, n = 4096, 8192, 8192
+    assert roofline_efficiency(spec, m, k, n) > spec.calibration.tensor_efficiency
+    chip = ChipModel(spec, 2)
+    peak = spec.core.tensor_tflops.bf16 * 1e12 * 2
+    expected = 2.0 * m * k * n / (peak * spec.calibration.tensor_efficiency)
+    assert chip.matmul_s(m, k, n) == pytest.approx(expected, rel=1e-12)
+
+
+def test_tiled_gemm_splits_over_the_logical_cores() -> None:
+    """At LNC 2 an op's problems are dealt to the two cores; one problem's rows are split,
+    or its columns where it has too few rows."""
+    spec = catalog.chip("trn2")
+    chip = ChipModel(spec, 2)
+    m, k, n = 256, 128, 4096  # below the ceiling on one core
+    one = tiled_matmul_s(spec, m, k, n, dma=False)
+    assert chip.matmul_s(m, k, n, count=4) == pytest.approx(2 * one, rel=1e-12)
+    half = tiled_matmul_s(spec, m // 2, k, n, dma=False)
+    assert chip.matmul_s(m, k, n) == pytest.approx(half, rel=1e-12)
+    # a decode's one row: its columns split
+    cols = tiled_matmul_s(spec, 1, k, n // 2, dma=False)
+    assert chip.matmul_s(1, k, n) == pytest.approx(cols, rel=1e-12)
+
+
+def test_tiled_kernel_cuts_long_row_counts_into_chunks() -> None:
+    """The fully blocked kernel's accumulators hold a column block of every row: past
+    SBUF the rows run in chunks, so twice the rows take twice the time, not more."""
+    spec = catalog.chip("trn1")
+    one = tiled_matmul_s(spec, 8192, 4096, 1536)
+    assert tiled_matmul_s(spec, 16384, 4096, 1536) == pytest.approx(2 * one, rel=1e-12)
+
+
+def test_tiled_attention_problem_is_its_rate_or_its_instructions() -> None:
+    """A fused attention kernel's problems run at attention_efficiency; a small one takes
+    no less than its tensor instructions (matmul_latency_s prices nothing on Trainium)."""
+    spec = catalog.chip("trn1")
+    cal = spec.calibration.model_copy(update={"attention_efficiency": 0.2})
+    chip = ChipModel(spec.model_copy(update={"calibration": cal}), 1)
+    peak = spec.core.tensor_tflops.bf16 * 1e12
+    m, k, n, count = 4096, 128, 2048, 8
+    big = chip.matmul_s(m, k, n, count=count, kernel="attention")
+    assert big == pytest.approx(count * 2.0 * m * k * n / (peak * 0.2), rel=1e-12)
+    cal = cal.model_copy(update={"attention_efficiency": 0.8})
+    chip = ChipModel(spec.model_copy(update={"calibration": cal}), 1)
+    m, k, n = 128, 64, 128  # a short sequence's head: 1 M MACs, 0.18 us of instructions
+    tiny = chip.matmul_s(m, k, n, count=count, kernel="attention")
+    instructions = tiled_matmul_s(spec, m, k, n, dma=False)
+    assert 2.0 * m * 128 * n / (peak * 0.8) < instructions < cal.matmul_latency_s
+    assert tiny == pytest.approx(count * instructions, rel=1e-12)
