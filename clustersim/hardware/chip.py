@@ -16,7 +16,11 @@ import math
 from dataclasses import dataclass
 
 from clustersim.catalog.schema import ChipSpec
-from clustersim.hardware.kernel_tiling import ELEMENT_BYTES, tiled_matmul_s
+from clustersim.hardware.kernel_tiling import (
+    ELEMENT_BYTES,
+    tensor_instructions_s,
+    tiled_matmul_s,
+)
 from clustersim.hardware.kernels import attention_table, gemm_table
 from clustersim.hardware.work import ENGINES, Work
 
@@ -123,7 +127,7 @@ class ChipModel:
         GEMM time (:mod:`clustersim.hardware.kernels`) instead: no efficiency, tile or
         floor of the catalog applies to it. With ``gemm_times: tiled`` it takes the
         time of the best tutorial kernel on one core (:meth:`_tiled_s`), and a fused
-        attention problem's floor is its kernel's instructions, not the latency.
+        attention problem's floor is its tensor instructions' time, not the latency.
         """
         fused = kernel.startswith("attention")
         if self._gemm is not None and not fused and self._gemm.measures(precision):
@@ -155,9 +159,11 @@ class ChipModel:
         attention = fused and self._attention_eff is not None
         if tiled and attention:
             # The fused kernel's matmuls at its efficiency; a small problem no faster than
-            # its instructions on the tensor engine (in place of matmul_latency_s).
+            # its instructions stream through the array (in place of matmul_latency_s);
+            # what leaves PSUM is the softmax's, inside the kernel's efficiency.
             rate_s = count * flops / (self._tensor_peak[precision] * (self._attention_eff or eff))
-            return self._tiled_s(m, k, n, precision, problems=count, floor_s=rate_s)
+            per_core = math.ceil(count / self.lnc)
+            return max(per_core * tensor_instructions_s(self.spec, m, k, n, precision), rate_s)
         if self._latency_per_kernel:
             if attention:
                 eff = self._attention_eff or eff
@@ -175,9 +181,8 @@ class ChipModel:
         (:func:`~clustersim.hardware.kernel_tiling.tiled_matmul_s` with its DMA free: the
         op's HBM traffic is the roofline's own term beside it): the problems dealt to
         the cores where they divide evenly, else each problem's rows split among them.
-        Never below ``floor_s``: a GEMM's time at ``tensor_efficiency`` of the peak (the
-        best measured kernel's fraction, the ceiling), a fused attention kernel's at its
-        ``attention_efficiency``."""
+        Never below ``floor_s``, the GEMM's time at ``tensor_efficiency`` of the peak
+        (the best measured kernel's fraction, the ceiling)."""
         lnc = self.lnc
         per_core, rows_core, n_core = problems, rows, n
         if problems % lnc == 0:

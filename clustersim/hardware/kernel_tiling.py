@@ -50,6 +50,7 @@ __all__ = [
     "dma_queue_s",
     "matmul_kernel",
     "roofline_efficiency",
+    "tensor_instructions_s",
     "tiled_matmul_s",
 ]
 
@@ -240,6 +241,22 @@ def matmul_kernel(
     return MatmulKernel(
         tiling, instructions, groups, (a, b), store, tensor_s, vector_s, dma_s, sbuf, op
     )
+
+
+def tensor_instructions_s(spec: ChipSpec, m: int, k: int, n: int, precision: str = "bf16") -> float:
+    """Seconds the Tensor engine of one core streams ``C[m, k] x [k, n]``'s instructions:
+    each ``matmul_startup_cycles`` plus ``max(min(instr_min_cycles, N_stationary),
+    N_moving)`` cycles (times the precision's slowdown against BF16), with nothing
+    loaded, stored or copied out of PSUM: the least time any kernel of this matmul
+    takes on the array."""
+    eng = spec.engines
+    if eng is None:
+        raise ValueError(f"chip {spec.name} has no engine description")
+    t_m, t_k, t_n = eng.matmul_tile
+    mt, kt, nt = math.ceil(m / t_m), math.ceil(k / t_k), math.ceil(n / t_n)
+    slowdown = spec.core.tensor_tflops.bf16 / spec.core.tensor_tflops.get(precision)
+    cycles = eng.matmul_startup_cycles + slowdown * max(min(eng.instr_min_cycles, m / mt), n / nt)
+    return mt * kt * nt * cycles / (eng.clock_ghz.tensor * 1e9)
 
 
 def _best_tiling_s(spec: ChipSpec, m: int, k: int, n: int, precision: str) -> float:

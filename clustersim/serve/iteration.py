@@ -283,9 +283,15 @@ class IterationModel:
             t = self.moe_table.time_s(self.kernel_engine, self.precision, e.key, rows)
             if t is not None:
                 return t, 0.0
-        gemm = self._gemm_list(e.pairs(rows), e.gemms)
         if self.gemm_table is not None:
+            gemm = self._gemm_list(e.pairs(rows), e.gemms)
             return max(gemm, weights * self._hbm_s_per_byte), 0.0
+        # Each expert the batch touches streams its own weights through the array: its
+        # share of the pairs as rows (what instruction-priced GEMMs need; a roofline
+        # chip's FLOPs are the same as one GEMM of all the pairs).
+        active = e.active(rows)
+        per_expert = math.ceil(e.pairs(rows) / active) if active > 0 else 0
+        gemm = active * self._gemm_list(per_expert, e.gemms) if per_expert else 0.0
         return gemm, weights
 
     def _attention(self, chunk: int, context: int) -> float:

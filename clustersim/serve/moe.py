@@ -14,9 +14,11 @@ Time of the experts on ``T`` tokens:
 
 - on a GPU whose measured MoE table holds the shape
   (:mod:`clustersim.hardware.moe_kernels`), the engine's measured fused MoE kernel;
-- otherwise the experts' grouped GEMMs as one GEMM of the rank's expected token-expert
-  pairs (``T x top_k / ep`` rows: the measured GEMM on a GPU, the chip's roofline on
-  Trainium) and the weights of the experts the batch activates, read once each. With
+- otherwise the experts' grouped GEMMs: on a GPU one measured GEMM of the rank's
+  expected token-expert pairs (``T x top_k / ep`` rows); on Trainium each expert the
+  batch touches runs its own GEMMs on its share of the pairs (its weights stream
+  through the array: the tiled kernels' instructions); and the weights of the experts
+  the batch activates, read once each. With
   ``top_k`` experts drawn per token out of ``experts``, an expert is idle with
   probability ``(1 - top_k / experts) ** T``, so a rank reads on average
   ``experts / ep x (1 - (1 - top_k / experts) ** T)`` experts' weights (uniform

@@ -159,7 +159,10 @@ def test_overlap_hides_what_the_weight_gradients_cover_and_no_more() -> None:
 def test_userbuffers_hides_forward_collectives_under_their_gemms() -> None:
     backward = _step("parallelism.tp_comm_overlap=backward")
     ub = _step("parallelism.tp_comm_overlap=userbuffers")
-    assert ub["breakdown_s"]["compute"] == pytest.approx(backward["breakdown_s"]["compute"])
+    # the chunked GEMMs, tp of them a sequence shard each, run a little below the whole
+    # GEMMs' per-shape efficiency (Trainium's tiled kernels)
+    compute = ub["breakdown_s"]["compute"], backward["breakdown_s"]["compute"]
+    assert compute[1] <= compute[0] == pytest.approx(compute[1], rel=1e-3)
     assert ub["step_time_s"] < backward["step_time_s"]
     assert ub["breakdown_s"]["exposed_comm"] < backward["breakdown_s"]["exposed_comm"]
 
