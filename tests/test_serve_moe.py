@@ -175,3 +175,82 @@ def test_the_moe_table_files_load_for_every_gpu() -> None:
         assert table.lane("vllm", "bf16", (4096, 14336, 2, 8, 1, 1)) is not None  # Mixtral-8x7B
     assert moe_table("trn2") is None
     assert np.isfinite(moe_table("h100").time_s("vllm", "bf16", (4096, 14336, 2, 8, 1, 1), 7))  # type: ignore[union-attr]
+
+
+# -- attention data parallelism ---------------------------------------------------------
+
+
+def test_attention_dp_spreads_the_experts_and_gathers_every_groups_tokens() -> None:
+    """Two groups of TP 2 share EP 4: a rank holds a quarter of the experts whole, its
+    experts take both groups' tokens, and each MoE layer pays one exchange of the
+    gathered buffer (both groups' tokens' hidden states, BF16)."""
+    model = catalog.model("qwen3-235b-a22b")
+    assert model.moe is not None
+    chip = ChipModel(catalog.chip("h100"), 1)
+    seen: list[float] = []
+
+    def exchange(nbytes: float) -> float:
+        seen.append(nbytes)
+        return 1e-4
+
+    kw = {"precision": "fp8", "weight_dtype": "fp8", "ep": 4}
+    dp = IterationModel(model, chip, 2, attention_dp=2, dp_gather_s=exchange, **kw)  # type: ignore[arg-type]
+    free = IterationModel(model, chip, 2, attention_dp=2, **kw)  # type: ignore[arg-type]
+    assert dp.experts is not None and (dp.experts.local, dp.experts.moe_tp) == (32, 1)
+    rows, context = 8, 8 * 1024
+    moe_layers = model.layers - model.moe.dense_layers
+    assert dp.iteration_s((), rows, context) == pytest.approx(
+        free.iteration_s((), rows, context) + moe_layers * 1e-4, rel=1e-12
+    )
+    assert set(seen) == {2.0 * rows * model.hidden * 2}
+    # the experts see both groups' rows: the same as one group of twice the batch
+    assert dp._experts_s(2 * rows) == free._experts_s(2 * rows)
+
+
+def test_attention_dp_runs_a_scheduler_per_group(tmp_path: object) -> None:
+    text = scenario(
+        "qwen3-235b-a22b", "p5.48xlarge", 2, 8, "vllm", attention_dp=4, precision="fp8",
+        weight_dtype="fp8", kv_dtype="fp8",
+    )  # fmt: skip
+    res = load_scenario(text, [])
+    model = iteration_model(res, serving_of(res))
+    assert model.attention_dp == 4 and model.experts is not None
+    assert model.experts.local == 128 // 8
+    summary = serve(res).summary
+    assert summary["replicas"] == 4  # one replica of 8 GPUs: four groups of TP 2
+    assert summary["tpot_s"]["p50"] > 0
+
+
+@pytest.mark.parametrize(
+    ("case", "needle"),
+    [
+        (("llama3-8b", "p5.48xlarge", 2, 1, "vllm", 2), "no experts"),
+        (("mixtral-8x7b", "trn2.48xlarge", 8, 8, "neuron", 2), "GPUs"),
+        (("qwen3-235b-a22b", "p5.48xlarge", 4, 4, "vllm", 4), "more than the cluster.s 8"),
+    ],
+)
+def test_attention_dp_refusals_name_the_key(
+    case: tuple[str, str, int, int, str, int], needle: str
+) -> None:
+    model, instance, tp, ep, engine, adp = case
+    res = load_scenario(scenario(model, instance, tp, ep, engine, attention_dp=adp), [])
+    with pytest.raises(ScenarioError, match=needle) as err:
+        serve(res)
+    assert err.value.path == "serving.attention_dp"
+
+
+def test_dp_exchange_grows_with_its_bytes_and_crosses_nodes_slower() -> None:
+    """The all-gather and reduce-scatter across the groups: longer for more bytes, and
+    over EFA (groups on two nodes) slower than over NVLink (one node)."""
+    from clustersim.serve.collectives import DpGather
+
+    def gather(count: int, tp: int, adp: int) -> DpGather:
+        text = scenario("qwen3-235b-a22b", "p5.48xlarge", tp, tp * adp, "vllm")
+        text = text.replace("{instance: p5.48xlarge}", f"{{instance: p5.48xlarge, count: {count}}}")
+        return DpGather(load_scenario(text, []), tp, adp)
+
+    one_node, two_nodes = gather(1, 2, 4), gather(2, 4, 4)
+    small, large = 64 * 4096 * 2.0, 4096 * 4096 * 2.0
+    assert 0 < one_node(small) < one_node(large)
+    assert one_node(large) < two_nodes(large)
+    assert gather(1, 2, 1)(large) == 0.0

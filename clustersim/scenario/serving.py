@@ -260,6 +260,13 @@ class ServingCfg(Strict):
     place of `replicas`)."""
     speculative: SpeculativeCfg | None = None
     """Speculative decoding with a draft model."""
+    attention_dp: int = Field(default=1, ge=1, le=1024)
+    """Attention data-parallel groups per replica (mixture-of-experts models, `vllm` and
+    `trtllm` on GPUs): a replica is `attention_dp` groups of `parallelism.tp` ranks, each
+    group running attention on its own batch with its own scheduler and KV cache, and the
+    MoE layers run expert-parallel over all the replica's ranks (`parallelism.ep` of
+    them dividing `attention_dp x tp`), each all-gathering every group's tokens and
+    reduce-scattering the experts' output."""
 
     @model_validator(mode="after")
     def _replicas_or_split(self) -> ServingCfg:

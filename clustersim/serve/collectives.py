@@ -67,6 +67,7 @@ from clustersim.scenario import Resolved
 
 __all__ = [
     "VLLM_CUSTOM_MAX_BYTES",
+    "DpGather",
     "TpAllReduce",
     "in_program_protocol",
     "replica_network",
@@ -177,5 +178,47 @@ class TpAllReduce:
             env = self._net.env
             start = env.now
             env.run(until=self._net.collective("all_reduce", self.group, nbytes))
+            cached = self._cache[nbytes] = float(env.now - start)
+        return cached
+
+
+class DpGather:
+    """``self(nbytes)``: seconds of one MoE layer's exchange across a replica's attention
+    data-parallel groups: an all-gather of every group's tokens (``nbytes``, the whole
+    gathered buffer), then a reduce-scatter of the experts' output of the same size.
+
+    The ``attention_dp`` groups of ``tp`` ranks are placed one after another; rank ``j``
+    of every group exchanges with rank ``j`` of the others (vLLM's data-parallel group
+    beside its tensor-parallel one; its allgather-reducescatter all2all backend), the
+    ``tp`` such exchanges at once, sharing the fabric. NCCL's model times them (the
+    engines' own all-reduce kernels do not run these)."""
+
+    def __init__(self, res: Resolved, tp: int, attention_dp: int) -> None:
+        ranks = tp * attention_dp
+        self.topology = replica_topology(res, ranks)
+        self.runtime = runtime_of(res.chip, res.instance)
+        self.rank_chip = [r // res.ranks_per_chip for r in range(ranks)]
+        self.group = tuple(g * tp for g in range(attention_dp))
+        self.replicas = (
+            [[g * tp + j for g in range(attention_dp)] for j in range(tp)] if tp > 1 else None
+        )
+        self.algorithms = dict(res.scenario.cluster.collectives)
+        self._cache: dict[float, float] = {}
+        self._net: Network | None = None
+
+    def __call__(self, nbytes: float) -> float:
+        if len(self.group) < 2 or nbytes <= 0:
+            return 0.0
+        cached = self._cache.get(nbytes)
+        if cached is None:
+            if self._net is None:
+                self._net = replica_network(
+                    self.topology, self.rank_chip, self.algorithms, self.runtime
+                )
+            env = self._net.env
+            start = env.now
+            for op in ("all_gather", "reduce_scatter"):
+                done = self._net.collective(op, self.group, nbytes, replicas=self.replicas)
+                env.run(until=done)
             cached = self._cache[nbytes] = float(env.now - start)
         return cached

@@ -152,9 +152,12 @@ class IterationModel:
     """Iteration times of one replica: ``tp`` ranks of ``chip`` serving ``model``.
 
     ``allreduce_s(nbytes)`` is the time of one all-reduce of ``nbytes`` over the
-    replica's ranks (0 for tp 1). ``kernels`` names the engine whose measured GEMMs a
-    GPU runs (``"vllm"``: vLLM's own, :func:`~clustersim.hardware.kernels.gemm_table`;
-    None: the chip's default tables).
+    replica's ranks (0 for tp 1). With ``attention_dp`` > 1 it is one attention
+    data-parallel group's: the MoE layers' experts are spread over ``attention_dp x tp``
+    ranks and take every group's tokens, exchanged by ``dp_gather_s(nbytes)`` (the
+    all-gather and reduce-scatter of the whole gathered buffer). ``kernels`` names
+    the engine whose measured GEMMs a GPU runs (``"vllm"``: vLLM's own,
+    :func:`~clustersim.hardware.kernels.gemm_table`; None: the chip's default tables).
     """
 
     def __init__(
@@ -173,6 +176,8 @@ class IterationModel:
         ep: int = 1,
         pp: int = 1,
         stage_send_s: Callable[[int], float] | None = None,
+        attention_dp: int = 1,
+        dp_gather_s: Callable[[float], float] = lambda _n: 0.0,
     ) -> None:
         self.model = model
         self.chip = chip
@@ -190,7 +195,9 @@ class IterationModel:
         self.stage_layers = math.ceil(model.layers / pp)
         """The most layers one pipeline stage holds (what a rank's memory must take)."""
         self.stage_send_s = stage_send_s
-        self.experts = experts_of(model, tp, ep, DTYPE_BYTES[weight_dtype])
+        self.attention_dp = attention_dp
+        self.dp_gather_s = dp_gather_s
+        self.experts = experts_of(model, tp * attention_dp, ep, DTYPE_BYTES[weight_dtype])
         dense = model.moe.dense_layers if model.moe is not None else model.layers
         self.dense_layers = min(dense, model.layers)
         self.moe_layers = model.layers - self.dense_layers
@@ -231,6 +238,7 @@ class IterationModel:
         self._fixed_s = lru_cache(maxsize=65536)(self._fixed)
         self._attn_s = lru_cache(maxsize=262144)(self._attention)
         self._ar_s = lru_cache(maxsize=65536)(self._allreduce)
+        self._dp_s = lru_cache(maxsize=65536)(self._dp_exchange)
         self._decode_attn_s = lru_cache(maxsize=262144)(self._decode_attention)
 
     @property
@@ -331,6 +339,13 @@ class IterationModel:
             0.0 if self.tp == 1 else self.allreduce_s(float(rows * self.model.hidden * ACT_BYTES))
         )
 
+    def _dp_exchange(self, rows: int) -> float:
+        """One MoE layer's all-gather of every attention-DP group's ``rows`` tokens and
+        the reduce-scatter of the experts' output (0 without attention DP)."""
+        if self.attention_dp == 1:
+            return 0.0
+        return self.dp_gather_s(float(self.attention_dp * rows * self.model.hidden * ACT_BYTES))
+
     def _fixed(self, rows: int) -> float:
         """A layer's fixed costs on ``rows`` rows: op overheads and two all-reduces."""
         ops = GPU_SMALL_KERNELS if self.gemm_table is not None else OPS_PER_LAYER
@@ -351,8 +366,11 @@ class IterationModel:
         compute = self._gemm_s(rows, moe)
         expert_bytes = 0.0
         if moe:
-            t, expert_bytes = self._experts_s(rows)
-            compute += t
+            # Under attention data parallelism the experts take every group's tokens
+            # (as many as this group's: the groups' batches taken as equal), gathered and
+            # their outputs scattered back across the groups.
+            t, expert_bytes = self._experts_s(rows * self.attention_dp)
+            compute += t + self._dp_s(rows)
         kv_tokens = decode_context + decodes
         for c, ctx in chunks:
             compute += self._attn_s(c, ctx)

@@ -7,8 +7,10 @@ experts (vLLM's ``--enable-expert-parallel``, TensorRT-LLM's
 ``moe_expert_parallel_size``). Attention stays tensor-parallel, so every rank sees
 every token of the batch, computes its own experts' share and the layer's
 all-reduce sums the shares: the same two all-reduces a layer as a dense model (vLLM
-``FusedMoE`` with ``reduce_results``; TensorRT-LLM's MoE with attention TP). Layouts
-with attention data parallelism and all-to-all dispatch are not modelled.
+``FusedMoE`` with ``reduce_results``; TensorRT-LLM's MoE with attention TP). With
+``serving.attention_dp`` the experts spread over every group's ranks and take every
+group's tokens (:class:`~clustersim.serve.iteration.IterationModel`); all-to-all
+dispatch is not modelled.
 
 Time of the experts on ``T`` tokens:
 
@@ -32,8 +34,10 @@ from dataclasses import dataclass
 
 from clustersim.catalog.schema import ModelSpec
 from clustersim.errors import ScenarioError
+from clustersim.scenario import Resolved
+from clustersim.scenario.serving import ServingCfg
 
-__all__ = ["Experts", "experts_of"]
+__all__ = ["Experts", "attention_dp_problem", "experts_of"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +114,20 @@ def experts_of(model: ModelSpec, tp: int, ep: int, weight_bytes: int) -> Experts
         moe_tp=moe_tp,
         weight_bytes=weight_bytes,
     )
+
+
+def attention_dp_problem(res: Resolved, cfg: ServingCfg) -> None:
+    """Exit 2 where attention data parallelism is not modelled (``serving.attention_dp``)."""
+    why = ""
+    if res.model.moe is None:
+        why = f"{res.model.name} has no experts: groups of a dense model are replicas"
+    elif cfg.engine == "neuron" or res.chip.family != "gpu":
+        why = "modelled for the vllm and trtllm engines on GPUs"
+    elif res.scenario.parallelism.pp > 1:
+        why = "not modelled with pipeline parallelism"
+    elif cfg.disaggregation is not None or cfg.speculative is not None:
+        why = "not modelled with disaggregation or speculative decoding"
+    elif res.scenario.failures.inject:
+        why = "not modelled with failure injection"
+    if why:
+        raise ScenarioError("serving.attention_dp", cfg.attention_dp, why)

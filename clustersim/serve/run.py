@@ -29,10 +29,11 @@ from clustersim.scenario import Resolved
 from clustersim.scenario.serving import ServingCfg, longest, typical
 from clustersim.serve.arrivals import workload
 from clustersim.serve.bands import uncertainty
-from clustersim.serve.collectives import TpAllReduce
+from clustersim.serve.collectives import DpGather, TpAllReduce
 from clustersim.serve.disagg import FabricKvTransfer, check_disaggregation
 from clustersim.serve.faults import ServeFaults, failure_summary, serving_faults
 from clustersim.serve.iteration import IterationModel
+from clustersim.serve.moe import attention_dp_problem
 from clustersim.serve.pipeline import StageSends, pipeline_problem, virtual_engines
 from clustersim.serve.sched import BLOCK_TOKENS, LOG_FIELDS, IterationCost, Request
 from clustersim.serve.sim import ServeSim
@@ -119,10 +120,13 @@ def kv_capacity(
 
 def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
     """Replicas of ``tp x pp`` ranks the run has (exit 2 when they do not fit)."""
-    tp = res.scenario.parallelism.tp * res.scenario.parallelism.pp
+    tp = res.scenario.parallelism.tp * res.scenario.parallelism.pp * cfg.attention_dp
     fit = res.ranks // tp
     if fit < 1:
-        raise ScenarioError("parallelism.tp", tp, f"more than the cluster's {res.ranks} ranks")
+        key, value = "parallelism.tp", tp
+        if cfg.attention_dp > 1:
+            key, value = "serving.attention_dp", cfg.attention_dp
+        raise ScenarioError(key, value, f"{tp} ranks, more than the cluster's {res.ranks}")
     if cfg.disaggregation is not None:
         return check_disaggregation(cfg.disaggregation, fit, tp)
     if cfg.replicas is None:
@@ -155,6 +159,9 @@ def iteration_model(
         pipeline_problem(res, cfg, pp)
     if cfg.precision == "fp8" and res.chip.core.tensor_tflops.fp8 is None:
         raise ScenarioError("serving.precision", "fp8", f"{res.chip.name} has no FP8 tensor rate")
+    adp = cfg.attention_dp
+    if adp > 1:
+        attention_dp_problem(res, cfg)
     healthy = TpAllReduce(res, tp, overheads=overheads, engine=cfg.engine)
     return IterationModel(
         res.model, ChipModel(res.chip, res.lnc), tp, precision=cfg.precision,
@@ -162,6 +169,7 @@ def iteration_model(
         allreduce_s=healthy if allreduce is None else allreduce, launch_s=healthy.launch_s,
         kernels="vllm" if cfg.engine == "vllm" else None, ep=res.scenario.parallelism.ep,
         pp=pp, stage_send_s=StageSends(res, tp, pp) if pp > 1 else None,
+        attention_dp=adp, dp_gather_s=DpGather(res, tp, adp) if adp > 1 else lambda _n: 0.0,
     )  # fmt: skip
 
 
@@ -353,6 +361,7 @@ def serve(res: Resolved, *, collective_overheads: bool = True, record: bool = Fa
     blocks = kv_capacity(res, model, cfg, draft, wl.longest_input + wl.longest_output)
     n_rep = replicas_of(res, cfg)
     blocks, engines = virtual_engines(model, blocks, wl.longest_input + wl.longest_output)
+    engines *= model.attention_dp  # each attention-DP group schedules its own batch
     spec = cfg.speculative
     iteration = _cost(res, cfg, model, draft)
     faults = _faults(res, cfg, model, n_rep)
