@@ -1,7 +1,8 @@
 """What the scheduler moves: requests, their KV blocks, the compiled buckets, and the
 cost an iteration asks of the chip and network model.
 
-:class:`Request` holds one request and what happened to it; :func:`bucket` is the
+:class:`Request` holds one request and what happened to it (:func:`request_frame`: a
+run's requests as a table); :func:`bucket` is the
 compiled sequence bucket a Neuron engine runs a length in; :class:`IterationCost` is
 what :class:`~clustersim.serve.sched.Replica` asks an iteration's time of
 (:class:`~clustersim.serve.iteration.IterationModel`, or a fixed time in tests).
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import pandas as pd
 import simpy
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "IterationCost",
     "Request",
     "bucket",
+    "request_frame",
 ]
 
 BLOCK_TOKENS = 16
@@ -99,3 +102,29 @@ class Request:
         preemption, whose blocks went back to the pool, or with its KV in place)."""
         first = self.kv_tokens == 0 and self.generated == 0 and self.blocks == 0
         return self.cached_tokens if first else 0
+
+
+def request_frame(requests: list[Request]) -> pd.DataFrame:
+    """One row per request: its times (s from the start), tokens and replica."""
+    frame = pd.DataFrame(
+        {
+            "id": [r.id for r in requests],
+            "replica": [r.replica for r in requests],
+            "arrival_s": [r.arrival for r in requests],
+            "scheduled_s": [r.scheduled for r in requests],
+            "first_token_s": [r.first_token for r in requests],
+            "finish_s": [r.finish for r in requests],
+            "input_tokens": [r.input_tokens for r in requests],
+            "output_tokens": [r.generated for r in requests],
+            "preemptions": [r.preemptions for r in requests],
+            "prefill_replica": [r.prefill_replica for r in requests],
+            "kv_transfer_s": [r.kv_transfer_s for r in requests],
+            "retries": [r.retries for r in requests],
+        }
+    )
+    frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
+    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
+    frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
+    decode_tokens = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
+    frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_tokens
+    return frame

@@ -35,7 +35,8 @@ from clustersim.serve.faults import ServeFaults, failure_summary, serving_faults
 from clustersim.serve.iteration import IterationModel
 from clustersim.serve.moe import attention_dp_problem
 from clustersim.serve.pipeline import StageSends, pipeline_problem, virtual_engines
-from clustersim.serve.sched import BLOCK_TOKENS, LOG_FIELDS, IterationCost, Request
+from clustersim.serve.requests import request_frame
+from clustersim.serve.sched import BLOCK_TOKENS, LOG_FIELDS, IterationCost
 from clustersim.serve.sim import ServeSim
 from clustersim.serve.speculative import SpeculativeCost, expected_tokens_per_step
 from clustersim.units import format_bytes
@@ -123,10 +124,14 @@ def replicas_of(res: Resolved, cfg: ServingCfg) -> int:
     tp = res.scenario.parallelism.tp * res.scenario.parallelism.pp * cfg.attention_dp
     fit = res.ranks // tp
     if fit < 1:
-        key, value = "parallelism.tp", tp
         if cfg.attention_dp > 1:
-            key, value = "serving.attention_dp", cfg.attention_dp
-        raise ScenarioError(key, value, f"{tp} ranks, more than the cluster's {res.ranks}")
+            raise ScenarioError(
+                "serving.attention_dp",
+                cfg.attention_dp,
+                f"{cfg.attention_dp} groups of tp {res.scenario.parallelism.tp} need {tp} "
+                f"ranks, more than the cluster's {res.ranks}",
+            )
+        raise ScenarioError("parallelism.tp", tp, f"more than the cluster's {res.ranks} ranks")
     if cfg.disaggregation is not None:
         return check_disaggregation(cfg.disaggregation, fit, tp)
     if cfg.replicas is None:
@@ -208,9 +213,10 @@ def check_serving(res: Resolved) -> str:
     blocks = kv_capacity(res, model, cfg, draft_model(res, cfg, model), seq)
     n_rep = replicas_of(res, cfg)
     _faults(res, cfg, model, n_rep)
+    groups = f" in {model.attention_dp} attention-DP groups" if model.attention_dp > 1 else ""
     return (
         f"{res.scenario.name}: {n_rep} replicas of tp {model.tp}"
-        f"{f' x pp {model.pp}' if model.pp > 1 else ''} x {res.chip.name} "
+        f"{f' x pp {model.pp}' if model.pp > 1 else ''}{groups} x {res.chip.name} "
         f"({cfg.engine}), weights {format_bytes(model.weight_bytes_per_rank)} and KV for "
         f"{blocks * BLOCK_TOKENS:,} tokens per rank; batch-1 decode "
         f"{model.iteration_s((), 1, typical(cfg.input_tokens)) * 1e3:.2f} ms"
@@ -302,32 +308,6 @@ def _stats(values: np.ndarray) -> dict[str, float | None]:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
     return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
-
-
-def request_frame(requests: list[Request]) -> pd.DataFrame:
-    """One row per request: its times (s from the start), tokens and replica."""
-    frame = pd.DataFrame(
-        {
-            "id": [r.id for r in requests],
-            "replica": [r.replica for r in requests],
-            "arrival_s": [r.arrival for r in requests],
-            "scheduled_s": [r.scheduled for r in requests],
-            "first_token_s": [r.first_token for r in requests],
-            "finish_s": [r.finish for r in requests],
-            "input_tokens": [r.input_tokens for r in requests],
-            "output_tokens": [r.generated for r in requests],
-            "preemptions": [r.preemptions for r in requests],
-            "prefill_replica": [r.prefill_replica for r in requests],
-            "kv_transfer_s": [r.kv_transfer_s for r in requests],
-            "retries": [r.retries for r in requests],
-        }
-    )
-    frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
-    frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
-    frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
-    decode_tokens = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
-    frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_tokens
-    return frame
 
 
 def iteration_frame(sim: ServeSim) -> pd.DataFrame:
