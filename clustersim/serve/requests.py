@@ -104,23 +104,20 @@ class Request:
         return self.cached_tokens if first else 0
 
 
+FRAME_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "id"), ("replica", "replica"), ("arrival_s", "arrival"),
+    ("scheduled_s", "scheduled"), ("first_token_s", "first_token"), ("finish_s", "finish"),
+    ("input_tokens", "input_tokens"), ("output_tokens", "generated"),
+    ("preemptions", "preemptions"), ("prefill_replica", "prefill_replica"),
+    ("kv_transfer_s", "kv_transfer_s"), ("retries", "retries"),
+)  # fmt: skip
+"""``requests.parquet``'s recorded columns and the :class:`Request` fields they hold."""
+
+
 def request_frame(requests: list[Request]) -> pd.DataFrame:
     """One row per request: its times (s from the start), tokens and replica."""
     frame = pd.DataFrame(
-        {
-            "id": [r.id for r in requests],
-            "replica": [r.replica for r in requests],
-            "arrival_s": [r.arrival for r in requests],
-            "scheduled_s": [r.scheduled for r in requests],
-            "first_token_s": [r.first_token for r in requests],
-            "finish_s": [r.finish for r in requests],
-            "input_tokens": [r.input_tokens for r in requests],
-            "output_tokens": [r.generated for r in requests],
-            "preemptions": [r.preemptions for r in requests],
-            "prefill_replica": [r.prefill_replica for r in requests],
-            "kv_transfer_s": [r.kv_transfer_s for r in requests],
-            "retries": [r.retries for r in requests],
-        }
+        {column: [getattr(r, field) for r in requests] for column, field in FRAME_COLUMNS}
     )
     frame["queue_s"] = frame["scheduled_s"] - frame["arrival_s"]
     frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
