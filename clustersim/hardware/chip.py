@@ -143,14 +143,8 @@ class ChipModel:
         if tiled and not fused:
             rows = math.ceil(m / splits)
             problems = count * splits
-            ceiling_s = (
-                problems
-                * 2.0
-                * rows
-                * k
-                * n
-                / (self._tensor_peak[precision] * self._tensor_eff[precision])
-            )
+            work = problems * 2.0 * rows * k * n
+            ceiling_s = work / (self._tensor_peak[precision] * self._tensor_eff[precision])
             return self._tiled_s(rows, k, n, precision, problems=problems, floor_s=ceiling_s)
         k_pad = math.ceil(k / self._tile_k) * self._tile_k
         n_pad = math.ceil(n / self._tile_n) * self._tile_n
@@ -180,9 +174,10 @@ class ChipModel:
         the engines' time of the fastest NKI tutorial kernel for its shape on one core
         (:func:`~clustersim.hardware.kernel_tiling.tiled_matmul_s` with its DMA free: the
         op's HBM traffic is the roofline's own term beside it): the problems dealt to
-        the cores where they divide evenly, else each problem's rows split among them.
-        Never below ``floor_s``, the GEMM's time at ``tensor_efficiency`` of the peak
-        (the best measured kernel's fraction, the ceiling)."""
+        the cores where they divide evenly, else each problem's rows split among them
+        (its columns where it has fewer rows than a stationary tile per core). Never
+        below ``floor_s``, the GEMM's time at ``tensor_efficiency`` of the peak (the
+        best measured kernel's fraction, the ceiling)."""
         lnc = self.lnc
         per_core, rows_core, n_core = problems, rows, n
         if problems % lnc == 0:
