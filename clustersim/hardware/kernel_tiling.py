@@ -211,11 +211,7 @@ def matmul_kernel(
     store = Transfers(mt * nb, bn * out_tile) if tiling.coalesce else Transfers(mt * nt, out_tile)
     instructions = mt * nt * kt
     groups = mt * nt * kb
-    slowdown = spec.core.tensor_tflops.bf16 / spec.core.tensor_tflops.get(precision)
-    instr_cycles = eng.matmul_startup_cycles + slowdown * max(
-        min(eng.instr_min_cycles, n_st), n_mov
-    )
-    tensor_s = instructions * instr_cycles / (eng.clock_ghz.tensor * 1e9)
+    tensor_s = tensor_instructions_s(spec, m, k, n, precision)
     # PSUM -> SBUF: a copy per group (one input), or with K blocked an accumulation
     # into SBUF per group (two inputs) and a copy of each finished tile to pack it.
     copy_cycles = max(eng.instr_min_cycles, n_mov)
