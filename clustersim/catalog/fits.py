@@ -211,10 +211,15 @@ class Stack(Strict):
     compile: bool | None = None
     """``software.compile`` under the stack (a release: its base's; absent: no switch)."""
     compile_source: str = ""
+    cp_comm_type: Literal["all_gather", "p2p"] | None = None
+    """``parallelism.cp_comm_type`` under the stack: how its attention runs with cp > 1 (a
+    release: its base's; absent: all_gather)."""
+    cp_comm_type_source: str = ""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Stack:
-        for rule in ("tp_comm_overlap", "recompute_policy", "compile"):  # each names its source
+        # each rule names its source
+        for rule in ("tp_comm_overlap", "recompute_policy", "compile", "cp_comm_type"):
             if getattr(self, rule) is not None and not getattr(self, f"{rule}_source"):
                 raise ValueError(f"a stack's {rule} names its source ({rule}_source)")
         if self.base is not None and self.prior is not None:

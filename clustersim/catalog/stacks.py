@@ -31,6 +31,7 @@ from clustersim.names import closest
 __all__ = [
     "StackFit",
     "compile_rule",
+    "cp_comm_type",
     "default_stack",
     "describe_stack",
     "recompute_policy",
@@ -65,6 +66,9 @@ class StackFit:
     compile: bool | None = None
     """Whether the stack compiles its model by default (``software.compile`` when the
     scenario sets none); None: it has no such switch and runs its fused kernels."""
+    cp_comm_type: str = "all_gather"
+    """How the stack runs attention with cp > 1 (``parallelism.cp_comm_type`` when the
+    scenario sets none)."""
     scaled: str | None = None
     """How the efficiencies reached a chip the fit's rows did not run on (the family's
     ``transfer``), e.g. ``from trn1 by the engine model, x1.031``; None when they did not
@@ -94,6 +98,7 @@ class StackFit:
             "tp_comm_overlap": self.tp_comm_overlap,
             "recompute_policy": self.recompute_policy,
             "compile": self.compile,
+            "cp_comm_type": self.cp_comm_type,
             "scaled": self.scaled,
             "note": self.describe(),
         }
@@ -131,6 +136,13 @@ def compile_rule(stack: str | None, cal: CalibrationFile | None = None) -> bool 
     runs its fused kernels (``workload.titan``)."""
     rule = _rule(stack, "compile", cal)
     return None if rule is None else bool(rule)
+
+
+def cp_comm_type(stack: str | None, cal: CalibrationFile | None = None) -> str:
+    """How ``stack`` runs attention with cp > 1 (``Stack.cp_comm_type``): its own rule, else
+    the nearest base's that declares one, else ``all_gather``."""
+    rule = _rule(stack, "cp_comm_type", cal)
+    return "all_gather" if rule is None else str(rule)
 
 
 def stack_names(cal: CalibrationFile | None = None) -> list[str]:
@@ -178,6 +190,7 @@ def stack_fit(
             tp_comm_overlap=tp_comm_overlap(name, cal),
             recompute_policy=recompute_policy(name, cal),
             compile=compile_rule(name, cal),
+            cp_comm_type=cp_comm_type(name, cal),
         )
     fitted = fit_stack(name, cal)
     key = fit_source(chip, name, cal)
@@ -199,6 +212,7 @@ def stack_fit(
         tp_comm_overlap(name, cal),
         recompute_policy=recompute_policy(name, cal),
         compile=compile_rule(name, cal),
+        cp_comm_type=cp_comm_type(name, cal),
     )
 
 
@@ -255,6 +269,9 @@ def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, o
     out["compile"] = compile_rule(name, cal)
     if entry.compile_source:
         out["compile_source"] = entry.compile_source
+    out["cp_comm_type"] = cp_comm_type(name, cal)
+    if entry.cp_comm_type_source:
+        out["cp_comm_type_source"] = entry.cp_comm_type_source
     if releases:
         out["releases"] = releases
     if entry.source:

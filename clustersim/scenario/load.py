@@ -286,8 +286,10 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
     if not stack_fit or scenario.serving is not None:
         software = replace(software, fit=None, lent=None, constants={})
     software = _transferred(software, inst.chip)
-    if scenario.parallelism.tp_comm_overlap is None:  # the stack's rule
-        par = scenario.parallelism.model_copy(update={"tp_comm_overlap": software.tp_comm_overlap})
+    rules = {"tp_comm_overlap": software.tp_comm_overlap, "cp_comm_type": software.cp_comm_type}
+    unset = {k: v for k, v in rules.items() if getattr(scenario.parallelism, k) is None}
+    if unset:  # the stack's rules
+        par = scenario.parallelism.model_copy(update=unset)
         scenario = scenario.model_copy(update={"parallelism": par})
     scenario = _compiled(scenario, software)
     par = scenario.parallelism

@@ -224,9 +224,11 @@ class ParallelismCfg(Strict):
     # all_gather: K and V all-gathered once, one causal kernel over them, their
     # gradients reduce-scattered. p2p: cp partial steps over K and V chunks passed
     # round a ring, merged through their log-sum-exps (clustersim.workload.cp_ring).
-    cp_comm_type: Literal["all_gather", "p2p"] = "all_gather"
+    # Absent: the software stack's rule (`clustersim catalog stacks`): p2p under
+    # Megatron-Core's stacks, all_gather where the stack names none.
+    cp_comm_type: Literal["all_gather", "p2p"] | None = None
     """How attention runs with cp > 1 (Transformer Engine's `cp_comm_type`): `all_gather` gathers
-    K and V once, `p2p` passes their chunks round a ring."""
+    K and V once, `p2p` passes their chunks round a ring; absent: the software stack's rule."""
     uneven_stages: bool = False
     """Allow a pp that does not divide the layers (the outer stages get fewer)."""
     # Megatron's distributed optimizer (--overlap-param-gather, with zero: 1): the

@@ -323,7 +323,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         mla=model.mla,
         etp=layout.etp,
         fp8_scaling=train.fp8.scaling,
-        cp_comm_type=par.cp_comm_type,
+        cp_comm_type=par.cp_comm_type or "all_gather",
         precision=train.precision,
         tp_overlap=par.tp_comm_overlap or "blocking",
     )

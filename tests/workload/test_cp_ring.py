@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clustersim.scenario import load_scenario
 from clustersim.workload import Kind, Phase, build_programs
 from clustersim.workload.cp_ring import attention_step, ring_core, ring_steps, shift_bytes
 from clustersim.workload.program import Instr
@@ -88,3 +89,37 @@ def test_p2p_lowering_in_programs() -> None:
 def _flops(tpl: tuple[object, ...]) -> float:
     work = tpl[3]
     return float(getattr(work, "tensor_flops", 0.0) or 0.0)
+
+
+CP_SCENARIO = """
+name: cp-rule
+cluster: {instance: p5.48xlarge, count: 1}
+model: {name: tiny, layers: 2, hidden: 1024, heads: 8, kv_heads: 8, ffn_hidden: 4096,
+        vocab: 8192, max_seq_len: 8192}
+parallelism: {tp: 1, cp: 2, microbatch_size: 1}
+training: {seq_len: 8192, global_batch_size: 8}
+"""
+
+
+@pytest.mark.parametrize(
+    ("stack", "rule"),
+    [
+        (None, "p2p"),  # megatron-core, the H100 family's default stack
+        ("nemo-24.07", "p2p"),  # its base's rule
+        ("megatron-bridge-25.09", "p2p"),  # its base's (megatron-bridge-25.11)
+        ("torchtitan", "all_gather"),  # PyTorch's allgather rotation
+        ("meta-llama3", "all_gather"),  # the Llama 3 paper's all-gather CP
+    ],
+)
+def test_cp_comm_type_is_the_stack_rule_and_the_scenario_key_wins(
+    stack: str | None, rule: str
+) -> None:
+    sets = [] if stack is None else [f"software.stack={stack}"]
+    res = load_scenario(CP_SCENARIO, sets)
+    assert res.software.cp_comm_type == rule
+    assert res.scenario.parallelism.cp_comm_type == rule
+    other = "all_gather" if rule == "p2p" else "p2p"
+    res = load_scenario(CP_SCENARIO, [*sets, f"parallelism.cp_comm_type={other}"])
+    assert res.scenario.parallelism.cp_comm_type == other
+    trn1 = load_scenario(CP_SCENARIO.replace("p5.48xlarge", "trn1.32xlarge"), [])
+    assert trn1.scenario.parallelism.cp_comm_type == "all_gather"  # nxd-training names none
