@@ -76,6 +76,11 @@ class ModelSpec(Strict):
     max_seq_len: int = Field(default=8192, ge=1)
     head_dim: int = Field(default=0, ge=0, le=100_000)
     """Width of one attention head; 0 (the default) means hidden / heads. Qwen3's is not."""
+    attention_dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """The dropout on the attention probabilities the model trains with (Megatron-LM's
+    `--attention-dropout`; 0, the default, for Llama-era models). Only unfused attention
+    pays for it, as a kernel over the probabilities and a one-byte mask (flash attention
+    applies it inside its kernel, or runs without)."""
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     """Multi-head latent attention instead of grouped-query attention (kv_heads = heads)."""

@@ -250,6 +250,7 @@ class Dims:
     cp_comm_type: str = "all_gather"  # parallelism.cp_comm_type
     precision: str = "bf16"  # training.precision
     tp_overlap: str = "blocking"  # parallelism.tp_comm_overlap (workload.ops._TP)
+    attention_dropout: float = 0.0  # model.attention_dropout (unfused attention pays it)
 
     @property
     def saved_input_bytes(self) -> int:
@@ -326,6 +327,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         cp_comm_type=par.cp_comm_type or "all_gather",
         precision=train.precision,
         tp_overlap=par.tp_comm_overlap or "blocking",
+        attention_dropout=model.attention_dropout,
     )
 
 

@@ -25,11 +25,12 @@ per rank, V vocabulary per rank):
   attention): QK^T and PV run over the whole s x s square (the causal mask is
   applied to the scores, not skipped), and the bf16 scores and probabilities go
   through HBM: QK^T writes the scores, a fused scale-mask-softmax reads them and
-  writes the probabilities, attention dropout reads those and writes them with a
-  one-byte mask, and PV reads them (11 bytes per score). The backward reads the
-  saved probabilities: dP = dO V^T (written), dV = P^T dO, the softmax and
-  dropout backward (reads dP, the mask and the probabilities, writes dS), then
-  dQ = dS K and dK = dS^T Q.
+  writes the probabilities, and PV reads them (8 bytes per score); with the
+  model's ``attention_dropout`` (GPT-3's 0.1; Llama's 0) a dropout kernel reads
+  the probabilities and writes them with a one-byte mask (11 bytes per score).
+  The backward reads the saved probabilities: dP = dO V^T (written), dV = P^T dO,
+  the softmax (and dropout) backward (reads dP, the mask if any and the
+  probabilities, writes dS), then dQ = dS K and dK = dS^T Q.
 - Norms: 3 vector ops per element for RMSNorm (square-sum, scale, weight), 5
   for LayerNorm, one scalar rsqrt per row; HBM reads and writes the activation.
 - Elementwise backward costs twice its forward (engine ops and HBM bytes): it

@@ -24,16 +24,21 @@ def unfused_core(dm: Dims, prec: str) -> tuple[Work, Work, Work, Work, Work, Wor
     scores = heads * q * s
     sb = ACT_BYTES * scores  # one bf16 pass over the scores
     qk = Work((q, d, s), heads, prec, hbm_bytes=float(q_bytes + kv_bytes + sb))
-    # scale-mask-softmax reads and writes; dropout reads, writes and writes its mask
+    # scale-mask-softmax reads the scores and writes the probabilities; with attention
+    # dropout a kernel reads those and writes them dropped, with a one-byte mask
+    drop = dm.attention_dropout > 0
     softmax = Work(
         scalar_ops=float(scores),
-        vector_ops=float(4 * scores),
-        hbm_bytes=float(4 * sb + scores),
+        vector_ops=float((4 if drop else 3) * scores),
+        hbm_bytes=float(4 * sb + scores if drop else 2 * sb),
     )
     pv = Work((q, s, d), heads, prec, hbm_bytes=float(sb + kv_bytes + q_bytes))
     dp = Work((q, d, s), heads, prec, hbm_bytes=float(q_bytes + kv_bytes + sb))
-    # reads dP, the mask and the probabilities, writes dS
-    softmax_b = Work(vector_ops=float(5 * scores), hbm_bytes=float(3 * sb + scores))
+    # reads dP (and the dropout mask) and the probabilities, writes dS
+    softmax_b = Work(
+        vector_ops=float((5 if drop else 4) * scores),
+        hbm_bytes=float(3 * sb + (scores if drop else 0)),
+    )
     dq = Work((q, s, d), heads, prec, hbm_bytes=float(sb + kv_bytes + q_bytes))
     # dK = dS^T Q and dV = P^T dO: each reads a pass of scores and writes K or V
     dkv = Work((s, q, d), 2 * heads, prec, hbm_bytes=float(2 * (sb + q_bytes + kv_bytes)))
