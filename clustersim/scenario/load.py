@@ -298,8 +298,14 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
         policy = "modules" if par.recompute_modules else software.recompute_policy
         par = par.model_copy(update={"recompute_policy": policy})
         scenario = scenario.model_copy(update={"parallelism": par})
-    if cl.domain_fill is not None:
-        inst = filled(inst, cl.domain_fill, cl.fabric_file)
+    fill, us = cl.domain_fill, inst.ultraserver
+    racks = us is not None and us.topology == "nvl72" and cl.fabric_file is None
+    if fill is None and racks and us is not None and cl.count % us.instances:
+        fill = "last"  # NVLink racks: whole ones, the last partly filled (the default)
+        cl = cl.model_copy(update={"domain_fill": fill})
+        scenario = scenario.model_copy(update={"cluster": cl})
+    if fill is not None:
+        inst = filled(inst, fill, cl.fabric_file)
     chip_over = catalog.deep_merge(overlay.get("chips", {}).get(inst.chip, {}), cl.chip or {})
     if software.constants:
         chip_over = catalog.deep_merge({"calibration": dict(software.constants)}, chip_over)

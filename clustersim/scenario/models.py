@@ -51,7 +51,7 @@ class ClusterCfg(Strict):
     ``domain_fill`` puts that many instances in every scale-up domain of an UltraServer
     (a GB200 NVL72 rack filled with fewer trays, say), from 1 to the full domain; ``last``
     fills whole domains and leaves the last one partly filled (64 trays: 3 racks of 18
-    and one of 10).
+    and one of 10), the default where ``count`` does not fill whole NVLink switch domains.
     """
 
     instance: str
@@ -78,7 +78,8 @@ class ClusterCfg(Strict):
     """Instances in each scale-up domain of an UltraServer, from 1 to the full domain (a GB200
     NVL72 rack with fewer trays), or `last`: whole domains, the last one partly filled when
     `count` is not a multiple of the domain (64 GB200 trays: 3 racks of 18 and one of 10);
-    default: full. Only NVLink switch domains (nvl72) may be partly filled."""
+    default: full domains, and `last` where `count` does not fill whole NVLink switch domains.
+    Only NVLink switch domains (nvl72) may be partly filled."""
     prices_usd_per_hour: Overrides = Field(default_factory=dict)
     """Prices in USD per instance-hour by pricing mode (`on_demand`, `reserved`,
     `capacity_block`), merged over the catalog's."""

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import simpy
 
+from clustersim import catalog
 from clustersim.errors import ScenarioError
 from clustersim.failures.injection import resolve
 from clustersim.failures.jobs import component_counts
@@ -50,10 +51,22 @@ def test_a_fill_out_of_range_is_refused_naming_the_key(
     assert err.value.path == path and problem in str(err.value)
 
 
-def test_a_count_that_fills_no_whole_domain_says_how_to_fill_fewer() -> None:
-    res = load_scenario(GB200, ["cluster.domain_fill=null"])
-    with pytest.raises(ScenarioError, match=r"cluster\.domain_fill puts fewer in each"):
-        build_topology(res.instance, res.chip, res.scenario.cluster.count)
+def test_a_fabric_built_for_trays_that_fill_no_whole_rack_says_how_to_fill_them() -> None:
+    inst = catalog.instance("gb200-nvl72-node")  # whole racks, as the catalog has them
+    with pytest.raises(ScenarioError, match=r"cluster\.domain_fill puts fewer in each") as err:
+        build_topology(inst, catalog.chip(inst.chip), 64)
+    assert "domain_fill: last fills the last one partly" in str(err.value)
+
+
+def test_a_count_of_trays_that_fills_no_whole_rack_fills_the_last_partly_by_default() -> None:
+    res = load_scenario(GB200, ["cluster.domain_fill=null"])  # 64 trays: 18, 18, 18 and 10
+    assert res.scenario.cluster.domain_fill == "last"
+    assert res.instance.ultraserver is not None and res.instance.ultraserver.last_partial
+    assert res.chips == 256
+    topo = build_topology(res.instance, res.chip, res.scenario.cluster.count)
+    assert topo.n_domains == 4
+    whole = load_scenario(GB200, ["cluster.domain_fill=null", "cluster.count=72"])
+    assert whole.scenario.cluster.domain_fill is None  # four whole racks stay as given
 
 
 # -- cluster.domain_fill: last -------------------------------------------------------------------
@@ -162,12 +175,6 @@ def test_a_partial_last_domain_is_refused_naming_the_key(sets: list[str], proble
     with pytest.raises(ScenarioError) as err:
         load_scenario(LAST, sets)
     assert err.value.path == "cluster.domain_fill" and problem in str(err.value)
-
-
-def test_a_count_that_fills_no_whole_domain_names_both_ways() -> None:
-    res = load_scenario(GB200, ["cluster.domain_fill=null"])
-    with pytest.raises(ScenarioError, match=r"domain_fill: last fills the last one partly"):
-        build_topology(res.instance, res.chip, res.scenario.cluster.count)
 
 
 def test_the_empty_slots_are_no_components_and_no_injection_targets() -> None:
