@@ -180,6 +180,11 @@ class Fit(Strict):
     simulated_residuals: dict[str, float] = Field(default_factory=dict)
 
 
+STACK_RULES = ("tp_comm_overlap", "recompute_policy", "compile", "cp_comm_type")
+"""A stack's rules for scenario keys it decides where the scenario sets none; each names its
+source (``<rule>_source``)."""
+
+
 class Stack(Strict):
     """A software stack a scenario names (``software.stack``).
 
@@ -218,8 +223,7 @@ class Stack(Strict):
 
     @model_validator(mode="after")
     def _one_kind(self) -> Stack:
-        # each rule names its source
-        for rule in ("tp_comm_overlap", "recompute_policy", "compile", "cp_comm_type"):
+        for rule in STACK_RULES:  # each names its source
             if getattr(self, rule) is not None and not getattr(self, f"{rule}_source"):
                 raise ValueError(f"a stack's {rule} names its source ({rule}_source)")
         if self.base is not None and self.prior is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clustersim.catalog.fits import (
+    STACK_RULES,
     CalibrationFile,
     calibration,
     family_of,
@@ -145,6 +146,19 @@ def cp_comm_type(stack: str | None, cal: CalibrationFile | None = None) -> str:
     return "all_gather" if rule is None else str(rule)
 
 
+_RULE_OF = {
+    "tp_comm_overlap": tp_comm_overlap,
+    "recompute_policy": recompute_policy,
+    "compile": compile_rule,
+    "cp_comm_type": cp_comm_type,
+}
+
+
+def _rules(stack: str | None, cal: CalibrationFile) -> dict[str, Any]:
+    """Every rule of ``stack`` (``STACK_RULES``), as ``StackFit`` holds them."""
+    return {rule: _RULE_OF[rule](stack, cal) for rule in STACK_RULES}
+
+
 def stack_names(cal: CalibrationFile | None = None) -> list[str]:
     return sorted((cal or calibration()).stacks)
 
@@ -181,17 +195,7 @@ def stack_fit(
     default = stack is None
     name = default_stack(chip, cal) if stack is None else stack
     if family is None or name is None:
-        return StackFit(
-            stack,
-            default,
-            None,
-            None,
-            None,
-            tp_comm_overlap=tp_comm_overlap(name, cal),
-            recompute_policy=recompute_policy(name, cal),
-            compile=compile_rule(name, cal),
-            cp_comm_type=cp_comm_type(name, cal),
-        )
+        return StackFit(stack, default, None, None, None, **_rules(name, cal))
     fitted = fit_stack(name, cal)
     key = fit_source(chip, name, cal)
     lent = None
@@ -202,18 +206,7 @@ def stack_fit(
         elif of not in (fitted, "all"):
             lent = f"stack prior {of}"
     constants = fit_overrides(chip, name, cal)
-    return StackFit(
-        name,
-        default,
-        fitted,
-        key,
-        lent,
-        constants,
-        tp_comm_overlap(name, cal),
-        recompute_policy=recompute_policy(name, cal),
-        compile=compile_rule(name, cal),
-        cp_comm_type=cp_comm_type(name, cal),
-    )
+    return StackFit(name, default, fitted, key, lent, constants, **_rules(name, cal))
 
 
 def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, object]:
@@ -260,18 +253,10 @@ def describe_stack(name: str, cal: CalibrationFile | None = None) -> dict[str, o
     }
     if entry.why:
         out["why"] = entry.why
-    out["tp_comm_overlap"] = tp_comm_overlap(name, cal)
-    if entry.tp_comm_overlap_source:
-        out["tp_comm_overlap_source"] = entry.tp_comm_overlap_source
-    out["recompute_policy"] = recompute_policy(name, cal)
-    if entry.recompute_policy_source:
-        out["recompute_policy_source"] = entry.recompute_policy_source
-    out["compile"] = compile_rule(name, cal)
-    if entry.compile_source:
-        out["compile_source"] = entry.compile_source
-    out["cp_comm_type"] = cp_comm_type(name, cal)
-    if entry.cp_comm_type_source:
-        out["cp_comm_type_source"] = entry.cp_comm_type_source
+    for rule, value in _rules(name, cal).items():
+        out[rule] = value
+        if getattr(entry, f"{rule}_source"):
+            out[f"{rule}_source"] = getattr(entry, f"{rule}_source")
     if releases:
         out["releases"] = releases
     if entry.source:
