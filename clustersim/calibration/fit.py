@@ -228,7 +228,9 @@ def leave_one_out(
 
 
 def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
-    """The shipped calibration rows by fit group (``family/stack``); hold-outs never read."""
+    """The shipped calibration rows by fit group (``family/stack``); hold-outs never read,
+    nor the rows of a stack that runs on a prior's fit (``prior`` in calibration.yaml:
+    its ``why`` says what the model cannot fit them by)."""
     from clustersim.validation.rows import references
     from clustersim.validation.training import published_step_s, reference_stacks, scenario_text
 
@@ -247,6 +249,8 @@ def group_rows(cal: CalibrationFile | None = None) -> dict[str, list[FitRow]]:
         flops = model_flops_per_step(res.model, res.scenario.training)
         measured = published_step_s(ref.published, res, flops, peak)
         stack = fit_stack(stacks[ref.name], cal)
+        if stack in cal.stacks and cal.stacks[stack].prior is not None:
+            continue
         by_stack.setdefault((family, stack), []).append(FitRow(ref.name, res, measured))
     groups: dict[str, list[FitRow]] = {}
     for (family, stack), rows in sorted(by_stack.items()):

@@ -60,7 +60,8 @@ class MLASpec(Strict):
 
 
 class ModelSpec(Strict):
-    """A decoder-only transformer."""
+    """A transformer: a decoder (causal attention, the default) or an encoder (``causal:
+    false``, bidirectional attention, as BERT trains)."""
 
     name: str
     layers: int = Field(ge=1, le=100_000)
@@ -81,6 +82,11 @@ class ModelSpec(Strict):
     `--attention-dropout`; 0, the default, for Llama-era models). Only unfused attention
     pays for it, as a kernel over the probabilities and a one-byte mask (flash attention
     applies it inside its kernel, or runs without)."""
+    causal: bool = True
+    """Whether a token attends only to those before it (a decoder, the default) or to the
+    whole sequence (an encoder such as BERT: `false`). Flash attention skips the masked
+    half of the score square only under a causal mask; unfused attention computes the
+    whole square either way. Serving and context parallelism take causal models only."""
     moe: MoESpec | None = None
     mla: MLASpec | None = None
     """Multi-head latent attention instead of grouped-query attention (kv_heads = heads)."""

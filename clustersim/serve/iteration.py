@@ -108,6 +108,10 @@ class _Shapes:
 def _shapes(model: ModelSpec, tp: int, weight_dtype: str, kv_dtype: str) -> _Shapes:
     if model.mla is not None:
         raise ScenarioError("model", model.name, "serving models GQA attention only (no MLA yet)")
+    if not model.causal:
+        raise ScenarioError(
+            "model", model.name, "an encoder (model.causal: false) generates no tokens to serve"
+        )
     # Heads and the MLP width that tp does not divide are padded up to a multiple of
     # it (Llama-3-70B's 64 heads at TP 24 on inf2.48xlarge, as the Neuron benchmark
     # tables run it: aws-neuron-sdk about-neuron/benchmarks/inf2).

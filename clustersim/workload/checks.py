@@ -34,6 +34,13 @@ def validate(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout: 
     if train.param_dtype == "fp32" and par.zero >= 2:  # sharding.BYTES is bf16's
         why = "FP32 parameters are modelled for zero 0 and 1 (sharded ones are bf16)"
         raise ScenarioError("training.param_dtype", train.param_dtype, why)
+    if not model.causal and cp > 1:
+        raise ScenarioError(
+            "parallelism.cp",
+            cp,
+            f"{model.name} is an encoder (model.causal: false); context parallelism is "
+            "modelled for causal attention only: set cp: 1",
+        )
     if model.moe is not None:
         _validate_moe(model, par, layout)
         if train.precision == "fp8" and train.fp8.bf16_layers:

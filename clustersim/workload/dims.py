@@ -251,6 +251,7 @@ class Dims:
     precision: str = "bf16"  # training.precision
     tp_overlap: str = "blocking"  # parallelism.tp_comm_overlap (workload.ops._TP)
     attention_dropout: float = 0.0  # model.attention_dropout (unfused attention pays it)
+    causal: bool = True  # model.causal (flash attention's useful half of the square)
 
     @property
     def saved_input_bytes(self) -> int:
@@ -328,6 +329,7 @@ def make_dims(model: ModelSpec, par: ParallelismCfg, train: TrainingCfg, layout:
         precision=train.precision,
         tp_overlap=par.tp_comm_overlap or "blocking",
         attention_dropout=model.attention_dropout,
+        causal=model.causal,
     )
 
 

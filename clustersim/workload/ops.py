@@ -16,9 +16,10 @@ per rank, V vocabulary per rank):
   the bf16 gradient accumulator. Operands are 1 byte under FP8, else 2.
 - Attention core (flash attention, causal): per sequence and local head, QK^T is
   (s/cp, d, s/2) and PV (s/cp, s/2, d): the causal mask halves the useful key
-  length. Scores never reach HBM; the core reads Q, K, V and writes O and the
-  FP32 log-sum-exp. Softmax is one exp (scalar engine) and a row max and a row
-  sum (vector engine) per score. Flash attention's backward recomputes the
+  length (an encoder's, ``model.causal: false``, is the whole s). Scores never
+  reach HBM; the core reads Q, K, V and writes O and the FP32 log-sum-exp.
+  Softmax is one exp (scalar engine) and a row max and a row sum (vector engine)
+  per score. Flash attention's backward recomputes the
   scores, so it runs five matmuls of the forward's size: S = QK^T and
   dP = dO V^T, then dQ, then dK and dV.
 - Unfused attention (``parallelism.attention: unfused``, Megatron-LM before flash
@@ -212,16 +213,17 @@ def flash_core(
 ) -> tuple[Work, Work, Work, Work, Work, Work, Work]:
     """The flash-attention core with query/key heads of ``qk_dim`` and value heads of ``v_dim``.
 
-    One causal call of the rank's query rows over the whole sequence's keys (K and V
-    gathered over ``cp``). Returns (qk, softmax, pv, S and dP, softmax backward, dQ,
-    dK and dV); see the module doc. ``kv_heads`` are the key/value heads on this rank.
+    One call of the rank's query rows over the whole sequence's keys (K and V gathered
+    over ``cp``), causal unless the model is an encoder (``model.causal: false``).
+    Returns (qk, softmax, pv, S and dP, softmax backward, dQ, dK and dV); see the module
+    doc. ``kv_heads`` are the key/value heads on this rank.
     """
     return attention_step(
         dm.micro,
         dm.heads_local,
         dm.q_rows,
         dm.seq,
-        causal=True,
+        causal=dm.causal,
         prec=prec,
         qk_dim=qk_dim,
         v_dim=v_dim,
