@@ -28,15 +28,14 @@ t(0.95, n - 1) s: Student's t for a spread measured on n errors, counted with
 n - 1 degrees of freedom rather than n because the errors are not independent
 (any two left-out fits share n - 2 rows), the conservative count of a sample of
 n about its mean. The errors of a family's fits (``family/stack``) are pooled.
-A published figure is itself noisy between
-releases of its source (``reference_noise`` per family, with its source line in
-``calibration.yaml``). That drift moves the rows of a release together, so a fit
-absorbs it into its constants and the residuals cannot see it; it is independent
-of them and joins in quadrature: half = sqrt((t s)^2 + log(1 + noise)^2), and
-the interval is ``step x exp(+-half)``. Fewer rows mean fewer degrees of freedom
-and a wider interval. A family with fewer than two left-out residuals takes its
-declared ``default_spread`` as the model's half-width, ``log(1 + default)``,
-joined with its reference noise the same way.
+A published figure is itself noisy between releases of its source
+(``reference_noise`` per family, with its source line in ``calibration.yaml``). That
+drift moves the rows of a release together, so a fit absorbs it into its constants
+and the residuals cannot see it; it is independent of them and joins in quadrature:
+half = sqrt((t s)^2 + log(1 + noise)^2), and the interval is ``step x exp(+-half)``.
+Fewer rows mean fewer degrees of freedom and a wider interval. A family with fewer
+than two left-out residuals takes its declared ``default_spread`` as the model's
+half-width, ``log(1 + default)``, joined with its reference noise the same way.
 
 No family's model half-width is narrower than the pooled one: t(0.95, N - 1) S
 over the N left-out residuals of every family together (:func:`pooled_spread`).
@@ -46,9 +45,7 @@ spread measures how alike they are more than how wrong the model is on another
 run. The mechanisms the model lacks are shared by every family (one simulator
 prices every chip), so the left-out errors of all the families together are the
 better estimate where a family's own are fewer and more alike; a family whose own
-spread is wider keeps it. The floor was added after the holdout rows' coverage
-showed the A100 interval narrower than two of its holdouts' errors; it is built
-from calibration rows' residuals only.
+spread is wider keeps it (the floor is built from calibration rows' residuals only).
 """
 
 from __future__ import annotations
@@ -180,7 +177,7 @@ class Fit(Strict):
     simulated_residuals: dict[str, float] = Field(default_factory=dict)
 
 
-STACK_RULES = ("tp_comm_overlap", "recompute_policy", "compile", "cp_comm_type")
+STACK_RULES = ("tp_comm_overlap", "recompute_policy", "compile", "cp_comm_type", "host_op_s")
 """A stack's rules for scenario keys it decides where the scenario sets none; each names its
 source (``<rule>_source``)."""
 
@@ -220,6 +217,10 @@ class Stack(Strict):
     """``parallelism.cp_comm_type`` under the stack: how its attention runs with cp > 1 (a
     release: its base's; absent: all_gather)."""
     cp_comm_type_source: str = ""
+    host_op_s: float | None = Field(default=None, ge=0, le=1)
+    """``software.host_op_s`` under the stack (absent: 0), fitted on its own rows
+    (``clustersim.calibration.host``)."""
+    host_op_s_source: str = ""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Stack:

@@ -35,6 +35,7 @@ __all__ = [
     "cp_comm_type",
     "default_stack",
     "describe_stack",
+    "host_op_s",
     "recompute_policy",
     "stack_fit",
     "stack_lines",
@@ -70,6 +71,9 @@ class StackFit:
     cp_comm_type: str = "all_gather"
     """How the stack runs attention with cp > 1 (``parallelism.cp_comm_type`` when the
     scenario sets none)."""
+    host_op_s: float = 0.0
+    """Seconds the stack's host takes to issue one op (``software.host_op_s`` when the
+    scenario sets none); 0: the host never holds the device back."""
     scaled: str | None = None
     """How the efficiencies reached a chip the fit's rows did not run on (the family's
     ``transfer``), e.g. ``from trn1 by the engine model, x1.031``; None when they did not
@@ -86,7 +90,8 @@ class StackFit:
             return f"{name}: no fit, catalog constants"
         how = f", lent by its {self.lent}" if self.lent else ""
         scaled = f", efficiencies scaled {self.scaled}" if self.scaled else ""
-        return f"{name}: fit {self.fit}{how}{scaled}"
+        host = f", host {self.host_op_s * 1e6:.4g} us an op" if self.host_op_s else ""
+        return f"{name}: fit {self.fit}{how}{scaled}{host}"
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -100,6 +105,7 @@ class StackFit:
             "recompute_policy": self.recompute_policy,
             "compile": self.compile,
             "cp_comm_type": self.cp_comm_type,
+            "host_op_s": self.host_op_s,
             "scaled": self.scaled,
             "note": self.describe(),
         }
@@ -146,11 +152,19 @@ def cp_comm_type(stack: str | None, cal: CalibrationFile | None = None) -> str:
     return "all_gather" if rule is None else str(rule)
 
 
+def host_op_s(stack: str | None, cal: CalibrationFile | None = None) -> float:
+    """Seconds ``stack``'s host takes to issue one op (``Stack.host_op_s``): its own, else
+    the nearest base's that declares one, else 0."""
+    rule = _rule(stack, "host_op_s", cal)
+    return 0.0 if rule is None else float(rule)
+
+
 _RULE_OF = {
     "tp_comm_overlap": tp_comm_overlap,
     "recompute_policy": recompute_policy,
     "compile": compile_rule,
     "cp_comm_type": cp_comm_type,
+    "host_op_s": host_op_s,
 }
 
 

@@ -292,6 +292,9 @@ def resolve(data: dict[str, Any], *, stack_fit: bool = True) -> Resolved:
         par = scenario.parallelism.model_copy(update=unset)
         scenario = scenario.model_copy(update={"parallelism": par})
     scenario = _compiled(scenario, software)
+    if scenario.software.host_op_s is None and software.host_op_s:  # the stack's
+        sw = scenario.software.model_copy(update={"host_op_s": software.host_op_s})
+        scenario = scenario.model_copy(update={"software": sw})
     par = scenario.parallelism
     stack_policy = par.recompute == "selective" and par.recompute_policy is None
     if stack_policy:  # the stack's rule

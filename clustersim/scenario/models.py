@@ -366,6 +366,11 @@ class SoftwareCfg(Strict):
     eagerly (one PyTorch kernel per elementwise op), for a stack with that switch (torchtitan:
     eager by default); a stack with only fused kernels (Megatron-Core, NeMo, NxD) refuses
     `false`. Default: the stack's rule."""
+    host_op_s: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    """Seconds the host takes to issue one op of the program (a lazy tensor's trace under
+    PyTorch/XLA, a kernel's launch under eager PyTorch); the device waits for an op until
+    it is issued, the host running ahead of it. Default: the stack's (`clustersim catalog
+    stacks`), 0 where it has none: the host never holds the device back."""
 
 
 @register_model

@@ -66,6 +66,20 @@ class CompiledProgram:
                 for seg in self.segments
             ]
 
+    def host_marks(self, host_op_s: float) -> list[tuple[float, float]]:
+        """Per segment, when the host has issued its first op and by when its last op can
+        have finished, from the step's start, for a host that issues the program's
+        instructions one after another, ``host_op_s`` each, ahead of the device
+        (``software.host_op_s``): instruction ``i`` is issued at ``(i + 1) x host_op_s``,
+        and a segment's last op ends no sooner than its issue plus its duration."""
+        marks = []
+        for seg in self.segments:
+            last = seg.i1 * host_op_s
+            if seg.kind == Kind.COMPUTE:
+                last += float(self.durations_s[seg.i1 - 1])
+            marks.append(((seg.i0 + 1) * host_op_s, last))
+        return marks
+
     def op_times(
         self,
         seg_start: np.ndarray,

@@ -7,6 +7,13 @@ is exact and keeps the event count down to the synchronisation points.
 Collectives meet at a rendezvous: the last member to arrive starts the
 collective on the network, and every member resumes when it completes.
 
+A host that issues the program (``StepSim.host_op_s`` > 0, ``software.host_op_s``)
+issues each rank's instructions one after another from the step's start, that
+long each, running ahead of the device: an instruction does not start before it
+is issued (:meth:`CompiledProgram.host_marks`). The device's waits on it are
+neither compute nor communication, so they land in the step's ``other``. At 0
+(every shipped stack but one) nothing changes.
+
 On NCCL (GPUs) the collectives of one communicator run in turn, in issue order.
 PyTorch's ProcessGroupNCCL (2.13, ``ProcessGroupNCCL.hpp``) keeps one NCCL
 communicator and one CUDA stream per device for each process group
@@ -134,6 +141,8 @@ class StepSim:
     chip_model: str = "roofline"
     hbm: ComputeRuns | None = None
     """Compute runs on shared HBM (``sim.hbm``); None keeps every run one timeout."""
+    host_op_s: float = 0.0
+    """Seconds the host takes to issue one instruction (module doc); 0: never waited on."""
     serial_communicators: bool = False
     """Each communicator (a group of ranks in one role) runs its collectives in turn,
     in issue order, as NCCL does (see the module doc); off, they share links at once."""
@@ -311,11 +320,21 @@ class StepSim:
             Kind.RECV,
         )  # fmt: skip
         exposed = bubble = interference = 0.0
+        host = compiled.host_marks(self.host_op_s) if self.host_op_s > 0 else None
         for step in range(self.steps):
             base = step * nseg if self.record else 0
             pending: list[simpy.Event] = []
-            for j, (kind, total_s, ins) in enumerate(segments):
-                t0 = env.now
+            t_host = env.now  # the host starts issuing the step's program
+            for j, (kind, seg_s, ins) in enumerate(segments):
+                t0, total_s = env.now, seg_s
+                if host is not None:  # not before the host has issued it
+                    issued, done = host[j]
+                    if t_host + issued > t0:
+                        yield env.timeout(t_host + issued - t0)
+                        t0 = env.now
+                    if kind == COMPUTE and t_host + done > t0 + total_s:
+                        total_s = t_host + done - t0
+                        seg_end[base + j] = t0 + total_s  # stretched: its ops spread
                 seg_start[base + j] = t0
                 if kind == COMPUTE:
                     if slow is None:

@@ -281,6 +281,7 @@ def simulate(
         env, network, pl.layout, compiled, sc.training.steps, record, progress, folded=folded,
         slowdown=injector.slowdown if injector is not None else None,
         chip_model=sc.chip_model, serial_communicators=res.chip.runtime == "nccl",
+        host_op_s=sc.software.host_op_s or 0.0,
     )  # fmt: skip
     sim.hbm = ComputeRuns(
         env, network.flows, [pl.layout.chip_of(r) for r in sim.ranks],
