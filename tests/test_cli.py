@@ -31,7 +31,15 @@ def test_run_writes_outputs(
     summary = json.loads((out / "summary.json").read_text())
     assert summary.keys() >= SUMMARY_KEYS
     parts = summary["breakdown_s"]
-    assert set(parts) == {"compute", "exposed_comm", "bubble", "optimizer", "interference", "other"}
+    assert set(parts) == {
+        "compute",
+        "exposed_comm",
+        "bubble",
+        "optimizer",
+        "interference",
+        "host",
+        "other",
+    }
     assert sum(parts.values()) == pytest.approx(summary["step_time_s"], rel=1e-9)
     assert set(summary["memory_gib_per_chip"]) == {
         "weights", "grads", "optimizer", "activations", "total", "capacity",

@@ -68,6 +68,7 @@ PART_COLORS = {
     "bubble": "#BDBDBD",
     "optimizer": "#CCB974",
     "interference": "#DD8452",
+    "host": "#937860",
     "other": "#8C8C8C",
 }
 MEMORY_COLORS = {

@@ -297,6 +297,7 @@ def trace_summary(
         "bubble": 0.0,
         "optimizer": 0.0,
         "interference": sum(u.interference_s for u in uses) / n,
+        "host": 0.0,  # a trace's nodes carry their own times
     }
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)

@@ -11,7 +11,7 @@ A host that issues the program (``StepSim.host_op_s`` > 0, ``software.host_op_s`
 issues each rank's instructions one after another from the step's start, that
 long each, running ahead of the device: an instruction does not start before it
 is issued (:meth:`CompiledProgram.host_marks`). The device's waits on it are
-neither compute nor communication, so they land in the step's ``other``. At 0
+counted apart (``RankTimes.host_s``, the summary's ``host``). At 0
 (every shipped stack but one) nothing changes.
 
 On NCCL (GPUs) the collectives of one communicator run in turn, in issue order.
@@ -110,6 +110,8 @@ class RankTimes:
     bubble_s: float = 0.0
     interference_s: float = 0.0
     """Compute time lost to HBM (and, on GPUs, SMs) shared with collectives."""
+    host_s: float = 0.0
+    """Time the device waited for the host to issue its next instruction."""
 
 
 @dataclass(slots=True)
@@ -319,7 +321,7 @@ class StepSim:
             Kind.COMPUTE, Kind.COLLECTIVE, Kind.ASYNC_COLLECTIVE, Kind.WAIT_ASYNC, Kind.SEND,
             Kind.RECV,
         )  # fmt: skip
-        exposed = bubble = interference = 0.0
+        exposed = bubble = interference = host_wait = 0.0
         host = compiled.host_marks(self.host_op_s) if self.host_op_s > 0 else None
         for step in range(self.steps):
             base = step * nseg if self.record else 0
@@ -331,9 +333,11 @@ class StepSim:
                     issued, done = host[j]
                     if t_host + issued > t0:
                         yield env.timeout(t_host + issued - t0)
+                        host_wait += env.now - t0
                         t0 = env.now
                     if kind == COMPUTE and t_host + done > t0 + total_s:
                         total_s = t_host + done - t0
+                        host_wait += total_s - seg_s
                         seg_end[base + j] = t0 + total_s  # stretched: its ops spread
                 seg_start[base + j] = t0
                 if kind == COMPUTE:
@@ -416,6 +420,7 @@ class StepSim:
             if report is not None:
                 report((step + 1) / self.steps)
         acc.exposed_comm_s, acc.bubble_s, acc.interference_s = exposed, bubble, interference
+        acc.host_s = host_wait
 
     def _arrive_barrier(self) -> simpy.Event:
         event = self._barrier

@@ -345,6 +345,8 @@ def summarise(
         "optimizer": sum(t.optimizer_s for t in sim.times) / n,
         # compute time lost to HBM (and SMs) shared with collectives running beside it
         "interference": sum(t.interference_s for t in sim.times) / n,
+        # waiting for the host to issue the next op (software.host_op_s)
+        "host": sum(t.host_s for t in sim.times) / n,
     }
     parts["other"] = max(step_s - sum(parts.values()), 0.0)
     usd_hour = cost.usd_per_hour(res.instance, sc.cluster.count, sc.cost, res.chip)

@@ -22,7 +22,7 @@ training: {seq_len: 512, global_batch_size: 128, steps: 1}
 def _step(h: float | None) -> dict[str, float]:
     sets = [] if h is None else [f"software.host_op_s={h!r}"]
     s = simulate(load_scenario(ONE, sets), record=False).summary
-    return {"step": s["step_time_s"], "other": s["breakdown_s"]["other"]}
+    return {"step": s["step_time_s"], "host": s["breakdown_s"]["host"]}
 
 
 def test_a_host_slower_than_the_device_sets_the_step_by_its_ops() -> None:
@@ -36,7 +36,8 @@ def test_a_host_slower_than_the_device_sets_the_step_by_its_ops() -> None:
     assert n * h <= slow["step"] <= n * h + device / 2
     # host-bound, each op more of the host's time is that much more of the step
     assert slower["step"] - slow["step"] == pytest.approx(n * h, rel=1e-3)
-    assert slow["other"] == pytest.approx(slow["step"] - device, rel=0.05)
+    assert slow["host"] == pytest.approx(slow["step"] - device, rel=0.05)
+    assert _step(None)["host"] == 0.0
 
 
 def test_a_host_faster_than_the_device_costs_at_most_its_first_op() -> None:
