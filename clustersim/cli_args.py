@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--fidelity", choices=("auto", "detailed", "folded"), default="auto",
         help="simulate every rank, or one per pipeline stage with all ranks' traffic "
-        "(auto: folded above 256 ranks)",
+        "(auto: folded above 256 ranks, or where every rank would exceed the work limits)",
     )  # fmt: skip
     _chip_model(run)
     run.add_argument(

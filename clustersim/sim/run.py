@@ -52,7 +52,15 @@ from clustersim.workload.titan import lowering_of
 if TYPE_CHECKING:
     from clustersim.sim.chakra_run import TraceResult
 
-__all__ = ["FOLD_ABOVE_RANKS", "Fidelity", "degraded_step", "estimate_run", "plan", "simulate"]
+__all__ = [
+    "FOLD_ABOVE_RANKS",
+    "Fidelity",
+    "auto_folds",
+    "degraded_step",
+    "estimate_run",
+    "plan",
+    "simulate",
+]
 
 FOLD_ABOVE_RANKS = 256
 """``fidelity: auto`` simulates every rank up to this many, and folds above."""
@@ -230,7 +238,9 @@ def simulate(
 
     ``fidelity``: ``detailed`` simulates every rank; ``folded`` one representative
     per pipeline stage, with every rank's traffic on the network (``sim.folding``);
-    ``auto`` folds above ``FOLD_ABOVE_RANKS`` ranks, unless ``failures.inject`` breaks
+    ``auto`` folds above ``FOLD_ABOVE_RANKS`` ranks, or where simulating every rank
+    would exceed ``limits`` and folding would not (:func:`auto_folds`), unless
+    ``failures.inject`` breaks
     the symmetry folding needs (``failures.injection.fold_with``) or a partly filled
     last NVLink domain splits groups unlike (``sim.partialfold``). ``limits`` bounds
     the work (default ``Limits()``): bigger runs are refused. A chip or instance
@@ -243,7 +253,7 @@ def simulate(
         from clustersim.sim.chakra_run import simulate_trace
 
         return simulate_trace(res, progress=progress, record=record, fidelity=fidelity)
-    folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
+    folded = fidelity == "folded" or (fidelity == "auto" and auto_folds(res, limits))
     folded = fold_with(res.scenario.failures.inject, folded, fidelity)
     sc = res.scenario
     topology = None
@@ -413,13 +423,30 @@ def degraded_step(res: Resolved, *, limits: Limits | None = None) -> dict[str, A
     return derive_degraded_step(res, healthy.sim.network, step, simulate, limits=limits)
 
 
+def auto_folds(res: Resolved, limits: Limits | None = None) -> bool:
+    """Whether ``fidelity: auto`` folds ``res``: above ``FOLD_ABOVE_RANKS`` ranks, or
+    where every rank simulated would be refused by ``limits`` (events or memory) and
+    one representative per stage would not (a 256-GPU MoE step of 512 microbatches)."""
+    if res.ranks > FOLD_ABOVE_RANKS or res.model is None:
+        return res.ranks > FOLD_ABOVE_RANKS
+    sc, limits = res.scenario, limits or Limits()
+    dp = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node).dp
+    trace = sc.output.trace
+    whole, one = (estimate(res, dp, trace=trace, folded=f) for f in (False, True))
+
+    def fits(e: Estimate) -> bool:
+        return e.events <= limits.max_events and e.memory_bytes <= limits.max_memory_bytes
+
+    return not fits(whole) and fits(one)
+
+
 def estimate_run(res: Resolved, fidelity: Fidelity = "auto") -> Estimate:
     """The work of ``simulate(res, fidelity=fidelity)`` as its guard estimates it: at
     the fidelity it will run at, plus the detailed step with a link cut when a
     ``continue_degraded`` step time is to be derived (``sim.degraded``)."""
     sc = res.scenario
     dp = make_layout(sc.parallelism, res.ranks, res.ranks_per_chip, res.ranks_per_node).dp
-    folded = fidelity == "folded" or (fidelity == "auto" and res.ranks > FOLD_ABOVE_RANKS)
+    folded = fidelity == "folded" or (fidelity == "auto" and auto_folds(res))
     try:
         folded = fold_with(sc.failures.inject, folded, fidelity)
     except ScenarioError:

@@ -355,11 +355,17 @@ def make_layout(
             if etp == tp
             else (f"tp*cp*dp / etp = {per_stage // etp}")
         )
+        fold = (
+            f", or set etp: 1 (Megatron-Core's MoE parallel folding: the experts' ranks "
+            f"taken from tp*cp*dp = {per_stage})"
+            if etp == tp > 1 and per_stage % ep == 0
+            else ""
+        )
         raise ScenarioError(
             "parallelism.ep",
             ep,
             f"expert parallelism is carved out of data (and context) parallelism, so ep must "
-            f"divide {carved}",
+            f"divide {carved}{fold}",
         )
     if par.dp_shard is not None and dp % par.dp_shard:
         raise ScenarioError(

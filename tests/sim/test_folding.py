@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from clustersim.errors import ScenarioError
 from clustersim.scenario import load_scenario
-from clustersim.sim import simulate
+from clustersim.sim import Limits, simulate
 from clustersim.sim.folding import replica_groups, replica_pairs, representatives
+from clustersim.sim.run import auto_folds, estimate_run
 from clustersim.workload import Layout
 
 LAYOUT = Layout(tp=4, pp=2, dp=3, cp=2, ep=1, ranks=48, ranks_per_chip=4)
@@ -173,3 +175,15 @@ def test_folded_agrees_with_detailed(
     assert folded["step_time_s"] == pytest.approx(detailed["step_time_s"], rel=rel)
     for part in ("compute", "optimizer"):
         assert folded["breakdown_s"][part] == pytest.approx(detailed["breakdown_s"][part], rel=0.01)
+
+
+def test_auto_folds_a_run_that_every_rank_would_take_past_the_limits(tiny_yaml: object) -> None:
+    res = load_scenario(str(tiny_yaml))
+    whole = estimate_run(res, "detailed")
+    one = estimate_run(res, "folded")
+    assert one.events < whole.events
+    limits = Limits(max_events=(one.events + whole.events) / 2)
+    assert auto_folds(res, limits) and not auto_folds(res)
+    assert simulate(res, limits=limits, record=False).summary["fidelity"] == "folded"
+    with pytest.raises(ScenarioError, match="events, over the limit"):
+        simulate(res, fidelity="detailed", limits=limits, record=False)
