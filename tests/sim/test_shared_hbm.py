@@ -250,7 +250,15 @@ def test_breakdown_has_interference_and_sums_to_the_step(
     assert main(["run", str(tiny_yaml), "--out", str(out), "--json", "--no-report"]) == 0
     s = json.loads(capsys.readouterr().out)
     parts = s["breakdown_s"]
-    assert set(parts) == {"compute", "exposed_comm", "bubble", "optimizer", "interference", "other"}
+    assert set(parts) == {
+        "compute",
+        "exposed_comm",
+        "bubble",
+        "optimizer",
+        "interference",
+        "host",
+        "other",
+    }
     assert parts["interference"] >= 0
     assert sum(parts.values()) == pytest.approx(s["step_time_s"], rel=1e-9)
 
