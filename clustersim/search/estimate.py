@@ -45,6 +45,8 @@ The estimate uses the same pieces as the simulator, but adds them up in closed f
   overlapped gather or ZeRO-2/3's collectives are in flight under compute, that
   compute runs at ``1 - f`` of its speed, as the simulator caps it: the pass loses
   ``f`` of the overlapped time (``interference_s``).
+- **Host** (``software.host_op_s``). A step is no shorter than the busiest stage's
+  ops, counted from the same templates, issued one after another by the host.
 
 Contention between different collectives running at once, and the network's
 max-min sharing, are left to the simulation of the best candidates.
@@ -128,9 +130,13 @@ class Estimator:
         moe: MoECfg | None = None,
         seed: int = 0,
         lowering: str = "fused",
+        host_op_s: float = 0.0,
     ):
         self.model, self.train, self.chip, self.net = model, train, chip, net
         self.moe, self.seed, self.lowering = moe, seed, lowering
+        self.host_op_s = host_op_s
+        """The host's time to issue one op (``software.host_op_s``): a rank's step is
+        no shorter than its ops issued one after another."""
         self._work: dict[Work, float] = {}
         self._blocks: dict[tuple[int, ...] | tuple[object, ...], Blocks] = {}
         self._levels: dict[tuple[int, int], tuple[list[Level], int]] = {}
@@ -249,6 +255,10 @@ class Estimator:
                     lambda t: self._tpls_s(t, layout),
                 ),
                 beside=pairs,
+                ops={
+                    k: len(b.fwd) + len(b.recompute) + len(b.bwd)
+                    for k, b in {**named, "embed": embed, "head": head}.items()
+                },
             )
         return found
 
@@ -289,7 +299,7 @@ class Estimator:
         in_flight: list[tuple[float, float]] = []  # ZeRO-2/3's collectives per microbatch
         stepped: list[tuple[float, float] | None] = []  # ZeRO-3's SM losses, stepped
         passes: list[tuple[float, float, float, float]] = []
-        sharded_mb = lost_mb = 0.0
+        sharded_mb = lost_mb = host_s = 0.0
         sm = self.chip.spec.collective_sm_fraction
         for stage in range(pp):
             layers = stage_layers(model, layout, stage)
@@ -310,6 +320,13 @@ class Estimator:
                 b_comp, b_comm = b_comp + blk.head_bwd[0], b_comm + blk.head_bwd[1]
             mb = (f_comp, f_comm, b_comp, b_comm)
             passes.append(mb)
+            if self.host_op_s:
+                ops = blk.ops
+                n_ops = n * ops["dense"] + e * ops["moe"] + k * ops["bf16"]
+                n_ops += (ops["embed"] if stage == 0 else 0) + (
+                    ops["head"] if stage == pp - 1 else 0
+                )
+                host_s = max(host_s, n_mb * n_ops * self.host_op_s)
             f_fsdp, b_fsdp = sharded_pass_s(
                 self,
                 par,
@@ -436,7 +453,7 @@ class Estimator:
             offsets = [sum(bwd[k] / vp + p2p for k in range(s)) for s in range(pp)]
             last = [pipeline - offsets[s] + extra[s] for s in range(pp)]
         ends = [b - h + sum(t) for b, h, t in zip(last, hop_extra, tails, strict=True)]
-        step = max(ends)
+        step = max(*ends, host_s)  # a host slower than the device sets the step
         peak = self.chip.peak_flops(self.train.precision) * layout.chips
         sends = 2 * n_mb * p2p if pp > 1 else 0.0
         bubble = sum(max(pipeline - n_mb * t - sends, 0.0) for t in per_mb)
@@ -473,4 +490,6 @@ def estimate_resolved(res: Resolved) -> Estimate:
     chip = ChipModel(res.chip, res.lnc)
     net = NetModel.of(res.instance, res.chip, sc.cluster.count, res.lnc)
     lowering = lowering_of(sc.software.compile, res.software.compile)
-    return Estimator(res.model, sc.training, chip, net, lowering=lowering)(sc.parallelism, layout)
+    host = sc.software.host_op_s or 0.0
+    est = Estimator(res.model, sc.training, chip, net, lowering=lowering, host_op_s=host)
+    return est(sc.parallelism, layout)

@@ -54,6 +54,9 @@ class Blocks:
     # a (backward, recompute) pair of block kinds run beside each other
     # (``search.beside``); empty where the recompute does not run beside
     beside: Mapping[tuple[str, str], Pair] = field(default_factory=dict)
+    # the ops (instructions) a microbatch runs of each unit ("dense", "moe", "bf16",
+    # "embed", "head"): what a host issues one after another (software.host_op_s)
+    ops: Mapping[str, int] = field(default_factory=dict)
 
 
 def blocks_times(blk: Blocks, part: int | None = None) -> dict[str, tuple[float, float]]:

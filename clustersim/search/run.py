@@ -128,8 +128,9 @@ def search(
     rows = [_row(i, c, sc.training.global_batch_size) for i, c in enumerate(cands)]
     lowering = lowering_of(sc.software.compile, res.software.compile)
     estimator = Estimator(
-        res.model, sc.training, chip, net, moe=sc.moe, seed=sc.seed, lowering=lowering
-    )
+        res.model, sc.training, chip, net, moe=sc.moe, seed=sc.seed, lowering=lowering,
+        host_op_s=sc.software.host_op_s or 0.0,
+    )  # fmt: skip
     t_est = time.perf_counter()
     for cand, row in zip(cands, rows, strict=True):
         if cand.fits:
