@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from program_helpers import BREAKDOWN_PARTS
 
 from clustersim.cli import main
 
@@ -31,15 +32,7 @@ def test_run_writes_outputs(
     summary = json.loads((out / "summary.json").read_text())
     assert summary.keys() >= SUMMARY_KEYS
     parts = summary["breakdown_s"]
-    assert set(parts) == {
-        "compute",
-        "exposed_comm",
-        "bubble",
-        "optimizer",
-        "interference",
-        "host",
-        "other",
-    }
+    assert set(parts) == BREAKDOWN_PARTS
     assert sum(parts.values()) == pytest.approx(summary["step_time_s"], rel=1e-9)
     assert set(summary["memory_gib_per_chip"]) == {
         "weights", "grads", "optimizer", "activations", "total", "capacity",

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import simpy
+from program_helpers import BREAKDOWN_PARTS
 from simpy_helpers import finish_times
 
 from clustersim.cli import main
@@ -250,15 +251,7 @@ def test_breakdown_has_interference_and_sums_to_the_step(
     assert main(["run", str(tiny_yaml), "--out", str(out), "--json", "--no-report"]) == 0
     s = json.loads(capsys.readouterr().out)
     parts = s["breakdown_s"]
-    assert set(parts) == {
-        "compute",
-        "exposed_comm",
-        "bubble",
-        "optimizer",
-        "interference",
-        "host",
-        "other",
-    }
+    assert set(parts) == BREAKDOWN_PARTS
     assert parts["interference"] >= 0
     assert sum(parts.values()) == pytest.approx(s["step_time_s"], rel=1e-9)
 

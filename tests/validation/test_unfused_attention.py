@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from scenario_texts import TINY
+from program_helpers import attention_core
 
 from clustersim import catalog
 from clustersim.hardware.work import Work
-from clustersim.scenario import load_scenario
-from clustersim.sim import plan
 
 
 def _core(attention: str, dropout: float = 0.0, phase: str = "fwd") -> dict[str, Work]:
     sets = [f"parallelism.attention={attention}", f"model.attention_dropout={dropout}"]
-    prog = plan(load_scenario(TINY, sets)).programs[0]
-    return {
-        i.name: i.work
-        for i in prog.instrs
-        if i.name.startswith("attn.core") and i.work is not None and i.phase == phase
-    }
+    return attention_core(sets, phase)
 
 
 def test_unfused_scores_go_through_hbm_over_the_whole_square() -> None:

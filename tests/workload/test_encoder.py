@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from program_helpers import attention_core
 from scenario_texts import TINY
 
 from clustersim import catalog
@@ -18,12 +19,7 @@ from clustersim.sim import plan
 
 def _core(attention: str, causal: bool, phase: str = "fwd") -> dict[str, Work]:
     sets = [f"parallelism.attention={attention}", f"model.causal={str(causal).lower()}"]
-    prog = plan(load_scenario(TINY, sets)).programs[0]
-    return {
-        i.name: i.work
-        for i in prog.instrs
-        if i.name.startswith("attn.core") and i.work is not None and i.phase == phase
-    }
+    return attention_core(sets, phase)
 
 
 @pytest.mark.parametrize("phase", ["fwd", "bwd"])
